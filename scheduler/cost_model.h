@@ -1,0 +1,54 @@
+// Costs that drive the simulator: per virtual stage the duration of F, B, I, W and the
+// activation bytes one micro-batch leaves stashed for backward; per stage boundary the
+// transfer time; per stage the data-parallel all-reduce time. Units are arbitrary
+// (unit costs by default, microseconds when fed from measurements).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/action.h"
+
+namespace pipesched::scheduler {
+
+struct StageCosts {
+  double f = 1;
+  double b = 2;
+  double i = 1;
+  double w = 1;
+  double allreduce = 0;
+  std::int64_t activation_bytes = 0;  // stashed per in-flight micro-batch; 0 = unknown
+};
+
+struct CostModel {
+  StageCosts uniform;                // used for stages beyond `stages`
+  std::vector<StageCosts> stages;    // per virtual stage (optional)
+  double comm_uniform = 0;           // transfer time across a boundary
+  std::vector<double> comm;          // per boundary s -> s+1 (optional)
+
+  const StageCosts& Stage(int stage) const {
+    return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage]
+                                                                          : uniform;
+  }
+  // Transfer time of boundary stage -> stage+1.
+  double Comm(int boundary) const {
+    return boundary >= 0 && static_cast<std::size_t>(boundary) < comm.size() ? comm[boundary]
+                                                                              : comm_uniform;
+  }
+  // Duration of a compute or ALLREDUCE action; lowered SEND/RECV take Comm() of their
+  // boundary.
+  double Duration(const Action& action) const;
+};
+
+// Parses the cost-model JSON file:
+//   {"version": 1,
+//    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0},
+//    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
+//    "comm": 0.1 | [0.1, 0.2, ...]}           // optional, uniform or per boundary
+// InvalidArgument naming the key and what is expected for anything else (negative
+// times, unknown keys, wrong types).
+absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text);
+
+}  // namespace pipesched::scheduler

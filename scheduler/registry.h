@@ -1,0 +1,38 @@
+// The table of schedule generators. Adding a schedule = one generator file plus one
+// line in registry.cc. Generators are pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/schedule.h"
+
+namespace pipesched::scheduler {
+
+struct GeneratorParams {
+  int num_ranks = 1;         // P
+  int num_microbatches = 1;  // M
+  int num_chunks = 0;        // V; 0 = the schedule's default
+};
+
+using GeneratorFn = absl::StatusOr<Schedule> (*)(const GeneratorParams&);
+
+struct ScheduleInfo {
+  std::string_view name;         // "1f1b"
+  std::string_view summary;      // one line: what it is
+  std::string_view constraints;  // one line: "P >= 1, M >= 1, V = 1"
+  int default_chunks;            // V used when GeneratorParams::num_chunks == 0
+  GeneratorFn generate;
+};
+
+// All registered schedules, in display order.
+const std::vector<ScheduleInfo>& AllSchedules();
+// nullptr when unknown.
+const ScheduleInfo* FindSchedule(std::string_view name);
+// NotFound listing the known names for an unknown schedule; the generator's
+// InvalidArgument for bad parameters.
+absl::StatusOr<Schedule> GenerateSchedule(std::string_view name, const GeneratorParams& params);
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,52 @@
+// A Schedule: one ordered program of actions per rank, plus the placement of
+// virtual stages on ranks and the shape (P ranks, V chunks per rank, M micro-batches).
+// Schedules are plain data: generators make them, files load them, the validator
+// checks them, the simulator and the executor run them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "scheduler/action.h"
+
+namespace pipesched::scheduler {
+
+enum class PlacementKind {
+  kLoop,  // virtual stage s on rank s mod P (Megatron / PyTorch interleaving)
+  kV,     // chunk c on rank s mod P when c is even, P-1-(s mod P) when odd (ZB-V, DualPipeV)
+};
+
+struct Placement {
+  PlacementKind kind = PlacementKind::kLoop;
+  int num_ranks = 1;   // P
+  int num_chunks = 1;  // V: virtual stages per rank
+
+  int num_stages() const { return num_ranks * num_chunks; }
+  // Rank that holds virtual stage `stage` (in [0, P*V)).
+  int RankOf(int stage) const;
+  // "loop" or "v".
+  std::string KindName() const;
+};
+
+struct Schedule {
+  std::string name;  // generator name or file name
+  Placement placement;
+  int num_microbatches = 0;                  // M
+  std::vector<std::vector<Action>> programs;  // programs[rank], in issue order
+
+  int num_ranks() const { return placement.num_ranks; }
+  int num_chunks() const { return placement.num_chunks; }
+  int num_stages() const { return placement.num_stages(); }
+  std::size_t NumActions() const;
+  // True when any backward is split into I and W.
+  bool SplitsBackward() const;
+};
+
+// The rank x step grid of the programs, one column per program position:
+//   rank 0 | 0F0 0F1 0B0 ...
+// When `mark_rank` >= 0 the action at (mark_rank, mark_step) is bracketed and an
+// arrow line points at it.
+std::string RenderProgramGrid(const Schedule& schedule, int mark_rank = -1, int mark_step = -1);
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,38 @@
+// Discrete-event simulation of a schedule under a cost model. Each rank runs its
+// program in order; an action starts when its rank is free and its dependencies
+// (DESIGN.md) are done, plus the boundary's transfer time when the dependency lives
+// on another rank. Transfers are drawn on the send lane.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
+#include "trace/timeline.h"
+
+namespace pipesched::scheduler {
+
+struct RankStats {
+  double busy = 0;                       // sum of compute (and allreduce) durations
+  double idle = 0;                       // makespan - busy
+  int peak_live_microbatches = 0;        // stashed activations alive at once, all stages
+  std::int64_t peak_live_bytes = 0;      // same, weighted by StageCosts::activation_bytes
+};
+
+struct SimResult {
+  trace::Timeline timeline;
+  double makespan = 0;
+  std::vector<RankStats> ranks;
+  double bubble_fraction = 0;  // total idle / (P * makespan)
+  double bubble_ratio = 0;     // total idle / total busy (idle relative to ideal compute)
+};
+
+// An activation of (stage, mb) is live from the start of F until the end of B, or of W
+// when the backward is split (W still needs the stage input).
+// FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
+// InvalidArgument when Validate() would reject it.
+absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs);
+
+}  // namespace pipesched::scheduler
