@@ -1,0 +1,52 @@
+// The pipesched program's commands. Each command is one file defining a Run function
+// and one line in the table in commands.cc. Commands return an exit code: 0 success,
+// 2 bad input (one line on stderr naming the problem and what would work), 1 failure
+// at run time.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pipesched::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+
+struct CommandContext {
+  std::vector<std::string> positional;  // arguments that are not --flags
+  std::vector<std::string> flags_set;   // canonical names (underscores) of flags given
+  std::ostream* out;
+  std::ostream* err;
+  bool out_is_terminal = false;
+};
+
+using CommandFn = int (*)(const CommandContext&);
+
+struct Command {
+  std::string_view name;
+  std::string_view usage;    // "simulate --schedule=NAME --stages=P --microbatches=M [...]"
+  std::string_view summary;  // one line
+  std::vector<std::string_view> flags;  // flag names the command reads
+  CommandFn run;
+};
+
+const std::vector<Command>& AllCommands();
+
+// Prints "pipesched: <message>" on one line (newlines in the status message are kept
+// after the first line, e.g. a validator grid) and returns the exit code for `status`:
+// kExitBadInput for InvalidArgument / NotFound / FailedPrecondition / OutOfRange /
+// PermissionDenied, kExitFailure otherwise.
+int ReportError(const CommandContext& ctx, const absl::Status& status);
+
+// True when the user gave the flag (canonical name with underscores).
+bool FlagGiven(const CommandContext& ctx, std::string_view name);
+
+// The main entry, separate from main() so tests can drive it in-process.
+int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool out_is_terminal);
+
+}  // namespace pipesched::cli

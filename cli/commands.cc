@@ -1,0 +1,94 @@
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/strings.h"
+#include "cli/command.h"
+#include "cli/flags.h"
+
+namespace pipesched::cli {
+
+int ReportError(const CommandContext& ctx, const absl::Status& status) {
+  *ctx.err << "pipesched: " << status.message() << "\n";
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+bool FlagGiven(const CommandContext& ctx, std::string_view name) {
+  for (const std::string& f : ctx.flags_set) {
+    if (f == name) return true;
+  }
+  return false;
+}
+
+namespace {
+
+void PrintUsage(std::ostream& os) {
+  os << "pipesched: pipeline-parallel schedules, simulation, training and bubble benchmarks\n\n"
+        "usage: pipesched <command> [--flags]\n\ncommands:\n";
+  for (const Command& c : AllCommands()) os << "  " << c.name << "\t" << c.summary << "\n";
+  os << "\n'pipesched help <command>' shows a command's flags.\n";
+}
+
+void PrintCommandHelp(const Command& c, std::ostream& os) {
+  os << "usage: pipesched " << c.usage << "\n\n" << c.summary << "\n";
+}
+
+}  // namespace
+
+int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool out_is_terminal) {
+  if (argc < 2) {
+    PrintUsage(err);
+    return kExitBadInput;
+  }
+  std::string name = argv[1];
+  if (name == "help" || name == "--help" || name == "-h") {
+    if (argc >= 3) {
+      for (const Command& c : AllCommands()) {
+        if (c.name == argv[2]) {
+          PrintCommandHelp(c, out);
+          return kExitOk;
+        }
+      }
+    }
+    PrintUsage(out);
+    return kExitOk;
+  }
+  const Command* command = nullptr;
+  for (const Command& c : AllCommands()) {
+    if (c.name == name) command = &c;
+  }
+  CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
+  if (command == nullptr) {
+    std::string names;
+    for (const Command& c : AllCommands()) absl::StrAppend(&names, names.empty() ? "" : ", ", Absl(c.name));
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "unknown command '", name, "'; commands are: ", names)));
+  }
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      PrintCommandHelp(*command, out);
+      return kExitOk;
+    }
+  }
+  absl::StatusOr<ParsedArgs> parsed = ParseFlags(argc, argv, command->flags);
+  if (!parsed.ok()) return ReportError(ctx, parsed.status());
+  ctx.positional = parsed->positional;
+  ctx.flags_set = parsed->flags_set;
+  return command->run(ctx);
+}
+
+}  // namespace pipesched::cli

@@ -1,0 +1,45 @@
+// The command table: adding a command is one file with its Run function and one entry here.
+#include "cli/command.h"
+
+namespace pipesched::cli {
+
+int RunSchedules(const CommandContext& ctx);
+int RunSimulate(const CommandContext& ctx);
+int RunValidate(const CommandContext& ctx);
+int RunVersion(const CommandContext& ctx);
+
+namespace {
+constexpr std::string_view kCostFlags[] = {"cost_f", "cost_b", "cost_i", "cost_w", "cost_comm",
+                                           "cost_allreduce", "activation_bytes", "costs"};
+std::vector<std::string_view> With(std::vector<std::string_view> flags,
+                                   std::initializer_list<std::string_view> more = {}) {
+  flags.insert(flags.end(), std::begin(kCostFlags), std::end(kCostFlags));
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+}  // namespace
+
+const std::vector<Command>& AllCommands() {
+  static const std::vector<Command>* commands = new std::vector<Command>{
+      {"schedules", "schedules", "list the schedule generators and their constraints", {},
+       &RunSchedules},
+      {"simulate",
+       "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
+       "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
+       "          --activation-bytes=0 --costs=FILE.json] [--trace=F.json] [--svg=F.svg]\n"
+       "         [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] [--nogrid]\n"
+       "         [--color=auto|always|never]",
+       "simulate a schedule with stage costs: grid, makespan, bubble, peak activations",
+       With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
+             "schedule_json", "grid", "color"}),
+       &RunSimulate},
+      {"validate",
+       "validate FILE [--costs=FILE.json --cost-*=...] [--json=STATS.json] [--nogrid]",
+       "check a PyTorch CSV or pipesched JSON schedule file; exit 0 only when valid",
+       With({"json", "grid", "color"}), &RunValidate},
+      {"version", "version", "print the version", {}, &RunVersion},
+  };
+  return *commands;
+}
+
+}  // namespace pipesched::cli

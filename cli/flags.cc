@@ -1,0 +1,113 @@
+#include "cli/flags.h"
+
+#include <algorithm>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+ABSL_FLAG(std::string, schedule, "1f1b", "schedule generator name (see `pipesched schedules`)");
+ABSL_FLAG(int32_t, stages, 4, "pipeline ranks P");
+ABSL_FLAG(int32_t, microbatches, 8, "micro-batches per step M");
+ABSL_FLAG(int32_t, virtual, 0, "chunks per rank V (0 = the schedule's default)");
+ABSL_FLAG(std::string, from, "", "load the schedule from a PyTorch CSV or pipesched JSON file");
+ABSL_FLAG(double, cost_f, 1.0, "time of one forward F per stage");
+ABSL_FLAG(double, cost_b, 2.0, "time of one full backward B per stage");
+ABSL_FLAG(double, cost_i, 1.0, "time of one backward-input I per stage");
+ABSL_FLAG(double, cost_w, 1.0, "time of one backward-weight W per stage");
+ABSL_FLAG(double, cost_comm, 0.0, "transfer time across a stage boundary");
+ABSL_FLAG(double, cost_allreduce, 0.0, "time of one stage's data-parallel all-reduce");
+ABSL_FLAG(int64_t, activation_bytes, 0, "activation bytes stashed per micro-batch per stage");
+ABSL_FLAG(std::string, costs, "", "cost-model JSON file with per-stage values");
+ABSL_FLAG(std::string, trace, "", "write a Chrome/Perfetto trace JSON");
+ABSL_FLAG(std::string, svg, "", "write an SVG timeline");
+ABSL_FLAG(std::string, csv, "", "write the schedule in PyTorch's CSV format");
+ABSL_FLAG(std::string, json, "", "write the statistics as JSON");
+ABSL_FLAG(std::string, schedule_json, "", "write the schedule in pipesched's JSON format");
+ABSL_FLAG(bool, grid, true, "print the timeline grid");
+ABSL_FLAG(std::string, color, "auto", "colour the grid: auto|always|never");
+
+namespace pipesched::cli {
+namespace {
+
+std::string Canonical(std::string_view name) {
+  std::string s(name);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::string Dashed(std::string_view name) {
+  std::string s(name);
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
+                                      const std::vector<std::string_view>& allowed) {
+  ParsedArgs parsed;
+  if (argc >= 2) parsed.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      if (arg == "--") {
+        for (++i; i < argc; ++i) parsed.positional.emplace_back(argv[i]);
+        break;
+      }
+      parsed.positional.push_back(arg);
+      continue;
+    }
+    std::string body = arg.substr(2);
+    std::string name = body;
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = body.find('='); eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+    std::string canon = Canonical(name);
+    bool negated = false;
+    auto is_allowed = [&](const std::string& n) {
+      return std::find(allowed.begin(), allowed.end(), n) != allowed.end();
+    };
+    absl::CommandLineFlag* flag = is_allowed(canon) ? absl::FindCommandLineFlag(canon) : nullptr;
+    if (flag == nullptr && canon.rfind("no", 0) == 0 && !has_value && is_allowed(canon.substr(2))) {
+      flag = absl::FindCommandLineFlag(canon.substr(2));
+      if (flag != nullptr && flag->IsOfType<bool>()) {
+        negated = true;
+        canon = canon.substr(2);
+      } else {
+        flag = nullptr;
+      }
+    }
+    if (flag == nullptr) {
+      std::vector<std::string> names;
+      for (std::string_view a : allowed) names.push_back("--" + Dashed(a));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, " for '", parsed.command, "'; it takes ",
+                       names.empty() ? "no flags" : absl::StrJoin(names, " ")));
+    }
+    if (!has_value) {
+      if (flag->IsOfType<bool>()) {
+        value = negated ? "false" : "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name, ": ",
+                                                     error.empty() ? "does not parse" : error));
+    }
+    parsed.flags_set.push_back(canon);
+  }
+  return parsed;
+}
+
+}  // namespace pipesched::cli

@@ -1,0 +1,50 @@
+// Abseil flags shared by the commands. Parsing is ours (ParseFlags below), so that a
+// bad flag is one line and exit code 2 rather than Abseil's exit 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+
+ABSL_DECLARE_FLAG(std::string, schedule);
+ABSL_DECLARE_FLAG(int32_t, stages);
+ABSL_DECLARE_FLAG(int32_t, microbatches);
+ABSL_DECLARE_FLAG(int32_t, virtual);
+ABSL_DECLARE_FLAG(std::string, from);
+ABSL_DECLARE_FLAG(double, cost_f);
+ABSL_DECLARE_FLAG(double, cost_b);
+ABSL_DECLARE_FLAG(double, cost_i);
+ABSL_DECLARE_FLAG(double, cost_w);
+ABSL_DECLARE_FLAG(double, cost_comm);
+ABSL_DECLARE_FLAG(double, cost_allreduce);
+ABSL_DECLARE_FLAG(int64_t, activation_bytes);
+ABSL_DECLARE_FLAG(std::string, costs);
+ABSL_DECLARE_FLAG(std::string, trace);
+ABSL_DECLARE_FLAG(std::string, svg);
+ABSL_DECLARE_FLAG(std::string, csv);
+ABSL_DECLARE_FLAG(std::string, json);
+ABSL_DECLARE_FLAG(std::string, schedule_json);
+ABSL_DECLARE_FLAG(bool, grid);
+ABSL_DECLARE_FLAG(std::string, color);
+
+namespace pipesched::cli {
+
+struct ParsedArgs {
+  std::string command;
+  std::vector<std::string> positional;
+  std::vector<std::string> flags_set;  // canonical names (underscores) of flags given
+};
+
+// argv[1] is the command; the rest are --name=value, --name value, --bool, --nobool,
+// or positional arguments. Flag names accept '-' or '_' ("--cost-f" = "--cost_f").
+// InvalidArgument naming the flag for unknown flags, flags the command does not take,
+// and values that do not parse.
+// argv[0] is the program and argv[1] the command; parsing starts at argv[2].
+absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
+                                      const std::vector<std::string_view>& allowed_for_command);
+
+}  // namespace pipesched::cli

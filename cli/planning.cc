@@ -1,0 +1,234 @@
+#include "cli/planning.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "cli/flags.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/formulas.h"
+#include "scheduler/registry.h"
+#include "trace/chrome_trace.h"
+#include "trace/svg.h"
+
+namespace pipesched::cli {
+namespace {
+
+// Limits that keep the planner inside memory: ~100 bytes per action in the simulator.
+constexpr int kMaxRanks = 4096;
+constexpr int kMaxChunks = 64;
+constexpr int kMaxMicrobatches = 1 << 20;
+constexpr int64_t kMaxActions = int64_t{64} << 20;
+
+absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi,
+                        std::string_view what) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", value, " is out of range: ",
+                                                   Absl(what), " must be in [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCost(std::string_view flag, double value) {
+  if (!(value >= 0) || value > 1e15) {
+    return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", value,
+                                                   " is not a valid time; use a number >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx) {
+  std::string from = absl::GetFlag(FLAGS_from);
+  if (!from.empty()) {
+    for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
+      if (FlagGiven(ctx, f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
+      }
+    }
+    return scheduler::LoadScheduleFile(from);
+  }
+  int p = absl::GetFlag(FLAGS_stages);
+  int m = absl::GetFlag(FLAGS_microbatches);
+  int v = absl::GetFlag(FLAGS_virtual);
+  PS_RETURN_IF_ERROR(CheckRange("stages", p, 1, kMaxRanks, "the number of pipeline ranks P"));
+  PS_RETURN_IF_ERROR(CheckRange("microbatches", m, 1, kMaxMicrobatches, "M"));
+  PS_RETURN_IF_ERROR(CheckRange("virtual", v, 0, kMaxChunks, "chunks per rank V (0 = default)"));
+  int64_t actions = int64_t{3} * p * std::max(v, 2) * m;
+  if (actions > kMaxActions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "P=", p, " x V=", std::max(v, 1), " x M=", m, " needs about ", actions,
+        " actions; the planner handles up to ", kMaxActions, ": lower --microbatches or --stages"));
+  }
+  std::string name = absl::GetFlag(FLAGS_schedule);
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
+                      scheduler::GenerateSchedule(name, {.num_ranks = p,
+                                                         .num_microbatches = m,
+                                                         .num_chunks = v}));
+  return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
+}
+
+absl::StatusOr<scheduler::CostModel> CostsFromFlags(
+    const CommandContext& ctx, const std::optional<scheduler::CostModel>& file_costs) {
+  scheduler::CostModel costs;
+  std::string path = absl::GetFlag(FLAGS_costs);
+  if (!path.empty()) {
+    PS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    absl::StatusOr<scheduler::CostModel> parsed = scheduler::ParseCostModelJson(text);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+    }
+    costs = *std::move(parsed);
+  } else if (file_costs.has_value()) {
+    costs = *file_costs;
+  }
+  struct {
+    std::string_view flag;
+    absl::Flag<double>* value;
+    double scheduler::StageCosts::*field;
+  } const kTimes[] = {{"cost_f", &FLAGS_cost_f, &scheduler::StageCosts::f},
+                      {"cost_b", &FLAGS_cost_b, &scheduler::StageCosts::b},
+                      {"cost_i", &FLAGS_cost_i, &scheduler::StageCosts::i},
+                      {"cost_w", &FLAGS_cost_w, &scheduler::StageCosts::w},
+                      {"cost_allreduce", &FLAGS_cost_allreduce, &scheduler::StageCosts::allreduce}};
+  for (const auto& t : kTimes) {
+    if (!FlagGiven(ctx, t.flag)) continue;
+    double v = absl::GetFlag(*t.value);
+    PS_RETURN_IF_ERROR(CheckCost(t.flag, v));
+    costs.uniform.*t.field = v;
+    for (scheduler::StageCosts& s : costs.stages) s.*t.field = v;
+  }
+  if (FlagGiven(ctx, "cost_comm")) {
+    double v = absl::GetFlag(FLAGS_cost_comm);
+    PS_RETURN_IF_ERROR(CheckCost("cost_comm", v));
+    costs.comm_uniform = v;
+    costs.comm.clear();
+  }
+  if (FlagGiven(ctx, "activation_bytes")) {
+    int64_t v = absl::GetFlag(FLAGS_activation_bytes);
+    if (v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--activation-bytes=", v, " is negative; use a byte count >= 0"));
+    }
+    costs.uniform.activation_bytes = v;
+    for (scheduler::StageCosts& s : costs.stages) s.activation_bytes = v;
+  }
+  return costs;
+}
+
+namespace {
+
+std::optional<double> FormulaFor(const scheduler::Schedule& schedule,
+                                 const scheduler::CostModel& costs) {
+  // Closed forms assume uniform stages and free transfers.
+  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0) return std::nullopt;
+  return scheduler::ClosedFormBubbleFraction(
+      schedule.name, {.num_ranks = schedule.num_ranks(),
+                      .num_chunks = schedule.num_chunks(),
+                      .num_microbatches = schedule.num_microbatches,
+                      .costs = costs.uniform});
+}
+
+std::string HumanBytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", bytes / double(1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", bytes / double(1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  return absl::StrCat(bytes, " B");
+}
+
+}  // namespace
+
+void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                     const scheduler::CostModel& costs, const scheduler::SimResult& sim) {
+  std::ostream& out = *ctx.out;
+  out << absl::StrFormat("schedule %s  P=%d V=%d M=%d  placement=%s  actions=%d\n", schedule.name,
+                         schedule.num_ranks(), schedule.num_chunks(), schedule.num_microbatches,
+                         schedule.placement.KindName(), schedule.NumActions());
+  std::optional<double> formula = FormulaFor(schedule, costs);
+  out << absl::StrFormat("makespan %.6g   bubble fraction %.4f (simulated)", sim.makespan,
+                         sim.bubble_fraction);
+  if (formula.has_value()) {
+    out << absl::StrFormat("   %.4f (closed form)", *formula);
+  } else {
+    out << "   (no closed form for these costs)";
+  }
+  out << absl::StrFormat("   bubble ratio %.4f\n", sim.bubble_ratio);
+  bool bytes = false;
+  for (int s = 0; s < schedule.num_stages(); ++s) bytes |= costs.Stage(s).activation_bytes > 0;
+  out << absl::StrFormat("%-6s %12s %12s %8s %10s%s\n", "rank", "busy", "idle", "bubble",
+                         "peak act", bytes ? "   peak act bytes" : "");
+  for (size_t r = 0; r < sim.ranks.size(); ++r) {
+    const scheduler::RankStats& rs = sim.ranks[r];
+    out << absl::StrFormat("%-6d %12.6g %12.6g %8.4f %10d", r, rs.busy, rs.idle,
+                           sim.makespan > 0 ? rs.idle / sim.makespan : 0.0,
+                           rs.peak_live_microbatches);
+    if (bytes) out << absl::StrFormat("   %s", HumanBytes(rs.peak_live_bytes));
+    out << "\n";
+  }
+}
+
+std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
+                           const scheduler::SimResult& sim) {
+  nlohmann::json j;
+  j["schedule"] = schedule.name;
+  j["stages"] = schedule.num_ranks();
+  j["virtual"] = schedule.num_chunks();
+  j["microbatches"] = schedule.num_microbatches;
+  j["placement"] = schedule.placement.KindName();
+  j["actions"] = schedule.NumActions();
+  j["makespan"] = sim.makespan;
+  j["bubble_fraction"] = sim.bubble_fraction;
+  j["bubble_ratio"] = sim.bubble_ratio;
+  std::optional<double> formula = FormulaFor(schedule, costs);
+  j["formula_bubble_fraction"] = formula.has_value() ? nlohmann::json(*formula) : nlohmann::json();
+  nlohmann::json peaks = nlohmann::json::array();
+  nlohmann::json peak_bytes = nlohmann::json::array();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const scheduler::RankStats& rs : sim.ranks) {
+    peaks.push_back(rs.peak_live_microbatches);
+    peak_bytes.push_back(rs.peak_live_bytes);
+    ranks.push_back({{"busy", rs.busy},
+                     {"idle", rs.idle},
+                     {"peak_activations", rs.peak_live_microbatches},
+                     {"peak_activation_bytes", rs.peak_live_bytes}});
+  }
+  j["peak_activations"] = peaks;
+  j["peak_activation_bytes"] = peak_bytes;
+  j["ranks"] = ranks;
+  return j.dump(2) + "\n";
+}
+
+absl::Status WriteScheduleOutputs(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                                  const scheduler::CostModel& costs,
+                                  const std::vector<const trace::Timeline*>& timelines,
+                                  const std::string& svg_title) {
+  auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
+    *ctx.out << "wrote " << path << "\n";
+    return absl::OkStatus();
+  };
+  if (std::string p = absl::GetFlag(FLAGS_trace); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, trace::ToChromeTrace(timelines)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_svg); !p.empty()) {
+    trace::SvgOptions options;
+    options.title = svg_title;
+    PS_RETURN_IF_ERROR(write(p, trace::ToSvg(timelines, options)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_csv); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, scheduler::ToPytorchCsv(schedule)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_schedule_json); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, scheduler::ToScheduleJson(schedule, &costs)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pipesched::cli

@@ -1,0 +1,41 @@
+// Shared by the planner commands (simulate, validate) and the training commands: the
+// schedule and cost model the flags describe, and the files the output flags ask for.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cli/command.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/formats.h"
+#include "scheduler/schedule.h"
+#include "scheduler/simulator.h"
+#include "trace/timeline.h"
+
+namespace pipesched::cli {
+
+// --schedule/--stages/--microbatches/--virtual, or --from=FILE. Range errors name the
+// flag and the accepted range.
+absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
+
+// --costs=FILE as the base (or `file_costs` from a schedule file), then the --cost-*
+// and --activation-bytes flags the user gave override it uniformly.
+absl::StatusOr<scheduler::CostModel> CostsFromFlags(
+    const CommandContext& ctx, const std::optional<scheduler::CostModel>& file_costs);
+
+// Prints the statistics table of a simulation, with the closed form where one applies.
+void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                     const scheduler::CostModel& costs, const scheduler::SimResult& sim);
+
+// Writes --trace, --svg, --csv, --schedule-json as requested, each line "wrote PATH".
+absl::Status WriteScheduleOutputs(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                                  const scheduler::CostModel& costs,
+                                  const std::vector<const trace::Timeline*>& timelines,
+                                  const std::string& svg_title);
+
+// The --json statistics document.
+std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
+                           const scheduler::SimResult& sim);
+
+}  // namespace pipesched::cli
