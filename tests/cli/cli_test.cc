@@ -1,0 +1,178 @@
+// Drives the pipesched program in-process: exit codes, one-line errors, outputs.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/reflection.h"
+#include "cli/command.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result Run(std::vector<std::string> args) {
+  absl::FlagSaver saver;  // flags are process-global: each run starts from the defaults
+  args.insert(args.begin(), "pipesched");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  int code = RunMain(static_cast<int>(argv.size()), argv.data(), out, err, false);
+  return {code, out.str(), err.str()};
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/pipesched_cli_" + name;
+}
+
+std::string Shared(const std::string& rel) { return std::string(PIPESCHED_SHARED_DIR) + "/" + rel; }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int CountLines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
+  Result r = Run({"schedules"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-v"}) {
+    EXPECT_THAT(r.out, HasSubstr(name));
+  }
+  EXPECT_THAT(r.out, HasSubstr("constraints:"));
+}
+
+TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
+  Result r = Run({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // (P-1)/(M+P-1) = 3/11 = 0.2727 both ways; makespan (M+P-1)(F+B) = 33.
+  EXPECT_THAT(r.out, HasSubstr("makespan 33"));
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.2727 (simulated)   0.2727 (closed form)"));
+}
+
+TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
+  std::string json_path = TempPath("stats.json");
+  Result r = Run({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
+                  "--json=" + json_path, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
+  EXPECT_EQ(j["schedule"], "gpipe");
+  EXPECT_EQ(j["stages"], 2);
+  EXPECT_EQ(j["virtual"], 1);
+  EXPECT_EQ(j["microbatches"], 4);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 15.0);  // (M+P-1)(F+B) = 5 x 3
+  EXPECT_DOUBLE_EQ(j["bubble_fraction"].get<double>(), 1.0 / 5.0);
+  EXPECT_DOUBLE_EQ(j["formula_bubble_fraction"].get<double>(), 1.0 / 5.0);
+  EXPECT_EQ(j["peak_activations"], nlohmann::json::array({4, 4}));  // GPipe holds M
+}
+
+TEST(CliTest, SimulateWritesPicturesAndCsv) {
+  std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
+  Result r = Run({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--svg=" + svg,
+                  "--trace=" + trace, "--csv=" + csv, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Slurp(svg), HasSubstr("<svg"));
+  EXPECT_NO_THROW(nlohmann::json::parse(Slurp(trace)));
+  EXPECT_EQ(CountLines(Slurp(csv)), 4);  // one row per rank
+  EXPECT_THAT(r.out, HasSubstr("wrote " + svg));
+}
+
+TEST(CliTest, ValidateAcceptsPytorchFiles) {
+  for (const char* f : {"interop/pytorch/2-rank.csv", "interop/pytorch/8-rank.csv"}) {
+    Result r = Run({"validate", Shared(f), "--nogrid"});
+    EXPECT_EQ(r.code, 0) << f << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr(": valid"));
+  }
+}
+
+TEST(CliTest, ValidateRejectsADeadlockWithTheBlockedActions) {
+  std::string path = TempPath("deadlock.csv");
+  // Rank 0 waits for 1B0 before running 0F1; rank 1 runs 1F1 before 1B0... that needs 0F1.
+  std::ofstream(path) << "0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n";
+  Result r = Run({"validate", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("deadlock"));
+  EXPECT_THAT(r.err, HasSubstr("rank 0"));
+  EXPECT_THAT(r.err, HasSubstr("rank 1"));
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+class CliBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInputTest, OneLineErrorAndExitTwo) {
+  Result r = Run(GetParam().args);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr(GetParam().message));
+  EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: "));
+}
+
+std::string WriteTemp(const std::string& name, const std::string& content) {
+  std::string path = TempPath(name);
+  std::ofstream(path) << content;
+  return path;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, CliBadInputTest,
+    ::testing::Values(
+        BadInput{{"nosuchcommand"}, "unknown command 'nosuchcommand'"},
+        BadInput{{"simulate", "--schedule=nope"}, "nope"},
+        BadInput{{"simulate", "--stages=0"}, "--stages=0 is out of range"},
+        BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
+        BadInput{{"simulate", "--microbatches=0"}, "--microbatches=0 is out of range"},
+        BadInput{{"simulate", "--stages=abc"}, "bad value 'abc' for --stages"},
+        BadInput{{"simulate", "--bogus=1"}, "unknown flag --bogus"},
+        BadInput{{"simulate", "--cost-f=-1"}, "--cost_f=-1 is not a valid time"},
+        BadInput{{"simulate", "--schedule=1f1b", "--virtual=2"}, "1f1b"},
+        BadInput{{"simulate", "--stages=4096", "--microbatches=1048576"}, "the planner handles"},
+        BadInput{{"simulate", "--color=blue"}, "--color=blue"},
+        BadInput{{"simulate", "--from=/nonexistent.csv"}, "/nonexistent.csv"},
+        BadInput{{"validate"}, "validate takes one schedule file"},
+        BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"}));
+
+TEST(CliTest, MalformedFilesAreBadInput) {
+  struct Case {
+    std::string content;
+    std::string message;
+  } const cases[] = {
+      {"", "empty"},
+      {"0F0,0X0\n", "0X0"},
+      {"0F0,0B0\n1F0\n", "1B0"},                // missing action
+      {"0F0,0F0,0B0\n", "0F0"},                 // duplicate
+      {"1F0,1B0\n0F0,0B0\n", "rank"},           // stage on the wrong rank for loop or v
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    std::string path = WriteTemp("bad" + std::to_string(i++) + ".csv", c.content);
+    Result r = Run({"validate", path});
+    EXPECT_EQ(r.code, 2) << c.content;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.content;
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::cli
