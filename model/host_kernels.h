@@ -1,0 +1,34 @@
+// The host implementation of every op of model/math.h as plain synchronous functions on
+// host pointers (row-major). HostMath enqueues these as closures; tests call them
+// directly against double-precision references. Gemm goes to OpenBLAS's cblas_sgemm,
+// which must run single-threaded (SetBlasSingleThreaded) so that several stream threads
+// can each run one.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "model/math.h"
+
+namespace pipesched::model::host {
+
+// Makes OpenBLAS run each call on the calling thread only. Idempotent.
+void SetBlasSingleThreaded();
+
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void AddBias(float* y, const float* bias, int rows, int cols);
+void ColumnSumAccumulate(const float* x, float* out, int rows, int cols);
+void Gelu(const float* x, float* y, std::int64_t n);
+void GeluBackward(const float* x, const float* dy, float* dx, std::int64_t n);
+void Add(const float* a, const float* b, float* out, std::int64_t n);
+void Fill(float* x, std::int64_t n, float value);
+// InvalidArgument naming the row and label when a label is out of [0, classes).
+absl::Status SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int rows,
+                                 int classes, float grad_scale, float* loss, float* dlogits);
+void SgdStep(float* param, const float* grad, float* momentum_buf, std::int64_t n,
+             const SgdParams& params);
+void AdamWStep(float* param, const float* grad, float* m, float* v, std::int64_t n,
+               const AdamWParams& params, std::int64_t step);
+
+}  // namespace pipesched::model::host

@@ -1,0 +1,27 @@
+#include "model/optimizer.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/strings.h"
+
+namespace pipesched::model {
+
+std::string_view OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", Absl(name), "'; accepted: sgd, adamw"));
+}
+
+}  // namespace pipesched::model

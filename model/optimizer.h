@@ -1,0 +1,24 @@
+// Optimizer choice for a Chunk: SGD (optional momentum, weight decay) or AdamW, both
+// with PyTorch's semantics (see SgdParams / AdamWParams in model/math.h).
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "model/math.h"
+
+namespace pipesched::model {
+
+enum class OptimizerKind { kSgd, kAdamW };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  SgdParams sgd;
+  AdamWParams adamw;
+};
+
+std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw"
+// "sgd" or "adamw"; InvalidArgument naming the accepted values otherwise.
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
+
+}  // namespace pipesched::model
