@@ -1,0 +1,25 @@
+// Chrome / Perfetto trace export: the JSON Trace Event Format that chrome://tracing and
+// ui.perfetto.dev load. One process per (timeline, rank), one thread per lane, one
+// complete ("X") event per span and a flow arrow ("s" -> "f") per Timeline::flows entry.
+// It draws; it does not validate: spans are written as they are.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trace/timeline.h"
+
+namespace pipesched::trace {
+
+// Times are written in microseconds, as the format requires. A timeline whose
+// time_unit is "us" is written as is ("ns", "ms" and "s" are converted); any other unit
+// (the simulator's "unit") is scaled 1 unit = 1000 us, and the trace's "otherData"
+// says so. Processes are named "<timeline name>: rank <r>" and sorted timeline-major,
+// so "planned" and "measured" timelines sit one above the other. Null entries are
+// skipped.
+std::string ToChromeTrace(const std::vector<const Timeline*>& timelines);
+
+// Microseconds per time unit of `time_unit` as written by ToChromeTrace.
+double MicrosecondsPerUnit(const std::string& time_unit);
+
+}  // namespace pipesched::trace

@@ -1,0 +1,189 @@
+// Terminal grid renderer. Columns are a fixed slice of time: when the timeline fits,
+// one column is a whole fraction of the shortest span so that every label fits with a
+// space after it; otherwise the scale shrinks to the requested width and labels are cut.
+#include "trace/grid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/strings.h"
+#include "trace/op_style.h"
+
+namespace pipesched::trace {
+namespace {
+
+using internal::NiceStep;
+using internal::OpStyle;
+using internal::StyleOf;
+
+constexpr int kMinPlotColumns = 10;
+constexpr int kMinTickSpacing = 8;  // columns between axis labels
+
+std::string SpanLabel(const Span& span) {
+  const OpStyle& style = StyleOf(span.op);
+  std::string label(style.code.empty() ? span.op : std::string(style.code));
+  if (span.microbatch >= 0) absl::StrAppend(&label, span.microbatch);
+  return label;
+}
+
+std::string RowLabel(int rank, int lane) {
+  switch (lane) {
+    case kComputeLane:
+      return absl::StrCat("rank ", rank);
+    case kSendLane:
+      return "  send";
+    case kRecvLane:
+      return "  recv";
+    case kCommLane:
+      return "  comm";
+    default:
+      return absl::StrCat("  lane ", lane);
+  }
+}
+
+std::string FormatNumber(double x) { return absl::StrFormat("%g", x); }
+
+struct Cell {
+  char ch = '.';
+  const OpStyle* style = nullptr;  // null: idle
+};
+
+// Emits `cells` with one SGR sequence per run of equally styled cells.
+void AppendCells(const std::vector<Cell>& cells, bool color, std::string* out) {
+  if (!color) {
+    for (const Cell& c : cells) out->push_back(c.ch);
+    return;
+  }
+  std::size_t i = 0;
+  while (i < cells.size()) {
+    std::size_t j = i;
+    while (j < cells.size() && cells[j].style == cells[i].style) ++j;
+    absl::StrAppend(out, "\x1b[", cells[i].style ? Absl(cells[i].style->ansi) : "90", "m");
+    for (std::size_t k = i; k < j; ++k) out->push_back(cells[k].ch);
+    absl::StrAppend(out, "\x1b[0m");
+    i = j;
+  }
+}
+
+}  // namespace
+
+std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& options) {
+  // Rows: every rank's compute lane, plus each other lane that has spans.
+  std::set<std::pair<int, int>> rows;
+  for (int r = 0; r < timeline.num_ranks; ++r) rows.insert({r, kComputeLane});
+  for (const Span& span : timeline.spans) rows.insert({span.rank, span.lane});
+
+  std::size_t label_width = 0;
+  for (const auto& [rank, lane] : rows) {
+    label_width = std::max(label_width, RowLabel(rank, lane).size());
+  }
+  const int prefix = static_cast<int>(label_width) + 3;  // "rank 0 | "
+  const int plot_width = std::max(kMinPlotColumns, options.max_width - prefix);
+
+  // Columns per time unit.
+  const double makespan = timeline.Makespan();
+  std::size_t max_label = 1;
+  double min_duration = 0;
+  for (const Span& span : timeline.spans) {
+    max_label = std::max(max_label, SpanLabel(span).size());
+    const double d = span.end - span.start;
+    if (d > 0 && (min_duration == 0 || d < min_duration)) min_duration = d;
+  }
+  double per_unit = 1;
+  if (makespan > 0) {
+    per_unit = min_duration > 0 ? static_cast<double>(max_label + 1) / min_duration : 1;
+    if (makespan * per_unit > plot_width) {
+      per_unit = plot_width / makespan;
+      // Whole columns per unit keep unit-time boundaries on column boundaries.
+      if (per_unit >= 1) per_unit = std::floor(per_unit);
+    }
+  }
+  const int num_columns =
+      makespan > 0 ? std::max(1, static_cast<int>(std::ceil(makespan * per_unit - 1e-9))) : 0;
+  auto column = [&](double t) {
+    return std::clamp(static_cast<int>(std::lround(t * per_unit)), 0, num_columns);
+  };
+
+  std::map<std::pair<int, int>, std::vector<Cell>> grid;
+  for (const auto& row : rows) grid[row].assign(num_columns, Cell{});
+  std::vector<const OpStyle*> legend;
+  for (const Span& span : timeline.spans) {
+    std::vector<Cell>& cells = grid[{span.rank, span.lane}];
+    const OpStyle& style = StyleOf(span.op);
+    if (std::find(legend.begin(), legend.end(), &style) == legend.end()) legend.push_back(&style);
+    int c0 = column(span.start);
+    int c1 = column(span.end);
+    if (c1 <= c0) {
+      // Too short for a column of its own: take one only if nothing else is there.
+      if (c0 >= num_columns || cells[c0].style != nullptr) continue;
+      c1 = c0 + 1;
+    }
+    const std::string label = SpanLabel(span);
+    for (int c = c0; c < c1; ++c) {
+      const std::size_t k = static_cast<std::size_t>(c - c0);
+      cells[c] = Cell{k < label.size() ? label[k] : ' ', &style};
+    }
+  }
+
+  std::string out;
+  const std::string unit = timeline.time_unit;
+  if (options.header) {
+    absl::StrAppend(&out, timeline.name.empty() ? "timeline" : timeline.name, ": makespan ",
+                    FormatNumber(makespan), " ", unit);
+    if (num_columns > 0) {
+      absl::StrAppend(&out, ", 1 column = ", FormatNumber(1 / per_unit), " ", unit);
+    }
+    out.push_back('\n');
+  }
+  for (const auto& row : rows) {
+    absl::StrAppend(&out, absl::StrFormat("%-*s | ", static_cast<int>(label_width),
+                                          RowLabel(row.first, row.second)));
+    AppendCells(grid[row], options.color, &out);
+    out.push_back('\n');
+  }
+
+  if (options.axis && num_columns > 0) {
+    const double step = NiceStep(kMinTickSpacing / per_unit);
+    std::string ticks(num_columns + 1, '-');
+    std::string numbers(num_columns + 1, ' ');
+    int free_from = 0;  // first column a new number may use
+    for (int k = 0;; ++k) {
+      const double t = k * step;
+      if (t > makespan * (1 + 1e-9)) break;
+      const int c = column(t);
+      ticks[c] = '+';
+      const std::string text = FormatNumber(t);
+      if (c >= free_from) {
+        if (numbers.size() < c + text.size()) numbers.resize(c + text.size(), ' ');
+        numbers.replace(c, text.size(), text);
+        free_from = c + static_cast<int>(text.size()) + 1;
+      }
+    }
+    numbers.erase(numbers.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, std::string(label_width + 1, ' '), "+-", ticks, "\n");
+    absl::StrAppend(&out, absl::StrFormat("%*s", static_cast<int>(label_width), unit), "   ",
+                    numbers, "\n");
+  }
+
+  if (options.legend && !legend.empty()) {
+    std::sort(legend.begin(), legend.end(),
+              [](const OpStyle* a, const OpStyle* b) { return a->legend_order < b->legend_order; });
+    std::string line = "legend: ";
+    for (const OpStyle* style : legend) {
+      std::string code(style->code.empty() ? "?" : std::string(style->code));
+      if (options.color) code = absl::StrCat("\x1b[", Absl(style->ansi), "m", code, "\x1b[0m");
+      absl::StrAppend(&line, code, " ", Absl(style->description), "  ");
+    }
+    absl::StrAppend(&line, options.color ? "\x1b[90m.\x1b[0m" : ".", " idle; number = micro-batch");
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+}  // namespace pipesched::trace

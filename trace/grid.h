@@ -1,0 +1,30 @@
+// Terminal grid of a Timeline: one row per rank (and one per other non-empty lane),
+// time flowing left to right in fixed-width columns, each span labelled with its op and
+// micro-batch ("F0", "B3", "SF2", "AR"), idle time as '.', a time axis and a legend.
+// For reading a schedule at a glance in a terminal; the SVG is for pictures.
+#pragma once
+
+#include <string>
+
+#include "trace/timeline.h"
+
+namespace pipesched::trace {
+
+struct GridOptions {
+  // Total width in columns, row labels included. The time scale is chosen so that every
+  // span's label fits when possible, then shrunk to this width; labels of spans narrower
+  // than their text are cut.
+  int max_width = 120;
+  // ANSI colour per op (the CLI sets it when stdout is a terminal).
+  bool color = false;
+  // The timeline's name and the time scale above the grid.
+  bool header = true;
+  // Time axis and legend below the grid.
+  bool axis = true;
+  bool legend = true;
+};
+
+// Every line ends with '\n'. An empty timeline renders its header and empty rank rows.
+std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& options = {});
+
+}  // namespace pipesched::trace

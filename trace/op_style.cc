@@ -1,0 +1,45 @@
+// Palette shared by the terminal grid and the SVG: a colour-blind-safe set (Tableau 10)
+// so that F/B/I/W and the communication ops stay apart in print and on screen.
+#include "trace/op_style.h"
+
+#include <array>
+#include <cmath>
+
+namespace pipesched::trace::internal {
+namespace {
+
+constexpr std::array<OpStyle, 9> kStyles = {{
+    {"F", "F", "forward", "#4E79A7", "97;44", 0},
+    {"B", "B", "backward", "#59A14F", "30;42", 1},
+    {"I", "I", "backward (input)", "#76B7B2", "30;46", 2},
+    {"W", "W", "backward (weights)", "#B07AA1", "97;45", 3},
+    {"SEND_F", "SF", "send activation", "#F28E2B", "30;43", 4},
+    {"RECV_F", "RF", "receive activation", "#EDC948", "30;103", 5},
+    {"SEND_B", "SB", "send gradient", "#FF9DA7", "30;105", 6},
+    {"RECV_B", "RB", "receive gradient", "#9C755F", "97;100", 7},
+    {"ALLREDUCE", "AR", "all-reduce", "#E15759", "97;41", 8},
+}};
+
+constexpr OpStyle kUnknown = {"", "", "other", "#BAB0AC", "30;47", 9};
+
+}  // namespace
+
+const OpStyle& StyleOf(std::string_view op) {
+  for (const OpStyle& style : kStyles) {
+    if (style.op == op) return style;
+  }
+  // PyTorch's name for the gradient reduction.
+  if (op == "REDUCE_GRAD") return kStyles[8];
+  return kUnknown;
+}
+
+double NiceStep(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return 1;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(x)));
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * magnitude >= x * (1 - 1e-9)) return m * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+}  // namespace pipesched::trace::internal

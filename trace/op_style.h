@@ -1,0 +1,25 @@
+// Private to trace/: how each op label is drawn by the exporters (short code for the
+// terminal grid, colours for the grid and the SVG, a legend description) and axis
+// helpers they share. Not installed.
+#pragma once
+
+#include <string_view>
+
+namespace pipesched::trace::internal {
+
+struct OpStyle {
+  std::string_view op;           // "F", "SEND_F", ...; empty for the fallback style
+  std::string_view code;         // short label in the terminal grid: "F", "SF", "AR"
+  std::string_view description;  // legend text: "forward"
+  std::string_view fill;         // SVG fill, "#rrggbb"
+  std::string_view ansi;         // SGR parameters for the grid cell: "97;44"
+  int legend_order;              // position in legends
+};
+
+// The style of `op`; unknown ops get a neutral grey style whose code is the op itself.
+const OpStyle& StyleOf(std::string_view op);
+
+// The smallest of 1, 2, 5 x 10^k that is >= x: axis tick spacing. 1 when x <= 0.
+double NiceStep(double x);
+
+}  // namespace pipesched::trace::internal

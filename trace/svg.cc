@@ -1,0 +1,367 @@
+// SVG timeline renderer. Layout, top to bottom: title, subtitle, then per timeline its
+// name and makespan, the rank rows over a hatched idle background and light vertical
+// grid lines, and a time axis; the legend closes the picture. Coordinates are in px.
+#include "trace/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/strings.h"
+#include "trace/op_style.h"
+
+namespace pipesched::trace {
+namespace {
+
+using internal::NiceStep;
+using internal::OpStyle;
+using internal::StyleOf;
+
+constexpr char kFont[] = "Helvetica Neue, Helvetica, Arial, DejaVu Sans, sans-serif";
+constexpr char kInk[] = "#222222";
+constexpr char kMuted[] = "#666666";
+constexpr double kMarginLeft = 24;  // plus the row-label column
+constexpr double kMarginRight = 28;
+constexpr double kMarginTop = 20;
+constexpr double kMarginBottom = 16;
+constexpr double kRankGap = 6;
+constexpr double kLaneGap = 2;
+constexpr double kCharWidth = 0.6;  // of the font size, for fitting text in boxes
+
+std::string Escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Coordinates with two decimals, trailing zeros dropped: compact and exact enough.
+std::string Num(double x) {
+  std::string s = absl::StrFormat("%.2f", x);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.back() == '.') s.pop_back();
+  if (s == "-0") s = "0";
+  return s;
+}
+
+std::string UnitText(const std::string& unit) { return unit == "us" ? "\xC2\xB5s" : unit; }
+
+struct Rgb {
+  double r, g, b;
+};
+
+Rgb ParseHex(std::string_view hex) {
+  unsigned r = 0, g = 0, b = 0;
+  std::sscanf(std::string(hex).c_str(), "#%02x%02x%02x", &r, &g, &b);
+  return {r / 255.0, g / 255.0, b / 255.0};
+}
+
+std::string ToHex(Rgb c) {
+  auto channel = [](double v) {
+    return static_cast<int>(std::lround(std::clamp(v, 0.0, 1.0) * 255));
+  };
+  return absl::StrFormat("#%02X%02X%02X", channel(c.r), channel(c.g), channel(c.b));
+}
+
+// Later model chunks (virtual stages) are drawn darker: chunk 0 as is, each further
+// chunk mixes in 22% more black, as in the interleaved-schedule figures of Megatron-LM.
+Rgb Shade(Rgb c, int chunk) {
+  const double k = std::pow(0.78, std::clamp(chunk, 0, 4));
+  return {c.r * k, c.g * k, c.b * k};
+}
+
+double Luminance(Rgb c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b; }
+
+std::string LaneName(int lane) {
+  switch (lane) {
+    case kSendLane:
+      return "send";
+    case kRecvLane:
+      return "recv";
+    case kCommLane:
+      return "comm";
+    default:
+      return absl::StrCat("lane ", lane);
+  }
+}
+
+struct Row {
+  int rank;
+  int lane;
+  double y;
+  double height;
+};
+
+struct Block {
+  const Timeline* timeline;
+  std::vector<Row> rows;
+  double top;       // y of the block's name line
+  double rows_top;  // y of the first row
+  double rows_bottom;
+  double axis_y;
+  double makespan;
+  double scale_end;  // time at the right edge of the plot
+};
+
+class Writer {
+ public:
+  void Line(std::string_view text) { absl::StrAppend(&out_, "  ", Absl(text), "\n"); }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+std::string Text(double x, double y, double size, std::string_view fill, std::string_view text,
+                 std::string_view extra = "") {
+  return absl::StrCat("<text x=\"", Num(x), "\" y=\"", Num(y), "\" font-size=\"", Num(size),
+                      "\" fill=\"", Absl(fill), "\"", extra.empty() ? "" : " ", Absl(extra), ">",
+                      Escape(text), "</text>");
+}
+
+}  // namespace
+
+std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& options) {
+  std::vector<const Timeline*> timelines;
+  for (const Timeline* t : input) {
+    if (t != nullptr) timelines.push_back(t);
+  }
+  const double width = std::max(320, options.width);
+  const double row_height = std::max(8, options.row_height);
+  const double lane_height = std::max(6.0, std::round(row_height * 0.4));
+  const double label_font = std::clamp(row_height * 0.5, 9.0, 13.0);
+
+  // Row-label column: wide enough for "rank NN".
+  int max_rank = 0;
+  for (const Timeline* t : timelines) {
+    max_rank = std::max(max_rank, t->num_ranks - 1);
+    for (const Span& s : t->spans) max_rank = std::max(max_rank, s.rank);
+  }
+  const double label_column = (5 + std::to_string(max_rank).size()) * label_font * kCharWidth + 10;
+  const double plot_left = kMarginLeft + label_column;
+  const double plot_right = width - kMarginRight;
+  const double plot_width = plot_right - plot_left;
+
+  // Shared time scale per unit.
+  std::map<std::string, double> unit_end;
+  for (const Timeline* t : timelines) {
+    double& end = unit_end[t->time_unit];
+    end = std::max(end, t->Makespan());
+  }
+
+  // Vertical layout.
+  double y = kMarginTop;
+  Writer body;
+  if (!options.title.empty()) {
+    y += 18;
+    body.Line(Text(kMarginLeft, y, 18, kInk, options.title, "font-weight=\"600\""));
+    y += 6;
+  }
+  if (!options.subtitle.empty()) {
+    y += 15;
+    body.Line(Text(kMarginLeft, y, 13, kMuted, options.subtitle));
+    y += 4;
+  }
+  if (!options.title.empty() || !options.subtitle.empty()) y += 10;
+
+  std::vector<Block> blocks;
+  for (const Timeline* t : timelines) {
+    Block block;
+    block.timeline = t;
+    block.top = y;
+    y += 16;  // name line
+    block.rows_top = y + 6;
+    y = block.rows_top;
+    std::set<std::pair<int, int>> keys;
+    for (int r = 0; r < t->num_ranks; ++r) keys.insert({r, kComputeLane});
+    for (const Span& s : t->spans) keys.insert({s.rank, s.lane});
+    int previous_rank = -1;
+    for (const auto& [rank, lane] : keys) {
+      if (previous_rank >= 0 && rank != previous_rank) y += kRankGap;
+      if (rank == previous_rank) y += kLaneGap;
+      const bool compute = lane == kComputeLane;
+      block.rows.push_back({rank, lane, y, compute ? row_height : lane_height});
+      y += compute ? row_height : lane_height;
+      previous_rank = rank;
+    }
+    block.rows_bottom = y;
+    block.axis_y = y + 6;
+    y = block.axis_y + 34;  // ticks, numbers, axis title
+    block.makespan = t->Makespan();
+    block.scale_end = options.shared_scale ? unit_end[t->time_unit] : block.makespan;
+    if (block.scale_end <= 0) block.scale_end = 1;
+    blocks.push_back(std::move(block));
+  }
+
+  // Legend entries: ops in use, whether any chunk shading is visible.
+  std::vector<const OpStyle*> legend;
+  bool shaded = false;
+  for (const Timeline* t : timelines) {
+    for (const Span& s : t->spans) {
+      const OpStyle* style = &StyleOf(s.op);
+      if (std::find(legend.begin(), legend.end(), style) == legend.end()) legend.push_back(style);
+      if (t->num_ranks > 0 && s.stage >= t->num_ranks) shaded = true;
+    }
+  }
+  std::sort(legend.begin(), legend.end(),
+            [](const OpStyle* a, const OpStyle* b) { return a->legend_order < b->legend_order; });
+
+  for (const Block& block : blocks) {
+    const Timeline& t = *block.timeline;
+    auto x_of = [&](double time) { return plot_left + time / block.scale_end * plot_width; };
+    const std::string unit = UnitText(t.time_unit);
+
+    // Name and makespan.
+    body.Line(Text(kMarginLeft, block.top + 12, 14, kInk, t.name.empty() ? "timeline" : t.name,
+                   "font-weight=\"600\""));
+    body.Line(Text(plot_right, block.top + 12, 12, kMuted,
+                   absl::StrCat("makespan ", absl::StrFormat("%g", block.makespan), " ", unit),
+                   "text-anchor=\"end\""));
+
+    // Grid lines at the ticks, behind everything else.
+    const double step = NiceStep(block.scale_end / 10);
+    std::vector<double> ticks;
+    for (int k = 0; k * step <= block.scale_end * (1 + 1e-9); ++k) ticks.push_back(k * step);
+    for (double tick : ticks) {
+      body.Line(absl::StrCat("<line x1=\"", Num(x_of(tick)), "\" y1=\"", Num(block.rows_top - 3),
+                             "\" x2=\"", Num(x_of(tick)), "\" y2=\"", Num(block.axis_y),
+                             "\" stroke=\"#E6E6E6\" stroke-width=\"1\"/>"));
+    }
+
+    // Rows: label and the idle background up to this timeline's makespan.
+    for (const Row& row : block.rows) {
+      const bool compute = row.lane == kComputeLane;
+      body.Line(Text(plot_left - 8, row.y + row.height / 2, compute ? label_font : label_font * 0.8,
+                     compute ? kInk : kMuted,
+                     compute ? absl::StrCat("rank ", row.rank) : LaneName(row.lane),
+                     "text-anchor=\"end\" dominant-baseline=\"central\""));
+      if (block.makespan > 0) {
+        body.Line(absl::StrCat("<rect class=\"idle\" x=\"", Num(plot_left), "\" y=\"", Num(row.y),
+                               "\" width=\"", Num(x_of(block.makespan) - plot_left), "\" height=\"",
+                               Num(row.height), "\" fill=\"", compute ? "url(#ps-idle)" : "#F4F4F4",
+                               "\"/>"));
+      }
+    }
+
+    // Spans.
+    std::map<std::pair<int, int>, const Row*> row_of;
+    for (const Row& row : block.rows) row_of[{row.rank, row.lane}] = &row;
+    for (const Span& s : t.spans) {
+      const Row& row = *row_of[{s.rank, s.lane}];
+      const OpStyle& style = StyleOf(s.op);
+      const int chunk = t.num_ranks > 0 && s.stage >= 0 ? s.stage / t.num_ranks : 0;
+      const Rgb fill = Shade(ParseHex(style.fill), chunk);
+      const double x0 = x_of(s.start);
+      const double w = std::max(0.5, x_of(s.end) - x0);
+      std::string tooltip = s.stage >= 0 ? absl::StrCat("stage ", s.stage, " ") : "";
+      absl::StrAppend(&tooltip, s.op);
+      if (s.microbatch >= 0) absl::StrAppend(&tooltip, " micro-batch ", s.microbatch);
+      absl::StrAppend(&tooltip, ": ", absl::StrFormat("%g", s.start), "\xE2\x80\x93",
+                      absl::StrFormat("%g", s.end), " ", unit);
+      body.Line(absl::StrCat("<rect class=\"span\" x=\"", Num(x0), "\" y=\"", Num(row.y),
+                             "\" width=\"", Num(w), "\" height=\"", Num(row.height), "\" fill=\"",
+                             ToHex(fill), "\" stroke=\"#FFFFFF\" stroke-width=\"",
+                             w > 3 ? "1" : "0", "\"><title>", Escape(tooltip), "</title></rect>"));
+      // The micro-batch number (or the op code when there is none) if it fits.
+      const std::string label =
+          s.microbatch >= 0 ? std::to_string(s.microbatch) : std::string(style.code);
+      const double font = std::min(row.height * 0.6, 12.0);
+      if (!label.empty() && font >= 6 && label.size() * font * kCharWidth + 3 <= w) {
+        body.Line(Text(x0 + w / 2, row.y + row.height / 2, font,
+                       Luminance(fill) > 0.55 ? kInk : "#FFFFFF", label,
+                       "text-anchor=\"middle\" dominant-baseline=\"central\""));
+      }
+    }
+
+    // Time axis.
+    body.Line(absl::StrCat("<line x1=\"", Num(plot_left), "\" y1=\"", Num(block.axis_y), "\" x2=\"",
+                           Num(plot_right), "\" y2=\"", Num(block.axis_y), "\" stroke=\"", kMuted,
+                           "\" stroke-width=\"1\"/>"));
+    for (double tick : ticks) {
+      body.Line(absl::StrCat("<line x1=\"", Num(x_of(tick)), "\" y1=\"", Num(block.axis_y),
+                             "\" x2=\"", Num(x_of(tick)), "\" y2=\"", Num(block.axis_y + 4),
+                             "\" stroke=\"", kMuted, "\" stroke-width=\"1\"/>"));
+      body.Line(Text(x_of(tick), block.axis_y + 15, 10, kMuted, absl::StrFormat("%g", tick),
+                     "text-anchor=\"middle\" class=\"tick\""));
+    }
+    body.Line(Text(plot_right, block.axis_y + 29, 10, kMuted, absl::StrCat("time (", unit, ")"),
+                   "text-anchor=\"end\" class=\"axis-title\""));
+  }
+
+  // Legend: one row, wrapping when it runs out of width.
+  if (options.legend && (!legend.empty() || !blocks.empty())) {
+    struct Entry {
+      std::string swatch;  // fill
+      std::string text;
+    };
+    std::vector<Entry> entries;
+    for (const OpStyle* style : legend) {
+      std::string code(style->code.empty() ? "" : absl::StrCat(Absl(style->code), " "));
+      entries.push_back({std::string(style->fill), absl::StrCat(code, Absl(style->description))});
+    }
+    entries.push_back({"url(#ps-idle)", "idle"});
+    if (shaded)
+      entries.push_back({"", "darker: later model chunk; numbers: micro-batch"});
+    else
+      entries.push_back({"", "numbers: micro-batch"});
+    double x = plot_left;
+    y += 4;
+    for (const Entry& e : entries) {
+      const double text_width = e.text.size() * 12 * kCharWidth * 0.9;
+      const double entry_width = (e.swatch.empty() ? 0 : 18) + text_width + 18;
+      if (x + entry_width > plot_right && x > plot_left) {
+        x = plot_left;
+        y += 20;
+      }
+      if (!e.swatch.empty()) {
+        body.Line(absl::StrCat("<rect class=\"legend\" x=\"", Num(x), "\" y=\"", Num(y),
+                               "\" width=\"12\" height=\"12\" rx=\"2\" fill=\"", e.swatch,
+                               "\" stroke=\"#BBBBBB\" stroke-width=\"0.5\"/>"));
+        x += 18;
+      }
+      body.Line(Text(x, y + 6, 12, e.swatch.empty() ? kMuted : kInk, e.text,
+                     "dominant-baseline=\"central\" class=\"legend\""));
+      x += text_width + 18;
+    }
+    y += 12;
+  }
+  const double height = y + kMarginBottom;
+
+  std::string out = absl::StrCat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", Num(width), "\" height=\"", Num(height),
+      "\" viewBox=\"0 0 ", Num(width), " ", Num(height), "\" font-family=\"", kFont, "\">\n",
+      "  <defs>\n",
+      "    <pattern id=\"ps-idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\">\n",
+      "      <rect width=\"6\" height=\"6\" fill=\"#F5F5F5\"/>\n",
+      "      <line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#DADADA\" stroke-width=\"2\"/>\n",
+      "    </pattern>\n", "  </defs>\n",
+      "  <rect width=\"100%\" height=\"100%\" fill=\"#FFFFFF\"/>\n");
+  absl::StrAppend(&out, body.out(), "</svg>\n");
+  return out;
+}
+
+}  // namespace pipesched::trace
