@@ -1,0 +1,141 @@
+// Host kernels: OpenBLAS for gemm, plain loops for the rest. Reductions accumulate in
+// double so that their result does not depend on the batch split more than necessary.
+#include "model/host_kernels.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <mutex>
+#include <numbers>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+
+namespace pipesched::model::host {
+namespace {
+
+CBLAS_TRANSPOSE ToCblas(Transpose t) { return t == Transpose::kYes ? CblasTrans : CblasNoTrans; }
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+}  // namespace
+
+void SetBlasSingleThreaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    // BLAS leaves C alone or scales it; make beta == 0 mean "overwrite" here too.
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k, alpha, a, lda, b, ldb,
+              beta, c, ldc);
+}
+
+void AddBias(float* y, const float* bias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = y + static_cast<std::int64_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+void ColumnSumAccumulate(const float* x, float* out, int rows, int cols) {
+  std::vector<double> acc(cols, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<std::int64_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) acc[c] += row[c];
+  }
+  for (int c = 0; c < cols; ++c) out[c] = static_cast<float>(out[c] + acc[c]);
+}
+
+void Gelu(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::erf(v * static_cast<float>(kInvSqrt2)));
+  }
+}
+
+void GeluBackward(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + std::erf(v * static_cast<float>(kInvSqrt2)));
+    const float pdf = static_cast<float>(kInvSqrt2Pi) * std::exp(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+void Add(const float* a, const float* b, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void Fill(float* x, std::int64_t n, float value) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+absl::Status SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int rows,
+                                 int classes, float grad_scale, float* loss, float* dlogits) {
+  for (int r = 0; r < rows; ++r) {
+    if (labels[r] < 0 || labels[r] >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("label %d of sample %d is out of range [0, %d)", labels[r], r, classes));
+    }
+  }
+  double total = 0.0;
+  const float scale = grad_scale / static_cast<float>(rows);
+  for (int r = 0; r < rows; ++r) {
+    const float* l = logits + static_cast<std::int64_t>(r) * classes;
+    float* d = dlogits + static_cast<std::int64_t>(r) * classes;
+    float max = l[0];
+    for (int c = 1; c < classes; ++c) max = std::max(max, l[c]);
+    double sum = 0.0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(l[c]) - max);
+    const double lse = max + std::log(sum);
+    const int label = labels[r];
+    total += lse - l[label];
+    for (int c = 0; c < classes; ++c) {
+      const double p = std::exp(static_cast<double>(l[c]) - lse);
+      d[c] = static_cast<float>(scale * (p - (c == label ? 1.0 : 0.0)));
+    }
+  }
+  loss[0] = static_cast<float>(rows > 0 ? total / rows : 0.0);
+  return absl::OkStatus();
+}
+
+void SgdStep(float* param, const float* grad, float* momentum_buf, std::int64_t n,
+             const SgdParams& params) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float g = grad[i] + params.weight_decay * param[i];
+    if (params.momentum != 0.0f) {
+      momentum_buf[i] = params.momentum * momentum_buf[i] + g;
+      g = momentum_buf[i];
+    }
+    param[i] -= params.lr * g;
+  }
+}
+
+void AdamWStep(float* param, const float* grad, float* m, float* v, std::int64_t n,
+               const AdamWParams& params, std::int64_t step) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(params.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(params.beta2), static_cast<double>(step));
+  const float step_size = static_cast<float>(params.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - params.lr * params.weight_decay;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    param[i] *= decay;
+    m[i] = params.beta1 * m[i] + (1.0f - params.beta1) * g;
+    v[i] = params.beta2 * v[i] + (1.0f - params.beta2) * g * g;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + params.eps;
+    param[i] -= step_size * m[i] / denom;
+  }
+}
+
+}  // namespace pipesched::model::host

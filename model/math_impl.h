@@ -1,0 +1,16 @@
+// Internal: the factories of the Math implementations, registered in math.cc.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/math.h"
+#include "runtime/runtime.h"
+
+namespace pipesched::model::internal {
+
+absl::StatusOr<std::unique_ptr<Math>> CreateHostMath(runtime::Device& device);
+// cuda_math.cu; a stub returning Unavailable when built without CUDA.
+absl::StatusOr<std::unique_ptr<Math>> CreateCudaMath(runtime::Device& device);
+
+}  // namespace pipesched::model::internal

@@ -1,0 +1,309 @@
+// safetensors reader and writer. The reader checks everything a corrupt or foreign file
+// can get wrong before touching data: sizes, JSON shape, dtypes, offsets, overlaps.
+#include "model/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::model {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this host is not");
+
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit
+constexpr std::string_view kMetadataKey = "__metadata__";
+
+template <typename T>
+std::string ToBytes(const std::vector<T>& values) {
+  std::string bytes(values.size() * sizeof(T), '\0');
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+template <typename T>
+std::vector<T> FromBytes(const std::string& bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+absl::StatusOr<DType> ParseDType(const std::string& name) {
+  if (name == "F32") return DType::kF32;
+  if (name == "I32") return DType::kI32;
+  if (name == "I64") return DType::kI64;
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype '", name, "' is not supported (supported: F32, I32, I64)"));
+}
+
+std::string ShapeString(const std::vector<std::int64_t>& shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+// Checks that `shape` is a list of non-negative integers whose product does not overflow.
+absl::StatusOr<std::int64_t> ShapeNumel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension ", d));
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / 16 / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeString(shape), " is too large"));
+    }
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+  }
+  return "?";
+}
+
+std::int64_t DTypeSize(DType dtype) { return dtype == DType::kI64 ? 8 : 4; }
+
+HostTensor HostTensor::F32(std::string name, std::vector<std::int64_t> shape,
+                           const std::vector<float>& values) {
+  return {std::move(name), DType::kF32, std::move(shape), ToBytes(values)};
+}
+HostTensor HostTensor::I32(std::string name, std::vector<std::int64_t> shape,
+                           const std::vector<std::int32_t>& values) {
+  return {std::move(name), DType::kI32, std::move(shape), ToBytes(values)};
+}
+HostTensor HostTensor::I64(std::string name, std::vector<std::int64_t> shape,
+                           const std::vector<std::int64_t>& values) {
+  return {std::move(name), DType::kI64, std::move(shape), ToBytes(values)};
+}
+
+std::int64_t HostTensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<std::vector<float>> HostTensor::ToFloats() const {
+  if (dtype != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' has dtype ", Absl(DTypeName(dtype)), ", expected F32"));
+  }
+  return FromBytes<float>(bytes);
+}
+
+absl::StatusOr<std::vector<std::int32_t>> HostTensor::ToInt32s() const {
+  if (dtype == DType::kI32) return FromBytes<std::int32_t>(bytes);
+  if (dtype == DType::kI64) {
+    std::vector<std::int64_t> wide = FromBytes<std::int64_t>(bytes);
+    std::vector<std::int32_t> narrow(wide.size());
+    for (std::size_t i = 0; i < wide.size(); ++i) {
+      if (wide[i] < std::numeric_limits<std::int32_t>::min() ||
+          wide[i] > std::numeric_limits<std::int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' element ", i, " (",
+                                                       wide[i], ") does not fit in int32"));
+      }
+      narrow[i] = static_cast<std::int32_t>(wide[i]);
+    }
+    return narrow;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has dtype ",
+                                                 Absl(DTypeName(dtype)), ", expected I32 or I64"));
+}
+
+absl::StatusOr<const HostTensor*> SafetensorsFile::Find(std::string_view name) const {
+  std::vector<std::string> names;
+  for (const HostTensor& t : tensors) {
+    if (t.name == name) return &t;
+    names.push_back(t.name);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no tensor '", Absl(name),
+                   "' (tensors: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+}
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source) {
+  const std::string src(source);
+  auto error = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors '", src, "': ", what));
+  };
+  if (bytes.size() < 8) {
+    return error(
+        absl::StrCat("truncated: ", bytes.size(), " bytes, need at least 8 for the header length"));
+  }
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (header_len > kMaxHeaderBytes) {
+    return error(absl::StrCat("header length ", header_len, " exceeds the limit of ",
+                              kMaxHeaderBytes, " bytes (not a safetensors file?)"));
+  }
+  if (header_len > bytes.size() - 8) {
+    return error(absl::StrCat("truncated: header length is ", header_len, " bytes but only ",
+                              bytes.size() - 8, " follow"));
+  }
+  const std::string_view header_text = bytes.substr(8, header_len);
+  const std::string_view data = bytes.substr(8 + header_len);
+  nlohmann::json header = nlohmann::json::parse(header_text.begin(), header_text.end(), nullptr,
+                                                /*allow_exceptions=*/false);
+  if (header.is_discarded()) return error("header is not valid JSON");
+  if (!header.is_object()) return error("header is not a JSON object");
+
+  SafetensorsFile file;
+  struct Range {
+    std::uint64_t begin, end;
+    std::size_t index;
+  };
+  std::vector<Range> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& value = it.value();
+    if (key == kMetadataKey) {
+      if (!value.is_object()) return error("__metadata__ is not an object");
+      for (auto m = value.begin(); m != value.end(); ++m) {
+        if (!m.value().is_string()) {
+          return error(absl::StrCat("__metadata__ key '", m.key(), "' is not a string"));
+        }
+        file.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto tensor_error = [&](const std::string& what) {
+      return error(absl::StrCat("tensor '", key, "': ", what));
+    };
+    if (!value.is_object()) return tensor_error("entry is not an object");
+    if (!value.contains("dtype") || !value["dtype"].is_string()) {
+      return tensor_error("missing string 'dtype'");
+    }
+    absl::StatusOr<DType> dtype = ParseDType(value["dtype"].get<std::string>());
+    if (!dtype.ok()) return tensor_error(std::string(dtype.status().message()));
+    if (!value.contains("shape") || !value["shape"].is_array()) {
+      return tensor_error("missing array 'shape'");
+    }
+    HostTensor tensor;
+    tensor.name = key;
+    tensor.dtype = *dtype;
+    for (const nlohmann::json& d : value["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
+        return tensor_error(
+            absl::StrCat("shape entry ", d.dump(), " is not a non-negative integer"));
+      }
+      tensor.shape.push_back(d.get<std::int64_t>());
+    }
+    absl::StatusOr<std::int64_t> numel = ShapeNumel(tensor.shape);
+    if (!numel.ok()) return tensor_error(std::string(numel.status().message()));
+    const nlohmann::json* offsets =
+        value.contains("data_offsets") ? &value["data_offsets"] : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+      return tensor_error("'data_offsets' must be [begin, end] with non-negative integers");
+    }
+    const std::uint64_t begin = (*offsets)[0].get<std::uint64_t>();
+    const std::uint64_t end = (*offsets)[1].get<std::uint64_t>();
+    if (begin > end || end > data.size()) {
+      return tensor_error(absl::StrCat("data_offsets [", begin, ", ", end, ") out of range of the ",
+                                       data.size(), " data bytes",
+                                       end > data.size() ? " (file truncated?)" : ""));
+    }
+    const std::uint64_t expected = static_cast<std::uint64_t>(*numel * DTypeSize(*dtype));
+    if (end - begin != expected) {
+      return tensor_error(absl::StrCat("data_offsets [", begin, ", ", end, ") hold ", end - begin,
+                                       " bytes but ", Absl(DTypeName(*dtype)), " ",
+                                       ShapeString(tensor.shape), " needs ", expected));
+    }
+    tensor.bytes = std::string(data.substr(begin, end - begin));
+    ranges.push_back({begin, end, file.tensors.size()});
+    file.tensors.push_back(std::move(tensor));
+  }
+  // The format requires the tensors to tile the data exactly: no overlap, no gap.
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t cursor = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const Range& r = ranges[i];
+    if (r.begin < cursor) {
+      return error(absl::StrCat("tensor '", file.tensors[r.index].name, "' overlaps tensor '",
+                                file.tensors[ranges[i - 1].index].name, "'"));
+    }
+    if (r.begin > cursor) {
+      return error(absl::StrCat("tensor '", file.tensors[r.index].name, "' starts at data byte ",
+                                r.begin, " but the previous data ends at ", cursor,
+                                " (gap in the data)"));
+    }
+    cursor = r.end;
+  }
+  if (cursor != data.size()) {
+    return error(absl::StrCat("the tensors cover ", cursor, " data bytes but the file holds ",
+                              data.size(), " (trailing bytes)"));
+  }
+  std::vector<HostTensor> ordered;
+  ordered.reserve(ranges.size());
+  for (const Range& r : ranges) ordered.push_back(std::move(file.tensors[r.index]));
+  file.tensors = std::move(ordered);
+  return file;
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return ParseSafetensors(bytes, path);
+}
+
+absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!file.metadata.empty()) {
+    nlohmann::json meta = nlohmann::json::object();
+    for (const auto& [k, v] : file.metadata) meta[k] = v;
+    header[std::string(kMetadataKey)] = meta;
+  }
+  std::uint64_t offset = 0;
+  for (const HostTensor& t : file.tensors) {
+    auto tensor_error = [&](const std::string& what) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write tensor '", t.name, "': ", what));
+    };
+    if (t.name.empty()) return tensor_error("empty name");
+    if (t.name == kMetadataKey) return tensor_error("the name is reserved");
+    if (header.contains(t.name)) return tensor_error("duplicate name");
+    PS_ASSIGN_OR_RETURN(std::int64_t numel, ShapeNumel(t.shape));
+    const std::uint64_t expected = static_cast<std::uint64_t>(numel * DTypeSize(t.dtype));
+    if (t.bytes.size() != expected) {
+      return tensor_error(absl::StrCat("holds ", t.bytes.size(), " bytes but ",
+                                       Absl(DTypeName(t.dtype)), " ", ShapeString(t.shape),
+                                       " needs ", expected));
+    }
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + expected}}};
+    offset += expected;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const std::uint64_t len = text.size();
+  std::memcpy(out.data(), &len, 8);
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const HostTensor& t : file.tensors) out += t.bytes;
+  return out;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file) {
+  PS_ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(file));
+  return WriteFileAtomic(path, bytes);
+}
+
+}  // namespace pipesched::model
