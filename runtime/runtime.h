@@ -9,6 +9,16 @@
 //     strict mode reports it as an error instead (FailedPrecondition from Wait).
 // Everything that enqueues takes the stream last, returns immediately, and never blocks
 // the host.
+//
+// Lifetimes: Streams, Events and Buffers must not outlive the Backend that created them;
+// destroy (or free) them first. Destroying a Stream waits for its enqueued work.
+// Threading: one Stream or Event may be used from one host thread at a time; different
+// Streams and Events may be driven from different threads.
+//
+// Changes since the first seam (all source-compatible for callers):
+//   - CreateEvent takes an optional `name` used in error messages;
+//   - Event::name(), Stream::EnqueueBusyWait(microseconds), CudaDeviceCount();
+//   - BackendOptions::memory_capacity_bytes; BackendOptions::strict applies to CUDA too.
 #pragma once
 
 #include <cstddef>
@@ -57,12 +67,14 @@ class Buffer {
   explicit operator bool() const { return data_ != nullptr; }
 
   // Frees the memory once all work enqueued on `stream` so far is done (stream-ordered;
-  // enqueued on `stream`; returns immediately). The Buffer is empty afterwards.
+  // enqueued on `stream`; returns immediately). The Buffer is empty afterwards; freeing
+  // an empty Buffer is a no-op. memory_stats() drops when the free is reached.
   absl::Status FreeAsync(Stream& stream);
 
  private:
   friend class Device;
-  Buffer(Device* device, void* data, std::size_t size) : device_(device), data_(data), size_(size) {}
+  Buffer(Device* device, void* data, std::size_t size)
+      : device_(device), data_(data), size_(size) {}
   void Reset();
   Device* device_ = nullptr;
   void* data_ = nullptr;
@@ -71,9 +83,13 @@ class Buffer {
 
 class Event {
  public:
+  // Destroying an event with records still pending is allowed (as cudaEventDestroy).
   virtual ~Event() = default;
+  // The name given to CreateEvent, else "event#<n>"; used in error messages.
+  virtual const std::string& name() const = 0;
   // Captures all work enqueued on `stream` so far. Enqueued on `stream`; returns
-  // immediately.
+  // immediately. `stream` must be on the event's device (as in CUDA): InvalidArgument
+  // otherwise.
   virtual absl::Status Record(Stream& stream) = 0;
   // True when the most recent record has completed (or the event was never recorded).
   virtual absl::StatusOr<bool> Query() = 0;
@@ -82,9 +98,12 @@ class Event {
   // Milliseconds between `start`'s and this event's most recent records; both must
   // have completed and been created with timing. FailedPrecondition otherwise.
   virtual absl::StatusOr<double> ElapsedMillis(const Event& start) const = 0;
-  // Host: microseconds since the backend's epoch at which the most recent record
+  // Microseconds since the backend's epoch (its creation) at which the most recent record
   // completed; lets the executor place spans of different devices on one time axis.
-  // Only for timing events that have completed.
+  // Only for timing events that have completed: FailedPrecondition otherwise.
+  // Host: a steady-clock reading taken when the record is reached. CUDA: the elapsed
+  // time from a per-device origin event recorded (and waited for) when the backend was
+  // created, plus that origin's host time; devices agree to within tens of microseconds.
   virtual absl::StatusOr<double> TimestampMicros() const = 0;
 };
 
@@ -93,15 +112,25 @@ class Stream {
   virtual ~Stream() = default;
   virtual Device& device() const = 0;
   virtual const std::string& name() const = 0;
-  // Later work on this stream waits for `event`'s most recent record. Enqueued on this
-  // stream; returns immediately. Host strict mode: FailedPrecondition if `event` was
-  // never recorded.
+  // Later work on this stream waits for `event`'s most recent record at the time of this
+  // call (a later re-record does not affect it). `event` may belong to another device of
+  // the same backend. Enqueued on this stream; returns immediately. Strict mode:
+  // FailedPrecondition naming the event and the stream if `event` was never recorded;
+  // otherwise that wait is a no-op, as in CUDA.
   virtual absl::Status Wait(const Event& event) = 0;
   // Runs `fn` on the host once all earlier work on the stream is done, in stream order
   // (host backend: on the stream's worker thread; CUDA: cudaLaunchHostFunc, so `fn`
-  // must not call CUDA). A non-OK status returned by `fn` poisons the stream: it is
-  // reported by Synchronize() and by later Enqueue calls.
+  // must not call CUDA nor block on other streams' host work: CUDA may serialise host
+  // functions of different streams). A non-OK status returned by `fn` poisons the
+  // stream for good: it is reported, prefixed with the stream's name, by Synchronize()
+  // and by later EnqueueHost / CopyAsync calls, and later host functions on the stream
+  // are skipped (event records, waits and frees still happen, so other streams waiting
+  // on this one do not hang).
   virtual absl::Status EnqueueHost(std::function<absl::Status()> fn) = 0;
+  // Occupies the stream for `microseconds` (host: the worker sleeps; CUDA: a one-thread
+  // kernel spins on the GPU's global timer). Synthetic stage durations and tests.
+  // Enqueued on this stream; returns immediately.
+  virtual absl::Status EnqueueBusyWait(double microseconds) = 0;
   // Blocks the host until all enqueued work is done; returns the first error of work
   // run on this stream, if any.
   virtual absl::Status Synchronize() = 0;
@@ -118,12 +147,17 @@ class Device {
 
   // Streams are non-blocking on CUDA; a host stream is one worker thread.
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream(std::string_view name) = 0;
-  // `timing`: the event can be used with ElapsedMillis / TimestampMicros.
-  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent(bool timing = false) = 0;
+  // `timing`: the event can be used with ElapsedMillis / TimestampMicros (CUDA events
+  // are created with cudaEventDisableTiming otherwise, which makes them cheaper).
+  // `name`: shown in error messages, e.g. "F(1,3) done".
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent(bool timing = false,
+                                                             std::string_view name = {}) = 0;
 
   // Stream-ordered allocation: usable by work enqueued on `stream` after this call
-  // (and by other streams once they wait on an event recorded after it).
-  // ResourceExhausted naming the size and what is free when it cannot be satisfied.
+  // (and by other streams once they wait on an event recorded after it). Counted in
+  // memory_stats() from this call on. Host memory is 64-byte aligned; 0 bytes gives an
+  // empty Buffer. ResourceExhausted naming the device, the size requested and the bytes
+  // free when it cannot be satisfied (BackendOptions::memory_capacity_bytes or the GPU).
   virtual absl::StatusOr<Buffer> Allocate(std::size_t bytes, Stream& stream) = 0;
 
   // Copies `bytes` from `src` (any device of the same backend) to `dst`. Enqueued on
@@ -131,6 +165,8 @@ class Device {
   virtual absl::Status CopyAsync(void* dst, const void* src, std::size_t bytes,
                                  const Device& src_device, Stream& stream) = 0;
   // Synchronous host <-> device copies, for setup and checking, never inside a step.
+  // They are not ordered with any stream: synchronize the streams that write `src` or
+  // read `dst` first.
   virtual absl::Status CopyToHost(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) = 0;
 
@@ -151,9 +187,15 @@ class Device {
 struct BackendOptions {
   BackendKind kind = BackendKind::kHost;
   int num_devices = 1;  // host: how many emulated devices; CUDA: 0 = all visible
-  bool strict = false;  // host: waiting on a never-recorded event is an error
+  // Waiting on a never-recorded event is an error (FailedPrecondition from Wait) instead
+  // of CUDA's silent no-op. Both backends; on in tests.
+  bool strict = false;
+  // Per-device cap on the bytes live through Allocate; 0 = unlimited (host) or the GPU's
+  // own memory (CUDA). Lets a host run reproduce a GPU's memory limit.
+  std::int64_t memory_capacity_bytes = 0;
 };
 
+// Owns the devices. Destroy every Stream, Event and Buffer first.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -168,6 +210,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
 
 // True when the CUDA backend was compiled in and at least one GPU is usable.
 bool CudaAvailable();
+// How many GPUs are usable: 0 when built without CUDA or when cudaGetDeviceCount fails
+// for any reason (machines without a GPU report "insufficient driver"). Cached.
+int CudaDeviceCount();
 
 // "auto" (CUDA when CudaAvailable(), else host), "host", "cuda". InvalidArgument
 // naming the accepted values otherwise.

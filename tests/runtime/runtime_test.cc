@@ -1,0 +1,352 @@
+// Host backend: the CUDA semantics it promises (runtime/runtime.h), checked with the
+// shared scenarios, plus host-only behaviour (strict mode, capacity, backend names).
+#include "runtime/runtime.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime_scenarios.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::runtime {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::unique_ptr<Backend> Host(int num_devices = 1, bool strict = true, std::int64_t capacity = 0) {
+  std::unique_ptr<Backend> backend =
+      scenarios::MustCreate(BackendKind::kHost, num_devices, strict, capacity);
+  EXPECT_NE(backend, nullptr);
+  return backend;
+}
+
+TEST(HostRuntime, RunsWorkInEnqueueOrderWithinAStream) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> log,
+                          scenarios::OrderWithinStream(backend->device(0)));
+  ASSERT_EQ(log.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(log[i], std::to_string(i));
+}
+
+TEST(HostRuntime, WaitOrdersWorkAcrossStreamsOfOneDevice) {
+  auto backend = Host();
+  EXPECT_THAT(scenarios::CrossStreamWait(backend->device(0), backend->device(0)).value(),
+              ElementsAre("a", "b"));
+}
+
+TEST(HostRuntime, WaitOrdersWorkAcrossDevices) {
+  auto backend = Host(2);
+  EXPECT_THAT(scenarios::CrossStreamWait(backend->device(0), backend->device(1)).value(),
+              ElementsAre("a", "b"));
+}
+
+TEST(HostRuntime, WaitCapturesTheRecordMadeBeforeIt) {
+  auto backend = Host();
+  EXPECT_THAT(scenarios::WaitCapturesLatestRecord(backend->device(0)).value(),
+              ElementsAre("a1", "b", "a2"));
+}
+
+TEST(HostRuntime, WaitIgnoresEarlierRecordsOnceReRecorded) {
+  // Record behind 100 ms of work, re-record at once on an idle stream: a wait enqueued
+  // after both follows the second record only, so it does not wait the 100 ms.
+  auto backend = Host();
+  Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto slow, device.CreateStream("slow"));
+  PS_ASSERT_OK_AND_ASSIGN(auto fast, device.CreateStream("fast"));
+  PS_ASSERT_OK_AND_ASSIGN(auto waiter, device.CreateStream("waiter"));
+  PS_ASSERT_OK_AND_ASSIGN(auto event, device.CreateEvent());
+  scenarios::Log log;
+  PS_ASSERT_OK(slow->EnqueueBusyWait(100000));
+  PS_ASSERT_OK(event->Record(*slow));
+  PS_ASSERT_OK(log.On(*slow, "slow"));
+  PS_ASSERT_OK(event->Record(*fast));
+  PS_ASSERT_OK(waiter->Wait(*event));
+  PS_ASSERT_OK(log.On(*waiter, "waiter"));
+  PS_ASSERT_OK(waiter->Synchronize());
+  PS_ASSERT_OK(slow->Synchronize());
+  EXPECT_THAT(log.entries(), ElementsAre("waiter", "slow"));
+}
+
+TEST(HostRuntime, StrictModeRejectsWaitOnNeverRecordedEvent) {
+  auto backend = Host(1, /*strict=*/true);
+  PS_ASSERT_OK_AND_ASSIGN(scenarios::NeverRecordedResult result,
+                          scenarios::WaitOnNeverRecorded(backend->device(0)));
+  EXPECT_THAT(result.wait,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("stream 'waiter' on host:0"),
+                             HasSubstr("event 'F(0,0) done'"), HasSubstr("never recorded"))));
+  EXPECT_THAT(result.log, ElementsAre("after"));
+}
+
+TEST(HostRuntime, NonStrictWaitOnNeverRecordedEventIsANoOpLikeCuda) {
+  auto backend = Host(1, /*strict=*/false);
+  PS_ASSERT_OK_AND_ASSIGN(scenarios::NeverRecordedResult result,
+                          scenarios::WaitOnNeverRecorded(backend->device(0)));
+  PS_EXPECT_OK(result.wait);
+  EXPECT_THAT(result.log, ElementsAre("after"));
+}
+
+TEST(HostRuntime, UnnamedEventsGetDistinctNames) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(auto e0, backend->device(0).CreateEvent());
+  PS_ASSERT_OK_AND_ASSIGN(auto e1, backend->device(0).CreateEvent());
+  EXPECT_EQ(e0->name(), "event#0");
+  EXPECT_EQ(e1->name(), "event#1");
+}
+
+TEST(HostRuntime, EventQueryAndSynchronize) {
+  auto backend = Host();
+  EXPECT_THAT(scenarios::QueryAndSynchronize(backend->device(0)).value(),
+              ElementsAre(true, false, true));
+}
+
+TEST(HostRuntime, RecordOnAnotherDevicesStreamIsRejected) {
+  auto backend = Host(2);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(1).CreateStream("s1"));
+  PS_ASSERT_OK_AND_ASSIGN(auto event, backend->device(0).CreateEvent(false, "e0"));
+  EXPECT_THAT(event->Record(*stream),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'e0' belongs to host:0"), HasSubstr("'s1' of host:1"))));
+}
+
+TEST(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(scenarios::TimingResult timing, scenarios::Timing(backend->device(0)));
+  EXPECT_GE(timing.elapsed_ms, 19.5);
+  EXPECT_LT(timing.elapsed_ms, 1000);
+  EXPECT_GE(timing.start_us, 0);
+  EXPECT_NEAR(timing.end_us - timing.start_us, timing.elapsed_ms * 1000, 1e-6);
+}
+
+TEST(HostRuntime, TimestampsFollowStreamOrder) {
+  auto backend = Host();
+  Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
+  std::vector<std::unique_ptr<Event>> events;
+  for (int i = 0; i < 50; ++i) {
+    PS_ASSERT_OK_AND_ASSIGN(auto event, device.CreateEvent(true));
+    PS_ASSERT_OK(event->Record(*stream));
+    PS_ASSERT_OK(stream->EnqueueBusyWait(100));
+    events.push_back(std::move(event));
+  }
+  PS_ASSERT_OK(stream->Synchronize());
+  double previous = -1;
+  for (const auto& event : events) {
+    PS_ASSERT_OK_AND_ASSIGN(double t, event->TimestampMicros());
+    EXPECT_GT(t, previous);
+    previous = t;
+  }
+}
+
+TEST(HostRuntime, TimingNeedsTimingEventsThatCompleted) {
+  auto backend = Host();
+  Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
+  PS_ASSERT_OK_AND_ASSIGN(auto plain, device.CreateEvent(false, "plain"));
+  PS_ASSERT_OK_AND_ASSIGN(auto timed, device.CreateEvent(true, "timed"));
+  EXPECT_THAT(timed->TimestampMicros(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("never recorded")));
+  PS_ASSERT_OK(plain->Record(*stream));
+  PS_ASSERT_OK(stream->EnqueueBusyWait(100000));
+  PS_ASSERT_OK(timed->Record(*stream));
+  EXPECT_THAT(timed->TimestampMicros(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not completed")));
+  PS_ASSERT_OK(stream->Synchronize());
+  EXPECT_THAT(timed->ElapsedMillis(*plain),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("'plain' was created without timing")));
+}
+
+TEST(HostRuntime, StreamsOnDifferentDevicesRunConcurrently) {
+  auto backend = Host(2);
+  PS_ASSERT_OK_AND_ASSIGN(double wall_ms,
+                          scenarios::OverlapWallMillis(backend->device(0), backend->device(1)));
+  EXPECT_GE(wall_ms, 49);
+  EXPECT_LT(wall_ms, 95) << "two 50 ms streams did not overlap";
+}
+
+TEST(HostRuntime, StreamsOfOneDeviceRunConcurrently) {
+  auto backend = Host(1);
+  PS_ASSERT_OK_AND_ASSIGN(double wall_ms,
+                          scenarios::OverlapWallMillis(backend->device(0), backend->device(0)));
+  EXPECT_LT(wall_ms, 95) << "two 50 ms streams did not overlap";
+}
+
+TEST(HostRuntime, MemoryIsAccountedWithStreamOrderedFrees) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(scenarios::MemoryResult memory,
+                          scenarios::StreamOrderedMemory(backend->device(0)));
+  EXPECT_THAT(memory.current, ElementsAre(1000, 4000, 4000, 3000, 3500, 0));
+  EXPECT_EQ(memory.peak, 4000);
+}
+
+TEST(HostRuntime, MemoryIsPerDeviceAlignedAndFreedByDestructor) {
+  auto backend = Host(2);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(1).CreateStream("s"));
+  {
+    PS_ASSERT_OK_AND_ASSIGN(Buffer buffer, backend->device(1).Allocate(100, *stream));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % 64, 0u);
+    EXPECT_EQ(buffer.size(), 100u);
+    EXPECT_EQ(buffer.device(), &backend->device(1));
+    Buffer moved = std::move(buffer);
+    EXPECT_FALSE(buffer);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_EQ(backend->device(1).memory_stats().current_bytes, 100);
+    EXPECT_EQ(backend->device(0).memory_stats().current_bytes, 0);
+  }
+  EXPECT_EQ(backend->device(1).memory_stats().current_bytes, 0);
+  EXPECT_EQ(backend->device(1).memory_stats().peak_bytes, 100);
+  backend->device(1).ResetPeakMemory();
+  EXPECT_EQ(backend->device(1).memory_stats().peak_bytes, 0);
+  PS_ASSERT_OK_AND_ASSIGN(Buffer empty, backend->device(1).Allocate(0, *stream));
+  EXPECT_FALSE(empty);
+  PS_EXPECT_OK(empty.FreeAsync(*stream));
+}
+
+TEST(HostRuntime, CapacityErrorNamesRequestedAndFreeBytes) {
+  auto backend = Host(1, true, /*capacity=*/1 << 20);
+  Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
+  PS_ASSERT_OK_AND_ASSIGN(Buffer first, device.Allocate(600 << 10, *stream));
+  EXPECT_THAT(device.Allocate(600 << 10, *stream),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("host:0"), HasSubstr("cannot allocate 614400 bytes"),
+                             HasSubstr("434176 bytes free"))));
+  PS_ASSERT_OK(first.FreeAsync(*stream));
+  PS_ASSERT_OK(stream->Synchronize());
+  PS_EXPECT_OK(device.Allocate(600 << 10, *stream).status());
+}
+
+TEST(HostRuntime, CopyAsyncAcrossDevices) {
+  auto backend = Host(2);
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<unsigned char> back,
+                          scenarios::CopyAcrossDevices(backend->device(0), backend->device(1)));
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    ASSERT_EQ(back[i], static_cast<unsigned char>(i * 7 + 3)) << "first mismatch at " << i;
+  }
+}
+
+TEST(HostRuntime, FailedHostWorkPoisonsTheStream) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(scenarios::PoisonResult result,
+                          scenarios::PoisonedStream(backend->device(0)));
+  EXPECT_THAT(result.log, ElementsAre("before"));
+  EXPECT_THAT(result.synchronize, StatusIs(absl::StatusCode::kDataLoss,
+                                           AllOf(HasSubstr("stream 'stage1' on host:0"),
+                                                 HasSubstr("NaN in activations of F(1,3)"))));
+  EXPECT_EQ(result.later_enqueue, result.synchronize);
+  EXPECT_TRUE(result.event_completed);
+}
+
+TEST(HostRuntime, DestroyingStreamsAndEventsWithPendingWorkIsClean) {
+  auto backend = Host(2);
+  std::atomic<int> ran{0};
+  {
+    PS_ASSERT_OK_AND_ASSIGN(auto a, backend->device(0).CreateStream("a"));
+    PS_ASSERT_OK_AND_ASSIGN(auto b, backend->device(1).CreateStream("b"));
+    PS_ASSERT_OK_AND_ASSIGN(auto event, backend->device(0).CreateEvent());
+    PS_ASSERT_OK(a->EnqueueBusyWait(20000));
+    PS_ASSERT_OK(event->Record(*a));
+    PS_ASSERT_OK(b->Wait(*event));
+    PS_ASSERT_OK(b->EnqueueHost([&] {
+      ran.fetch_add(1);
+      return absl::OkStatus();
+    }));
+    event.reset();  // pending record and wait keep its state alive
+  }                 // b joins after its wait, which a's record satisfies
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(HostRuntime, ManyThreadsDriveStreamsConcurrently) {
+  // Four host threads, each with its own pair of streams on its own device, ping-pong
+  // through events. Exercises the locking for TSan.
+  auto backend = Host(4);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Device& device = backend->device(t);
+      auto a = device.CreateStream("a").value();
+      auto b = device.CreateStream("b").value();
+      auto ea = device.CreateEvent().value();
+      auto eb = device.CreateEvent().value();
+      int counter = 0;  // touched only by work ordered through the events
+      for (int i = 0; i < 200; ++i) {
+        if (!a->EnqueueHost([&] {
+                ++counter;
+                return absl::OkStatus();
+              }).ok())
+          ++failures;
+        if (!ea->Record(*a).ok() || !b->Wait(*ea).ok()) ++failures;
+        if (!b->EnqueueHost([&] {
+                ++counter;
+                return absl::OkStatus();
+              }).ok())
+          ++failures;
+        if (!eb->Record(*b).ok() || !a->Wait(*eb).ok()) ++failures;
+      }
+      if (!a->Synchronize().ok() || !b->Synchronize().ok() || counter != 400) ++failures;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(Runtime, ResolveBackend) {
+  EXPECT_EQ(ResolveBackend("host").value(), BackendKind::kHost);
+  EXPECT_EQ(ResolveBackend("cuda").value(), BackendKind::kCuda);
+  EXPECT_EQ(ResolveBackend("auto").value(),
+            CudaAvailable() ? BackendKind::kCuda : BackendKind::kHost);
+  EXPECT_THAT(ResolveBackend("gpu"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("unknown backend 'gpu'"), HasSubstr("auto, host, cuda"))));
+  EXPECT_THAT(ResolveBackend(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("''")));
+}
+
+TEST(Runtime, BackendNames) {
+  EXPECT_EQ(BackendName(BackendKind::kHost), "host");
+  EXPECT_EQ(BackendName(BackendKind::kCuda), "cuda");
+}
+
+TEST(Runtime, CreateBackendRejectsBadOptions) {
+  BackendOptions options;
+  options.num_devices = 0;
+  EXPECT_THAT(CreateBackend(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_devices >= 1")));
+  options.num_devices = 1;
+  options.memory_capacity_bytes = -1;
+  EXPECT_THAT(CreateBackend(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("memory_capacity_bytes")));
+}
+
+TEST(Runtime, CudaBackendWithoutAGpuIsUnavailable) {
+  if (CudaAvailable()) GTEST_SKIP() << "a GPU is usable here";
+  BackendOptions options;
+  options.kind = BackendKind::kCuda;
+  EXPECT_THAT(CreateBackend(options),
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::Not(::testing::IsEmpty())));
+  EXPECT_EQ(CudaDeviceCount(), 0);
+}
+
+TEST(Runtime, HostBackendDescribesItsDevices) {
+  auto backend = Host(3);
+  EXPECT_EQ(backend->kind(), BackendKind::kHost);
+  ASSERT_EQ(backend->device_count(), 3);
+  EXPECT_EQ(backend->device(2).description(), "host:2");
+  EXPECT_EQ(backend->device(2).index(), 2);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(2).CreateStream("compute"));
+  EXPECT_EQ(stream->name(), "compute");
+  EXPECT_EQ(&stream->device(), &backend->device(2));
+  EXPECT_EQ(stream->native_handle(), nullptr);
+}
+
+}  // namespace
+}  // namespace pipesched::runtime
