@@ -1,0 +1,31 @@
+// The built-in schedule generators. Each is a pure function of (P, M, V) that returns
+// one program per rank, or InvalidArgument with a sentence naming the violated
+// constraint, the value given and what would work. They are listed, with their
+// defaults and constraints, in scheduler/registry.cc; callers normally go through
+// GenerateSchedule(name, params) there rather than calling these directly.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "scheduler/registry.h"
+#include "scheduler/schedule.h"
+
+namespace pipesched::scheduler {
+
+// GPipe: all forwards, then all backwards. P >= 1, M >= 1, V = 1.
+absl::StatusOr<Schedule> GenerateGPipe(const GeneratorParams& params);
+// 1F1B (PipeDream-flush): P-1-r warm-up forwards on rank r, then one forward one
+// backward. P >= 1, M >= 1, V = 1.
+absl::StatusOr<Schedule> GenerateOneFOneB(const GeneratorParams& params);
+// Megatron interleaved 1F1B on V chunks per rank, loop placement (PyTorch
+// ScheduleInterleaved1F1B). V >= 2; M a multiple of max(1, M / P).
+absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params);
+// Breadth-first over chunks (PyTorch ScheduleLoopedBFS), loop placement. V >= 1.
+absl::StatusOr<Schedule> GenerateLoopedBfs(const GeneratorParams& params);
+// ZB-H1 (Qi et al. 2023): 1F1B with backward split into I and W, rank r deferring
+// r W's to fill the bubbles. V = 1.
+absl::StatusOr<Schedule> GenerateZbH1(const GeneratorParams& params);
+// ZB-V (Qi et al. 2023; PyTorch ScheduleZBVZeroBubble): two chunks per rank in a V,
+// I and W split. V = 2.
+absl::StatusOr<Schedule> GenerateZbV(const GeneratorParams& params);
+
+}  // namespace pipesched::scheduler

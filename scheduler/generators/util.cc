@@ -1,0 +1,83 @@
+// Parameter checks shared by the generators. The limits keep a typo such as
+// --microbatches=1000000000 from allocating gigabytes: a clear error instead.
+#include "scheduler/generators/util.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "base/strings.h"
+
+namespace pipesched::scheduler::generators_internal {
+namespace {
+
+constexpr int kMaxRanks = 1 << 16;
+constexpr int kMaxChunks = 1 << 10;
+constexpr int kMaxMicrobatches = 1 << 20;
+constexpr int64_t kMaxComputeActions = int64_t{1} << 24;
+
+}  // namespace
+
+absl::StatusOr<int> CheckParams(std::string_view schedule, const GeneratorParams& params,
+                                int default_chunks) {
+  const std::string name(schedule);
+  const int p = params.num_ranks;
+  const int m = params.num_microbatches;
+  if (p < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " needs at least one pipeline rank (got P=", p, "); use --ranks=1 or more"));
+  }
+  if (m < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " needs at least one micro-batch (got M=", m, "); use --microbatches=1 or more"));
+  }
+  if (params.num_chunks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " needs a non-negative number of chunks per rank (got V=", params.num_chunks,
+        "); use --chunks=", default_chunks, " or 0 for the default"));
+  }
+  const int v = params.num_chunks == 0 ? default_chunks : params.num_chunks;
+  if (p > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " supports at most ", kMaxRanks, " ranks (got P=", p, ")"));
+  }
+  if (v > kMaxChunks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " supports at most ", kMaxChunks, " chunks per rank (got V=", v, ")"));
+  }
+  if (m > kMaxMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " supports at most ", kMaxMicrobatches,
+                                                   " micro-batches (got M=", m, ")"));
+  }
+  // F plus B, or F plus I plus W: at most 3 per (stage, micro-batch).
+  const int64_t actions = int64_t{3} * p * v * m;
+  if (actions > kMaxComputeActions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " would need up to ", actions, " actions for P=", p, ", V=", v, ", M=", m,
+        "; the limit is ", kMaxComputeActions, ", so use fewer ranks, chunks or micro-batches"));
+  }
+  return v;
+}
+
+absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
+                           std::string_view hint) {
+  if (chunks == required) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(Absl(schedule), " runs exactly ", required, required == 1 ? " chunk" : " chunks",
+                   " per rank (got V=", chunks, "); use --chunks=", required, Absl(hint)));
+}
+
+Schedule EmptySchedule(std::string_view name, PlacementKind kind, int num_ranks, int num_chunks,
+                       int num_microbatches) {
+  Schedule schedule;
+  schedule.name = std::string(name);
+  schedule.placement.kind = kind;
+  schedule.placement.num_ranks = num_ranks;
+  schedule.placement.num_chunks = num_chunks;
+  schedule.num_microbatches = num_microbatches;
+  schedule.programs.resize(num_ranks);
+  return schedule;
+}
+
+}  // namespace pipesched::scheduler::generators_internal

@@ -1,0 +1,26 @@
+// Helpers shared by the generator files: parameter checks with user-facing messages
+// and the empty schedule they fill. Internal to scheduler/generators/.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "scheduler/registry.h"
+#include "scheduler/schedule.h"
+
+namespace pipesched::scheduler::generators_internal {
+
+// Checks P >= 1, M >= 1, V >= 0 and a sane size, and returns V with 0 replaced by
+// `default_chunks`. Messages start with `schedule` ("gpipe needs ...").
+absl::StatusOr<int> CheckParams(std::string_view schedule, const GeneratorParams& params,
+                                int default_chunks);
+
+// InvalidArgument unless `chunks` == `required`; `hint` names an alternative.
+absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
+                           std::string_view hint);
+
+// A schedule with P empty programs.
+Schedule EmptySchedule(std::string_view name, PlacementKind kind, int num_ranks, int num_chunks,
+                       int num_microbatches);
+
+}  // namespace pipesched::scheduler::generators_internal

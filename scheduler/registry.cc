@@ -1,0 +1,51 @@
+// The one table of schedule generators. Adding a schedule: one file in generators/,
+// its declaration in generators/generators.h, one line here.
+#include "scheduler/registry.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/strings.h"
+#include "scheduler/generators/generators.h"
+
+namespace pipesched::scheduler {
+
+const std::vector<ScheduleInfo>& AllSchedules() {
+  static const std::vector<ScheduleInfo>* const kSchedules = new std::vector<ScheduleInfo>{
+      {"gpipe", "all forwards, then all backwards (Huang et al. 2019)", "P >= 1, M >= 1, V = 1", 1,
+       &GenerateGPipe},
+      {"1f1b", "one forward one backward after a warm-up (PipeDream-flush)",
+       "P >= 1, M >= 1, V = 1", 1, &GenerateOneFOneB},
+      {"interleaved-1f1b", "1F1B over V chunks per rank, loop placement (Megatron-LM)",
+       "P >= 1, V >= 2, M >= 1 and a multiple of max(1, M / P)", 2, &GenerateInterleaved1F1B},
+      {"looped-bfs", "each chunk's forwards for all micro-batches, then backwards in reverse",
+       "P >= 1, M >= 1, V >= 1", 2, &GenerateLoopedBfs},
+      {"zb-h1", "1F1B with backward split into I and W, W deferred into the bubbles",
+       "P >= 1, M >= 1, V = 1", 1, &GenerateZbH1},
+      {"zb-v", "zero-bubble V schedule: two chunks per rank in a V, I and W split",
+       "P >= 1, M >= 1, V = 2", 2, &GenerateZbV},
+  };
+  return *kSchedules;
+}
+
+const ScheduleInfo* FindSchedule(std::string_view name) {
+  for (const ScheduleInfo& info : AllSchedules()) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Schedule> GenerateSchedule(std::string_view name, const GeneratorParams& params) {
+  const ScheduleInfo* info = FindSchedule(name);
+  if (info == nullptr) {
+    std::vector<std::string> names;
+    for (const ScheduleInfo& known : AllSchedules()) names.emplace_back(known.name);
+    return absl::NotFoundError(absl::StrCat("unknown schedule \"", Absl(name),
+                                            "\"; known schedules: ", absl::StrJoin(names, ", ")));
+  }
+  return info->generate(params);
+}
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,125 @@
+// Placement arithmetic, schedule queries and the rank x step grid that the validator
+// and the CLI print. The grid is for people: columns line up, a marked cell is
+// bracketed with an arrow under it, and wide programs are cut around the mark.
+#include "scheduler/schedule.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+// Columns shown on each side of a marked step before a wide grid is cut with "...".
+constexpr int kMarkContext = 10;
+
+}  // namespace
+
+int Placement::RankOf(int stage) const {
+  if (num_ranks < 1 || stage < 0 || stage >= num_stages()) return -1;
+  const int chunk = stage / num_ranks;
+  const int offset = stage % num_ranks;
+  if (kind == PlacementKind::kV && chunk % 2 == 1) return num_ranks - 1 - offset;
+  return offset;
+}
+
+std::string Placement::KindName() const { return kind == PlacementKind::kV ? "v" : "loop"; }
+
+std::size_t Schedule::NumActions() const {
+  std::size_t n = 0;
+  for (const auto& program : programs) n += program.size();
+  return n;
+}
+
+bool Schedule::SplitsBackward() const {
+  for (const auto& program : programs) {
+    for (const Action& action : program) {
+      if (action.op == Op::kI || action.op == Op::kW) return true;
+    }
+  }
+  return false;
+}
+
+std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_step) {
+  const int num_rows = static_cast<int>(schedule.programs.size());
+  const bool marked = mark_rank >= 0 && mark_rank < num_rows && mark_step >= 0;
+
+  int num_steps = 0;
+  std::size_t width = 1;  // widest token
+  std::vector<std::vector<std::string>> tokens(num_rows);
+  for (int r = 0; r < num_rows; ++r) {
+    for (const Action& action : schedule.programs[r]) {
+      tokens[r].push_back(ToString(action));
+      width = std::max(width, tokens[r].back().size());
+    }
+    num_steps = std::max(num_steps, static_cast<int>(tokens[r].size()));
+  }
+
+  // Visible step window [first, last); cut only around a mark.
+  int first = 0;
+  int last = num_steps;
+  if (marked && num_steps > 2 * kMarkContext + 1) {
+    first = std::max(0, mark_step - kMarkContext);
+    last = std::min(num_steps, mark_step + kMarkContext + 1);
+    if (mark_step >= num_steps) first = std::max(0, num_steps - 2 * kMarkContext);
+  }
+  const bool cut_left = first > 0;
+  const bool cut_right = last < num_steps;
+
+  // Cell k starts at column `prefix + k * stride + gap`; the gap before it holds '['
+  // and the column after its token holds ']' when it is the marked cell.
+  const std::size_t gap = marked ? 2 : 1;
+  const std::size_t stride = width + gap;
+  const std::string ellipsis = "...";
+  std::size_t label_width = 0;
+  for (int r = 0; r < num_rows; ++r) {
+    label_width = std::max(label_width, absl::StrCat("rank ", r).size());
+  }
+  const std::size_t bar = label_width + 2;  // "rank 0 |"
+  const std::size_t cells_start = bar + (cut_left ? 1 + ellipsis.size() : 0);
+
+  auto column_of = [&](int step) { return cells_start + (step - first) * stride + gap; };
+
+  std::string out;
+  for (int r = 0; r < num_rows; ++r) {
+    std::string label = absl::StrCat("rank ", r);
+    label.resize(label_width, ' ');
+    std::string line = absl::StrCat(label, " |");
+    if (cut_left) line += " " + ellipsis;
+    const int row_steps = static_cast<int>(tokens[r].size());
+    for (int k = first; k < std::min(last, row_steps); ++k) {
+      const std::size_t col = column_of(k);
+      const std::string& token = tokens[r][k];
+      if (line.size() < col + token.size() + 1) line.resize(col + token.size() + 1, ' ');
+      line.replace(col, token.size(), token);
+      if (marked && r == mark_rank && k == mark_step) {
+        line[col - 1] = '[';
+        line[col + token.size()] = ']';
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    if (cut_right && row_steps > last) line += " " + ellipsis;
+    out += line;
+    out += '\n';
+  }
+
+  if (marked) {
+    const int row_steps = static_cast<int>(tokens[mark_rank].size());
+    const std::size_t col = column_of(mark_step);
+    const std::size_t len = mark_step < row_steps ? tokens[mark_rank][mark_step].size() : 1;
+    std::string arrow(bar, ' ');
+    arrow[bar - 1] = '|';
+    arrow.resize(col, ' ');
+    arrow += std::string(len, '^');
+    absl::StrAppend(&arrow, " rank ", mark_rank, ", step ", mark_step);
+    if (mark_step >= row_steps) absl::StrAppend(&arrow, " (after the last action)");
+    out += arrow;
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace pipesched::scheduler
