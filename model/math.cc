@@ -20,7 +20,7 @@ constexpr MathFactory kFactories[] = {
 
 }  // namespace
 
-#ifndef PIPESCHED_HAS_CUDA
+#ifndef PIPESCHED_WITH_CUDA
 absl::StatusOr<std::unique_ptr<Math>> internal::CreateCudaMath(runtime::Device& device) {
   return absl::UnavailableError(absl::StrCat("cannot run the model on ", device.description(),
                                              ": pipesched was built without CUDA"));
