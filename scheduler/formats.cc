@@ -1,0 +1,396 @@
+// Schedule files: PyTorch's pipelining CSV and pipesched's versioned JSON. Parsing is
+// strict about shape (every token an action, every key known) and leaves semantic
+// checks (completeness, order, deadlock) to Validate(). nlohmann/json stays private to
+// this file; its exceptions are caught here.
+#include "scheduler/formats.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::scheduler {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormatName = "pipesched-schedule";
+constexpr int kFormatVersion = 1;
+
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+bool AllBlank(std::string_view text) { return std::all_of(text.begin(), text.end(), IsBlank); }
+
+std::string_view StripBom(std::string_view text) {
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  return text.substr(0, kBom.size()) == kBom ? text.substr(kBom.size()) : text;
+}
+
+// Where an action came from, for error messages.
+struct Located {
+  Action action;
+  int line = 0;    // 1-based
+  int column = 0;  // 1-based, first byte of the token
+};
+
+// The first action, if any, that `placement` puts on another rank than its row.
+const Located* FirstMisplaced(const std::vector<std::vector<Located>>& rows,
+                              const Placement& placement) {
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (const Located& a : rows[r]) {
+      if (placement.RankOf(a.action.stage) != static_cast<int>(r)) return &a;
+    }
+  }
+  return nullptr;
+}
+
+std::string Where(const Located& a) {
+  return absl::StrCat("\"", ToString(a.action), "\" (line ", a.line, ", column ", a.column,
+                      ", rank ", a.line - 1, ")");
+}
+
+}  // namespace
+
+absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view input) {
+  const std::string_view text = StripBom(input);
+  if (AllBlank(text)) {
+    return absl::InvalidArgumentError(
+        "the CSV schedule is empty; expected one row of actions per rank, like "
+        "\"0F0,0F1,0B0,0B1\"");
+  }
+
+  // Lines: '\n' or "\r\n" terminated; trailing blank lines are dropped.
+  std::vector<std::string_view> lines;
+  for (std::size_t begin = 0; begin <= text.size();) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    begin = end + 1;
+  }
+  while (!lines.empty() && AllBlank(lines.back())) lines.pop_back();
+
+  std::vector<std::vector<Located>> rows;
+  int max_stage = -1;
+  int max_microbatch = -1;
+  for (std::size_t l = 0; l < lines.size(); ++l) {
+    const std::string_view line = lines[l];
+    const int line_number = static_cast<int>(l) + 1;
+    std::vector<Located>& row = rows.emplace_back();
+    for (std::size_t begin = 0; begin <= line.size();) {
+      std::size_t end = line.find(',', begin);
+      if (end == std::string_view::npos) end = line.size();
+      std::string_view cell = line.substr(begin, end - begin);
+      std::size_t lead = 0;
+      while (lead < cell.size() && IsBlank(cell[lead])) ++lead;
+      if (lead < cell.size()) {  // empty cells are idle steps
+        const int column = static_cast<int>(begin + lead) + 1;
+        absl::StatusOr<Action> action = ParseAction(cell);
+        if (!action.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ", column ", column,
+                                                         ": ", action.status().message()));
+        }
+        max_stage = std::max(max_stage, action->stage);
+        max_microbatch = std::max(max_microbatch, action->microbatch);
+        row.push_back({*action, line_number, column});
+      }
+      begin = end + 1;
+    }
+    if (row.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_number, " (rank ", l,
+                       ") has no actions; every rank needs a row of "
+                       "actions (drop blank lines, or give the rank its stages' work)"));
+    }
+  }
+
+  const int num_ranks = static_cast<int>(rows.size());
+  const int num_stages = max_stage + 1;
+  if (num_stages % num_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "found stages 0..", max_stage, " (", num_stages, " stages) on ", num_ranks,
+        " ranks (rows); the number of stages must be a multiple of the number of ranks"));
+  }
+  if (max_microbatch < 0) {
+    return absl::InvalidArgumentError(
+        "no action names a micro-batch; cannot infer the number of micro-batches");
+  }
+
+  Schedule schedule;
+  schedule.num_microbatches = max_microbatch + 1;
+  Placement loop{PlacementKind::kLoop, num_ranks, num_stages / num_ranks};
+  Placement v{PlacementKind::kV, num_ranks, num_stages / num_ranks};
+  const Located* loop_miss = FirstMisplaced(rows, loop);
+  if (loop_miss == nullptr) {
+    schedule.placement = loop;
+  } else {
+    const Located* v_miss = FirstMisplaced(rows, v);
+    if (v_miss != nullptr) {
+      std::string why;
+      if (v_miss == loop_miss &&
+          v.RankOf(v_miss->action.stage) == loop.RankOf(v_miss->action.stage)) {
+        why = absl::StrCat(Where(*loop_miss), " belongs on rank ",
+                           loop.RankOf(loop_miss->action.stage), " with loop and with v placement");
+      } else {
+        why = absl::StrCat("with loop placement ", Where(*loop_miss), " belongs on rank ",
+                           loop.RankOf(loop_miss->action.stage), "; with v placement ",
+                           Where(*v_miss), " belongs on rank ", v.RankOf(v_miss->action.stage));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot infer the placement of ", num_stages, " stages on ", num_ranks, " ranks: ", why,
+          ". Row r holds rank r's actions, and each stage's actions must all sit on the rank "
+          "that loop (stage s on rank s mod P) or v placement gives it"));
+    }
+    schedule.placement = v;
+  }
+  schedule.programs.resize(num_ranks);
+  for (int r = 0; r < num_ranks; ++r) {
+    schedule.programs[r].reserve(rows[r].size());
+    for (const Located& a : rows[r]) schedule.programs[r].push_back(a.action);
+  }
+  return schedule;
+}
+
+std::string ToPytorchCsv(const Schedule& schedule) {
+  std::string out;
+  for (const std::vector<Action>& program : schedule.programs) {
+    for (std::size_t i = 0; i < program.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      out += ToString(program[i]);
+    }
+    out.push_back('\n');
+  }
+  return out;
+}
+
+namespace {
+
+json StageCostsJson(const StageCosts& c) {
+  return json{{"f", c.f},
+              {"b", c.b},
+              {"i", c.i},
+              {"w", c.w},
+              {"allreduce", c.allreduce},
+              {"activation_bytes", c.activation_bytes}};
+}
+
+// The cost-model JSON that ParseCostModelJson reads back to the same CostModel.
+json CostModelJson(const CostModel& costs) {
+  json out = {{"version", 1}, {"default", StageCostsJson(costs.uniform)}};
+  if (!costs.stages.empty()) {
+    json stages = json::array();
+    for (const StageCosts& s : costs.stages) stages.push_back(StageCostsJson(s));
+    out["stages"] = std::move(stages);
+  }
+  if (!costs.comm.empty()) {
+    out["comm"] = costs.comm;
+  } else {
+    out["comm"] = costs.comm_uniform;
+  }
+  return out;
+}
+
+absl::Status JsonError(std::string_view key, std::string_view expected, const json& got) {
+  std::string shown = got.dump();
+  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+  return absl::InvalidArgumentError(absl::StrCat("schedule JSON: key \"", Absl(key), "\" must be ",
+                                                 Absl(expected), ", got ", shown));
+}
+
+absl::StatusOr<int> PositiveInt(const json& root, const char* key) {
+  if (!root.contains(key)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule JSON: missing key \"", key, "\" (a positive integer)"));
+  }
+  const json& value = root.at(key);
+  if (!value.is_number_integer() || value.get<long long>() < 1 ||
+      value.get<long long>() > (1 << 24)) {
+    return JsonError(key, "a positive integer", value);
+  }
+  return static_cast<int>(value.get<long long>());
+}
+
+absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule JSON is malformed: ", e.what(), " (byte ", e.byte, ")"));
+  }
+  if (!root.is_object()) return JsonError("(top level)", "an object {...}", root);
+  static constexpr const char* kKeys[] = {"format",    "version",  "name",
+                                          "stages",    "virtual",  "microbatches",
+                                          "placement", "programs", "costs"};
+  for (const auto& [key, value] : root.items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+        std::end(kKeys)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule JSON: unknown key \"", key, "\" (expected ", absl::StrJoin(kKeys, ", "), ")"));
+    }
+  }
+  if (!root.contains("format") || root["format"] != kFormatName) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "schedule JSON: key \"format\" must be \"", Absl(kFormatName), "\", got ",
+        root.contains("format") ? root["format"].dump() : "nothing",
+        root.contains("default") || root.contains("comm") ? " (is this a cost-model file?)" : ""));
+  }
+  if (!root.contains("version") || !root["version"].is_number_integer() ||
+      root["version"].get<long long>() != kFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule JSON: unsupported \"version\" ",
+                     root.contains("version") ? root["version"].dump() : "(missing)",
+                     "; this build reads version ", kFormatVersion));
+  }
+
+  ScheduleFile file;
+  Schedule& schedule = file.schedule;
+  if (root.contains("name")) {
+    if (!root["name"].is_string()) return JsonError("name", "a string", root["name"]);
+    schedule.name = root["name"].get<std::string>();
+  }
+  PS_ASSIGN_OR_RETURN(schedule.placement.num_ranks, PositiveInt(root, "stages"));
+  schedule.placement.num_chunks = 1;
+  if (root.contains("virtual")) {
+    PS_ASSIGN_OR_RETURN(schedule.placement.num_chunks, PositiveInt(root, "virtual"));
+  }
+  PS_ASSIGN_OR_RETURN(schedule.num_microbatches, PositiveInt(root, "microbatches"));
+  if (root.contains("placement")) {
+    const json& p = root["placement"];
+    if (p == "loop") {
+      schedule.placement.kind = PlacementKind::kLoop;
+    } else if (p == "v") {
+      schedule.placement.kind = PlacementKind::kV;
+    } else {
+      return JsonError("placement", "\"loop\" or \"v\"", p);
+    }
+  }
+
+  if (!root.contains("programs")) {
+    return absl::InvalidArgumentError(
+        "schedule JSON: missing key \"programs\" (one array of actions per rank, like "
+        "[[\"0F0\", \"0B0\"], [\"1F0\", \"1B0\"]])");
+  }
+  const json& programs = root["programs"];
+  if (!programs.is_array()) return JsonError("programs", "an array of arrays", programs);
+  if (static_cast<int>(programs.size()) != schedule.num_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "schedule JSON: \"programs\" has ", programs.size(), " rows but \"stages\" is ",
+        schedule.num_ranks(), "; give one array of actions per rank"));
+  }
+  schedule.programs.resize(programs.size());
+  for (std::size_t r = 0; r < programs.size(); ++r) {
+    const std::string key = absl::StrCat("programs[", r, "]");
+    if (!programs[r].is_array()) return JsonError(key, "an array of action strings", programs[r]);
+    for (std::size_t i = 0; i < programs[r].size(); ++i) {
+      const json& token = programs[r][i];
+      const std::string item = absl::StrCat(key, "[", i, "]");
+      if (!token.is_string()) return JsonError(item, "an action string like \"0F0\"", token);
+      absl::StatusOr<Action> action = ParseAction(token.get<std::string>());
+      if (!action.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("schedule JSON: key \"", item, "\": ", action.status().message()));
+      }
+      schedule.programs[r].push_back(*action);
+    }
+  }
+
+  if (root.contains("costs")) {
+    absl::StatusOr<CostModel> costs = ParseCostModelJson(root["costs"].dump());
+    if (!costs.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("schedule JSON: key \"costs\": ", costs.status().message()));
+    }
+    file.costs = *std::move(costs);
+  }
+  return file;
+}
+
+// "a.b/c.csv" -> "c".
+std::string Stem(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  const std::size_t dot = base.find_last_of('.');
+  if (dot != std::string::npos && dot > 0) base.resize(dot);
+  return base;
+}
+
+absl::Status WithPath(const std::string& path, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text) {
+  try {
+    return ParseScheduleJsonOrThrow(text);
+  } catch (const json::exception& e) {
+    // Only reachable through a type mismatch the checks above missed.
+    return absl::InvalidArgumentError(absl::StrCat("schedule JSON: ", e.what()));
+  }
+}
+
+std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs) {
+  // Hand-laid-out so that each rank's program is one line; values go through nlohmann
+  // for escaping.
+  std::string out = "{\n";
+  absl::StrAppend(&out, "  \"format\": \"", Absl(kFormatName), "\",\n");
+  absl::StrAppend(&out, "  \"version\": ", kFormatVersion, ",\n");
+  absl::StrAppend(&out, "  \"name\": ", json(schedule.name).dump(), ",\n");
+  absl::StrAppend(&out, "  \"stages\": ", schedule.num_ranks(), ",\n");
+  absl::StrAppend(&out, "  \"virtual\": ", schedule.num_chunks(), ",\n");
+  absl::StrAppend(&out, "  \"microbatches\": ", schedule.num_microbatches, ",\n");
+  absl::StrAppend(&out, "  \"placement\": \"", schedule.placement.KindName(), "\",\n");
+  absl::StrAppend(&out, "  \"programs\": [");
+  for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
+    absl::StrAppend(&out, r == 0 ? "\n    [" : ",\n    [");
+    const std::vector<Action>& program = schedule.programs[r];
+    for (std::size_t i = 0; i < program.size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "\"" : ", \"", ToString(program[i]), "\"");
+    }
+    absl::StrAppend(&out, "]");
+  }
+  absl::StrAppend(&out, schedule.programs.empty() ? "]" : "\n  ]");
+  if (costs != nullptr) {
+    std::string costs_text = CostModelJson(*costs).dump(2);
+    // Indent the nested object by two spaces.
+    std::string indented;
+    for (char c : costs_text) {
+      indented.push_back(c);
+      if (c == '\n') indented += "  ";
+    }
+    absl::StrAppend(&out, ",\n  \"costs\": ", indented);
+  }
+  absl::StrAppend(&out, "\n}\n");
+  return out;
+}
+
+absl::StatusOr<ScheduleFile> LoadScheduleFile(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  const std::string_view body = StripBom(text);
+  const std::size_t first = body.find_first_not_of(" \t\r\n");
+  absl::StatusOr<ScheduleFile> file;
+  if (first != std::string_view::npos && body[first] == '{') {
+    file = ParseScheduleJson(body);
+  } else {
+    absl::StatusOr<Schedule> schedule = ParsePytorchCsv(body);
+    if (schedule.ok()) {
+      file = ScheduleFile{*std::move(schedule), std::nullopt};
+    } else {
+      file = schedule.status();
+    }
+  }
+  if (!file.ok()) return WithPath(path, file.status());
+  if (file->schedule.name.empty()) file->schedule.name = Stem(path);
+  return file;
+}
+
+}  // namespace pipesched::scheduler

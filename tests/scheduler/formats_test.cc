@@ -1,0 +1,265 @@
+// Schedule file formats: PyTorch CSV files written by PyTorch's own tooling load with
+// the right shape and re-export byte for byte; the JSON format round-trips; every kind
+// of bad input is InvalidArgument naming the problem.
+#include "scheduler/formats.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "base/file_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/simulator.h"
+#include "scheduler/validate.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string Shared(const std::string& relative) {
+  return std::string(PIPESCHED_SHARED_DIR) + "/" + relative;
+}
+
+std::string Slurp(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+std::string TempFile(const std::string& name, const std::string& content) {
+  std::string path = ::testing::TempDir() + "/formats_test_" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+TEST(PytorchCsvTest, TwoRankFileIsLoopPlacementWithTwoChunks) {
+  const std::string path = Shared("interop/pytorch/2-rank.csv");
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
+  const Schedule& s = file.schedule;
+  EXPECT_EQ(s.num_ranks(), 2);
+  EXPECT_EQ(s.num_chunks(), 2);
+  EXPECT_EQ(s.num_stages(), 4);
+  EXPECT_EQ(s.num_microbatches, 8);
+  EXPECT_EQ(s.placement.kind, PlacementKind::kLoop);
+  EXPECT_EQ(s.name, "2-rank");
+  EXPECT_FALSE(file.costs.has_value());
+  ASSERT_EQ(s.programs.size(), 2u);
+  EXPECT_EQ(s.programs[0].size(), 48u);  // 2 stages x 8 micro-batches x (F, I, W)
+  EXPECT_EQ(s.programs[0][8], (Action{2, 0, Op::kF}));
+  EXPECT_EQ(s.programs[1][17], (Action{3, 0, Op::kW}));
+  EXPECT_EQ(ToPytorchCsv(s), Slurp(path));
+}
+
+TEST(PytorchCsvTest, EightRankFileIsOneChunkPerRank) {
+  const std::string path = Shared("interop/pytorch/8-rank.csv");
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
+  const Schedule& s = file.schedule;
+  EXPECT_EQ(s.num_ranks(), 8);
+  EXPECT_EQ(s.num_chunks(), 1);
+  EXPECT_EQ(s.num_microbatches, 10);
+  EXPECT_EQ(s.placement.kind, PlacementKind::kLoop);
+  EXPECT_TRUE(s.SplitsBackward());
+  EXPECT_EQ(s.NumActions(), 8u * 10 * 3);
+  EXPECT_EQ(ToPytorchCsv(s), Slurp(path));
+}
+
+TEST(PytorchCsvTest, SharedFilesValidateAndSimulate) {
+  for (const char* f : {"interop/pytorch/2-rank.csv", "interop/pytorch/8-rank.csv"}) {
+    PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(Shared(f)));
+    PS_EXPECT_OK(Validate(file.schedule)) << f;
+    absl::StatusOr<SimResult> sim = Simulate(file.schedule, CostModel{});
+    PS_ASSERT_OK(sim) << f;
+    EXPECT_GT(sim->makespan, 0) << f;
+    EXPECT_EQ(sim->timeline.num_ranks, file.schedule.num_ranks()) << f;
+  }
+}
+
+TEST(PytorchCsvTest, InfersVPlacement) {
+  // ZB-V shape on 2 ranks: stages 0 and 3 on rank 0, stages 1 and 2 on rank 1.
+  PS_ASSERT_OK_AND_ASSIGN(Schedule s, ParsePytorchCsv("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n"));
+  EXPECT_EQ(s.placement.kind, PlacementKind::kV);
+  EXPECT_EQ(s.num_chunks(), 2);
+  EXPECT_EQ(s.num_microbatches, 1);
+}
+
+TEST(PytorchCsvTest, DropsIdleCellsAndAcceptsCrlfAndSpaces) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      Schedule s, ParsePytorchCsv("0F0,,0B0, 0ALLREDUCE\r\n,1F0, 1B0 ,,1REDUCE_GRAD\r\n\r\n"));
+  ASSERT_EQ(s.programs.size(), 2u);
+  EXPECT_EQ(s.programs[0].size(), 3u);
+  EXPECT_EQ(s.programs[1][0], (Action{1, 0, Op::kF}));
+  EXPECT_EQ(s.programs[1][2], (Action{1, -1, Op::kAllReduce}));
+  EXPECT_EQ(ToPytorchCsv(s), "0F0,0B0,0ALLREDUCE\n1F0,1B0,1ALLREDUCE\n");
+  PS_EXPECT_OK(Validate(s));
+}
+
+TEST(PytorchCsvTest, LoweredActionsRoundTrip) {
+  const std::string csv = "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+  PS_ASSERT_OK_AND_ASSIGN(Schedule s, ParsePytorchCsv(csv));
+  EXPECT_EQ(s.programs[1][0], (Action{1, 0, Op::kRecvF}));
+  EXPECT_EQ(ToPytorchCsv(s), csv);
+}
+
+TEST(PytorchCsvTest, BadTokenNamesLineColumnAndToken) {
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,0B0\n1F0,1X0,1B0\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("line 2, column 5"), HasSubstr("1X0"), HasSubstr("unknown op"))));
+  EXPECT_THAT(ParsePytorchCsv("F0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 1, column 1"), HasSubstr("F0"))));
+  EXPECT_THAT(ParsePytorchCsv("0F\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("micro-batch")));
+}
+
+TEST(PytorchCsvTest, EmptyInputIsAnError) {
+  for (const char* text : {"", "\n", " \r\n\r\n"}) {
+    EXPECT_THAT(ParsePytorchCsv(text),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("empty"), HasSubstr("one row of actions per rank"))))
+        << "'" << text << "'";
+  }
+  const std::string path = TempFile("empty.csv", "");
+  EXPECT_THAT(LoadScheduleFile(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path + ": "), HasSubstr("is empty"))));
+}
+
+TEST(PytorchCsvTest, BlankRankRowIsAnError) {
+  EXPECT_THAT(ParsePytorchCsv("0F0,0B0\n,,\n2F0,2B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 2"), HasSubstr("no actions"))));
+}
+
+TEST(PytorchCsvTest, StageCountNotAMultipleOfRanks) {
+  EXPECT_THAT(ParsePytorchCsv("0F0,2F0,2B0,0B0\n1F0,1B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("3 stages"), HasSubstr("2 ranks"), HasSubstr("multiple"))));
+}
+
+TEST(PytorchCsvTest, InconsistentPlacementNamesTheAction) {
+  // Stage 1 on rank 0 and stage 0 on rank 1: neither loop nor v.
+  EXPECT_THAT(ParsePytorchCsv("1F0,1B0\n0F0,0B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("cannot infer the placement"), HasSubstr("\"1F0\""),
+                             HasSubstr("line 1, column 1"), HasSubstr("belongs on rank 1"))));
+  // One stage split across two ranks.
+  EXPECT_THAT(ParsePytorchCsv("0F0,0F1,1B0\n1F0,1F1,0B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("placement")));
+}
+
+TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile csv, LoadScheduleFile(Shared("interop/pytorch/2-rank.csv")));
+  const Schedule& s = csv.schedule;
+  const std::string text = ToScheduleJson(s);
+  EXPECT_THAT(text, HasSubstr("\"format\": \"pipesched-schedule\""));
+  EXPECT_THAT(text, HasSubstr("\"version\": 1"));
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile back, ParseScheduleJson(text));
+  EXPECT_EQ(back.schedule.name, s.name);
+  EXPECT_EQ(back.schedule.num_ranks(), 2);
+  EXPECT_EQ(back.schedule.num_chunks(), 2);
+  EXPECT_EQ(back.schedule.num_microbatches, 8);
+  EXPECT_EQ(back.schedule.placement.kind, PlacementKind::kLoop);
+  EXPECT_EQ(back.schedule.programs, s.programs);
+  EXPECT_FALSE(back.costs.has_value());
+  EXPECT_EQ(ToScheduleJson(back.schedule), text);
+
+  CostModel costs;
+  costs.uniform.f = 1.5;
+  costs.uniform.activation_bytes = 1 << 20;
+  costs.stages.resize(4);
+  costs.stages[3].b = 7.25;
+  costs.comm = {0.1, 0.2, 0.3};
+  Schedule v = s;
+  v.placement.kind = PlacementKind::kV;
+  v.name = "odd \"name\"";
+  const std::string with_costs = ToScheduleJson(v, &costs);
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile back2, ParseScheduleJson(with_costs));
+  EXPECT_EQ(back2.schedule.name, "odd \"name\"");
+  EXPECT_EQ(back2.schedule.placement.kind, PlacementKind::kV);
+  ASSERT_TRUE(back2.costs.has_value());
+  EXPECT_EQ(back2.costs->uniform.f, 1.5);
+  EXPECT_EQ(back2.costs->uniform.activation_bytes, 1 << 20);
+  ASSERT_EQ(back2.costs->stages.size(), 4u);
+  EXPECT_EQ(back2.costs->stages[3].b, 7.25);
+  EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));
+  EXPECT_EQ(ToScheduleJson(back2.schedule, &*back2.costs), with_costs);
+}
+
+TEST(ScheduleJsonTest, LoadDetectsJsonAndNamesFromTheFileWhenUnnamed) {
+  const std::string path =
+      TempFile("tiny.json",
+               "  {\"format\": \"pipesched-schedule\", \"version\": 1, \"stages\": 1, "
+               "\"microbatches\": 1, \"programs\": [[\"0F0\", \"0B0\"]]}");
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
+  EXPECT_EQ(file.schedule.name, "formats_test_tiny");
+  EXPECT_EQ(file.schedule.num_chunks(), 1);
+  EXPECT_EQ(file.schedule.placement.kind, PlacementKind::kLoop);
+  PS_EXPECT_OK(Validate(file.schedule));
+}
+
+struct BadJson {
+  std::string text;
+  std::string message;
+};
+
+class ScheduleJsonBadInputTest : public ::testing::TestWithParam<BadJson> {};
+
+TEST_P(ScheduleJsonBadInputTest, InvalidArgumentNamingTheProblem) {
+  EXPECT_THAT(ParseScheduleJson(GetParam().text),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().message)));
+}
+
+#define PS_HEAD "\"format\": \"pipesched-schedule\", \"version\": 1"
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ScheduleJsonBadInputTest,
+    ::testing::Values(
+        BadJson{"{\"format\": ", "malformed"}, BadJson{"{" PS_HEAD ", \"stages\": 1,}", "line 1"},
+        BadJson{"[1, 2]", "an object"},
+        BadJson{"{\"version\": 1, \"stages\": 1}", "\"format\" must be \"pipesched-schedule\""},
+        BadJson{"{\"format\": \"pipesched-schedule\", \"version\": 2}",
+                "unsupported \"version\" 2; this build reads version 1"},
+        BadJson{"{\"format\": \"pipesched-schedule\"}", "unsupported \"version\" (missing)"},
+        BadJson{"{" PS_HEAD ", \"stagse\": 1}", "unknown key \"stagse\""},
+        BadJson{"{" PS_HEAD ", \"microbatches\": 1, \"programs\": [[]]}", "missing key \"stages\""},
+        BadJson{"{" PS_HEAD ", \"stages\": 0, \"microbatches\": 1}",
+                "\"stages\" must be a positive"},
+        BadJson{"{" PS_HEAD ", \"stages\": 1.5, \"microbatches\": 1}", "got 1.5"},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"placement\": \"zigzag\"}",
+                "\"placement\" must be \"loop\" or \"v\", got \"zigzag\""},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1}", "missing key \"programs\""},
+        BadJson{"{" PS_HEAD ", \"stages\": 2, \"microbatches\": 1, \"programs\": [[\"0F0\"]]}",
+                "has 1 rows but \"stages\" is 2"},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"programs\": [[\"0F0\", 7]]}",
+                "\"programs[0][1]\" must be an action string"},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"programs\": [[\"0Q0\"]]}",
+                "key \"programs[0][0]\": bad action \"0Q0\""},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"programs\": [\"0F0\"]}",
+                "\"programs[0]\" must be an array"},
+        BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"programs\": [[\"0F0\"]], "
+                "\"costs\": {\"default\": {\"f\": -1}}}",
+                "key \"costs\""},
+        BadJson{"{" PS_HEAD ", \"name\": 3, \"stages\": 1}", "\"name\" must be a string"}));
+#undef PS_HEAD
+
+TEST(LoadScheduleFileTest, MissingFileNamesThePath) {
+  absl::StatusOr<ScheduleFile> file = LoadScheduleFile("/nonexistent/dir/s.csv");
+  ASSERT_FALSE(file.ok());
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("/nonexistent/dir/s.csv"));
+}
+
+TEST(LoadScheduleFileTest, CsvErrorsStartWithThePath) {
+  const std::string path = TempFile("bad.csv", "0F0,0B0\n1F0,1ZZ0\n");
+  EXPECT_THAT(
+      LoadScheduleFile(path),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(::testing::StartsWith(path + ": line 2, column 5"), HasSubstr("1ZZ0"))));
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
