@@ -1,0 +1,24 @@
+// Lowering passes over a Schedule: rewrite a compute-only schedule into what the
+// executor runs. Pure functions on plain data, like the generators.
+//
+// PlaceAllReduce puts one data-parallel ALLREDUCE per stage right after that stage's
+// last backward action (B, or W when the backward is split) in its rank's program, so
+// that the stage's gradient reduction starts as soon as its gradients are final and
+// overlaps the backward of the stages that come after it on that rank:
+//   rank 0 | 0F0 0F1 0B0 0B1            ->  0F0 0F1 0B0 0B1 0ALLREDUCE
+//   rank 0 | 0F0 2F0 2B0 0B0 (V=2 loop) ->  0F0 2F0 2B0 2ALLREDUCE 0B0 0ALLREDUCE
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "scheduler/schedule.h"
+
+namespace pipesched::scheduler {
+
+// For num_replicas > 1: a copy of `schedule` with an ALLREDUCE for every stage that does
+// not have one yet, placed right after the stage's last B or W on its rank (ALLREDUCEs
+// already in the schedule stay where they are). For num_replicas == 1: the schedule
+// unchanged (nothing to reduce). InvalidArgument for num_replicas < 1, or a stage with no
+// backward action in its rank's program (such a schedule is not valid).
+absl::StatusOr<Schedule> PlaceAllReduce(const Schedule& schedule, int num_replicas);
+
+}  // namespace pipesched::scheduler
