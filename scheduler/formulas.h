@@ -1,10 +1,17 @@
 // Closed-form bubble formulas, one place. Notation (DESIGN.md):
-//   P ranks, V chunks per rank, M micro-batches; T_F, T_B, T_I, T_W per-stage times.
-//   bubble fraction = idle / (P x makespan)      (share of wall time)
-//   bubble ratio    = idle / ideal compute        (relative to useful work)
-//   GPipe, 1F1B:      fraction = (P-1) / (M+P-1)
-//   interleaved 1F1B: ratio = (P-1) / (V*M)       (M divisible by P)
+//   P ranks, V chunks per rank, M micro-batches; T_F, T_B, T_I, T_W the time of one
+//   F, B, I, W of one virtual stage (all stages equal: the formulas assume uniform
+//   costs, no transfer time and no exposed all-reduce).
+//   bubble fraction = idle / (P x makespan)                  (share of wall time)
+//   bubble ratio    = idle / ideal compute = f / (1 - f)     (relative to useful work)
+//   GPipe, 1F1B:      fraction = (P-1) / (M+P-1)             any T_F, T_B
+//   interleaved 1F1B: ratio = (P-1) / (V*M)                  M divisible by P
+//                     so fraction = (P-1) / (V*M + P-1)
 //   ZB-H1:            bubble time per rank = (P-1)(T_F + T_I - T_W)
+//                     makespan = M (T_F + T_I + T_W) + that  M >= P, T_W <= T_F + T_I
+//                     so fraction = bubble time / makespan
+// The simulator reproduces these exactly for the registry's generators with uniform
+// costs; tests/scheduler/formulas_pinning_test.cc pins one to the other.
 #pragma once
 
 #include <optional>
@@ -22,8 +29,13 @@ struct FormulaInputs {
 };
 
 // Bubble fraction predicted by the schedule's closed form, or nullopt where none
-// applies (unknown schedule, non-uniform regime the formula does not cover).
-std::optional<double> ClosedFormBubbleFraction(std::string_view schedule,
-                                               const FormulaInputs& in);
+// applies (unknown schedule, non-uniform regime the formula does not cover, P, V or M
+// below 1, costs.allreduce > 0).
+// Known schedules: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const FormulaInputs& in);
+
+// The same prediction as a bubble ratio (idle / ideal compute), nullopt where the
+// fraction is.
+std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const FormulaInputs& in);
 
 }  // namespace pipesched::scheduler

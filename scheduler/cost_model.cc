@@ -1,0 +1,135 @@
+// CostModel::Duration and the cost-model JSON parser. nlohmann/json stays private to
+// this file: its exceptions are caught here and become InvalidArgument naming the key.
+#include "scheduler/cost_model.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::scheduler {
+
+double CostModel::Duration(const Action& action) const {
+  switch (action.op) {
+    case Op::kF:
+      return Stage(action.stage).f;
+    case Op::kB:
+      return Stage(action.stage).b;
+    case Op::kI:
+      return Stage(action.stage).i;
+    case Op::kW:
+      return Stage(action.stage).w;
+    case Op::kAllReduce:
+      return Stage(action.stage).allreduce;
+    case Op::kSendF:  // stage -> stage+1
+    case Op::kRecvB:
+      return Comm(action.stage);
+    case Op::kSendB:  // stage -> stage-1
+    case Op::kRecvF:
+      return Comm(action.stage - 1);
+  }
+  return 0;
+}
+
+namespace {
+
+using nlohmann::json;
+
+absl::Status KeyError(const std::string& key, const std::string& expected, const json& got) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("cost model: \"%s\" must be %s, got %s", key, expected, got.dump()));
+}
+
+absl::StatusOr<double> NonNegativeNumber(const json& value, const std::string& key) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+    return KeyError(key, "a non-negative number", value);
+  }
+  return value.get<double>();
+}
+
+// Fills `costs` from a {"f": ..., "b": ..., ...} object; absent fields keep their value.
+absl::Status ParseStageCosts(const json& object, const std::string& key, StageCosts& costs) {
+  if (!object.is_object()) return KeyError(key, "an object like {\"f\": 1, \"b\": 2}", object);
+  for (const auto& [field, value] : object.items()) {
+    const std::string field_key = absl::StrCat(key, ".", field);
+    if (field == "activation_bytes") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
+        return KeyError(field_key, "a non-negative integer", value);
+      }
+      costs.activation_bytes = value.get<std::int64_t>();
+      continue;
+    }
+    double* target = field == "f"           ? &costs.f
+                     : field == "b"         ? &costs.b
+                     : field == "i"         ? &costs.i
+                     : field == "w"         ? &costs.w
+                     : field == "allreduce" ? &costs.allreduce
+                                            : nullptr;
+    if (target == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cost model: unknown key \"%s\" (expected f, b, i, w, allreduce, activation_bytes)",
+          field_key));
+    }
+    PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CostModel> ParseRoot(const json& root) {
+  if (!root.is_object()) return KeyError("(top level)", "an object", root);
+  CostModel model;
+  // "default" first: the per-stage entries start from it whatever the key order.
+  if (auto it = root.find("default"); it != root.end()) {
+    PS_RETURN_IF_ERROR(ParseStageCosts(*it, "default", model.uniform));
+  }
+  for (const auto& [key, value] : root.items()) {
+    if (key == "default") continue;
+    if (key == "version") {
+      if (!value.is_number_integer() || value.get<int>() != 1) {
+        return KeyError("version", "1 (the only version this build reads)", value);
+      }
+    } else if (key == "stages") {
+      if (!value.is_array()) return KeyError("stages", "an array of per-stage objects", value);
+      for (std::size_t s = 0; s < value.size(); ++s) {
+        StageCosts stage = model.uniform;
+        PS_RETURN_IF_ERROR(ParseStageCosts(value[s], absl::StrCat("stages[", s, "]"), stage));
+        model.stages.push_back(stage);
+      }
+    } else if (key == "comm") {
+      if (value.is_array()) {
+        for (std::size_t b = 0; b < value.size(); ++b) {
+          PS_ASSIGN_OR_RETURN(double t, NonNegativeNumber(value[b], absl::StrCat("comm[", b, "]")));
+          model.comm.push_back(t);
+        }
+      } else {
+        PS_ASSIGN_OR_RETURN(model.comm_uniform, NonNegativeNumber(value, "comm"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cost model: unknown key \"%s\" (expected version, default, stages, comm)", key));
+    }
+  }
+  return model;
+}
+
+}  // namespace
+
+absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model: not valid JSON: ", e.what()));
+  }
+  try {
+    return ParseRoot(root);
+  } catch (const json::exception& e) {  // e.g. an integer too large for its field
+    return absl::InvalidArgumentError(absl::StrCat("cost model: ", e.what()));
+  }
+}
+
+}  // namespace pipesched::scheduler

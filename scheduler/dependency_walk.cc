@@ -1,0 +1,258 @@
+// The checked dependency index and the deadlock diagnosis shared by Validate() and
+// Simulate(). Every error is one line naming the problem and the action, then the
+// rank x step grid with an arrow at that action.
+#include "scheduler/dependency_walk.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status.h"
+
+namespace pipesched::scheduler::internal {
+namespace {
+
+std::string Name(const Action& a) { return ToString(a); }
+
+absl::Status Invalid(const Schedule& schedule, int rank, int step, const std::string& line) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(line, "\n", RenderProgramGrid(schedule, rank, step)));
+}
+
+absl::Status InvalidAt(const Schedule& schedule, int rank, int step, const std::string& what) {
+  return Invalid(schedule, rank, step,
+                 absl::StrFormat("rank %d step %d: action %s %s", rank, step,
+                                 Name(schedule.programs[rank][step]), what));
+}
+
+// The boundary a lowered transfer crosses, which must exist.
+bool TransferHasPeer(const Action& a, int num_stages) {
+  switch (a.op) {
+    case Op::kSendF:
+    case Op::kRecvB:
+      return a.stage + 1 < num_stages;
+    case Op::kSendB:
+    case Op::kRecvF:
+      return a.stage > 0;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule) {
+  const Placement& placement = schedule.placement;
+  const int P = placement.num_ranks;
+  const int V = placement.num_chunks;
+  const int M = schedule.num_microbatches;
+  if (P < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule '%s': P (ranks) must be >= 1, got %d", schedule.name, P));
+  }
+  if (V < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "schedule '%s': V (chunks per rank) must be >= 1, got %d", schedule.name, V));
+  }
+  if (M < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule '%s': M (micro-batches) must be >= 1, got %d", schedule.name, M));
+  }
+  if (schedule.programs.size() != static_cast<std::size_t>(P)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule '%s': has %d rank programs but P = %d", schedule.name,
+                        schedule.programs.size(), P));
+  }
+  const int64_t S = static_cast<int64_t>(P) * V;
+  const std::size_t total = schedule.NumActions();
+  if (total >= static_cast<std::size_t>(INT32_MAX) || S >= INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule '%s': %d actions over %d stages is more than this tool handles",
+                        schedule.name, total, S));
+  }
+  // Every (stage, mb) needs at least an F and a backward: refuse before allocating a
+  // table sized by a bogus M.
+  if (S * M > static_cast<int64_t>(total)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "schedule '%s': has %d actions, fewer than the P*V*M = %d*%d*%d = %d forwards it "
+        "needs (plus a backward each); most actions are missing",
+        schedule.name, total, P, V, M, S * M));
+  }
+
+  DependencyIndex index;
+  index.programs_ = &schedule.programs;
+  index.num_ranks_ = P;
+  index.num_stages_ = static_cast<int>(S);
+  index.num_microbatches_ = M;
+  index.offsets_.resize(P + 1);
+  index.action_rank_.resize(total);
+  index.stage_rank_.resize(S);
+  index.slots_.assign(static_cast<std::size_t>(S) * M, Slot{});
+  index.allreduce_.assign(S, kNoAction);
+  for (int s = 0; s < S; ++s) index.stage_rank_[s] = placement.RankOf(s);
+
+  int id = 0;
+  for (int r = 0; r < P; ++r) {
+    index.offsets_[r] = id;
+    const std::vector<Action>& program = schedule.programs[r];
+    for (int step = 0; step < static_cast<int>(program.size()); ++step, ++id) {
+      index.action_rank_[id] = r;
+      const Action& a = program[step];
+      if (a.stage < 0 || a.stage >= S) {
+        return InvalidAt(
+            schedule, r, step,
+            absl::StrFormat("has stage %d, outside [0, %d) (P=%d x V=%d)", a.stage, S, P, V));
+      }
+      if (a.op != Op::kAllReduce && (a.microbatch < 0 || a.microbatch >= M)) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("has micro-batch %d, outside [0, %d)", a.microbatch, M));
+      }
+      if (index.stage_rank_[a.stage] != r) {
+        return InvalidAt(
+            schedule, r, step,
+            absl::StrFormat("is on rank %d but stage %d is placed on rank %d (%s "
+                            "placement, P=%d, V=%d)",
+                            r, a.stage, index.stage_rank_[a.stage], placement.KindName(), P, V));
+      }
+      if (!TransferHasPeer(a, static_cast<int>(S))) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("transfers across a boundary that does not exist "
+                                         "(stages are 0..%d)",
+                                         S - 1));
+      }
+      int* slot_id = nullptr;
+      if (a.op == Op::kAllReduce) {
+        slot_id = &index.allreduce_[a.stage];
+      } else {
+        Slot& slot = index.slots_[static_cast<std::size_t>(a.stage) * M + a.microbatch];
+        switch (a.op) {
+          case Op::kF:
+            slot_id = &slot.f;
+            break;
+          case Op::kB:
+            slot_id = &slot.b;
+            break;
+          case Op::kI:
+            slot_id = &slot.i;
+            break;
+          case Op::kW:
+            slot_id = &slot.w;
+            break;
+          default:
+            break;  // SEND/RECV markers are not tracked
+        }
+      }
+      if (slot_id == nullptr) continue;
+      if (*slot_id != kNoAction) {
+        const int first_rank = index.action_rank_[*slot_id];
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("is a duplicate (first at rank %d step %d)", first_rank,
+                                         *slot_id - index.offsets_[first_rank]));
+      }
+      *slot_id = id;
+    }
+  }
+  index.offsets_[P] = id;
+
+  // Completeness, and B never mixed with I/W.
+  for (int s = 0; s < S; ++s) {
+    for (int m = 0; m < M; ++m) {
+      const Slot& slot = index.SlotOf(s, m);
+      const int r = index.stage_rank_[s];
+      auto at = [&](int action_id, const std::string& what) {
+        return InvalidAt(schedule, r, action_id - index.offsets_[r], what);
+      };
+      const std::string f_name = Name(Action{s, m, Op::kF});
+      if (slot.b != kNoAction && (slot.i != kNoAction || slot.w != kNoAction)) {
+        const int split = slot.i != kNoAction ? slot.i : slot.w;
+        const int later = std::max(slot.b, split);
+        return at(later,
+                  absl::StrFormat("mixes a full backward B with a split backward I/W for stage %d "
+                                  "micro-batch %d; use either B, or I and W",
+                                  s, m));
+      }
+      const int any_backward = std::max({slot.b, slot.i, slot.w});
+      if (slot.f == kNoAction) {
+        const std::string line =
+            absl::StrFormat("missing action %s: stage %d micro-batch %d has no forward on rank %d",
+                            f_name, s, m, r);
+        if (any_backward != kNoAction) return at(any_backward, "has no matching forward " + f_name);
+        // Nothing to point at: mark the end of the rank's program, where it is missing.
+        return Invalid(schedule, r, static_cast<int>(schedule.programs[r].size()), line);
+      }
+      if (slot.b == kNoAction && slot.i == kNoAction && slot.w == kNoAction) {
+        return at(slot.f, absl::StrFormat("has no backward: missing action %s (or %s and %s)",
+                                          Name(Action{s, m, Op::kB}), Name(Action{s, m, Op::kI}),
+                                          Name(Action{s, m, Op::kW})));
+      }
+      if (slot.i != kNoAction && slot.w == kNoAction) {
+        return at(slot.i, "has no matching W: missing action " + Name(Action{s, m, Op::kW}));
+      }
+      if (slot.w != kNoAction && slot.i == kNoAction) {
+        return at(slot.w, "has no matching I: missing action " + Name(Action{s, m, Op::kI}));
+      }
+    }
+  }
+  PS_RETURN_IF_ERROR(index.CheckProgramOrder(schedule));
+  return index;
+}
+
+// No action may wait for one that comes later on its own rank: that rank would stall
+// on itself. Cross-rank waits are the walk's business.
+absl::Status DependencyIndex::CheckProgramOrder(const Schedule& schedule) const {
+  for (int r = 0; r < num_ranks_; ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    for (int step = 0; step < static_cast<int>(program.size()); ++step) {
+      const Action& a = program[step];
+      const int id = offsets_[r] + step;
+      int bad = kNoAction;
+      ForEachDep(a, [&](int dep, int) {
+        if (bad == kNoAction && dep > id && action_rank_[dep] == r) bad = dep;
+      });
+      if (bad == kNoAction) continue;
+      const int bad_step = bad - offsets_[r];
+      if (a.op == Op::kAllReduce) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("comes before %s (step %d): a stage's ALLREDUCE must "
+                                         "follow all of its backward actions on rank %d",
+                                         Name(program[bad_step]), bad_step, r));
+      }
+      return InvalidAt(schedule, r, step,
+                       absl::StrFormat("waits for %s, which comes later on the same rank "
+                                       "(step %d): rank %d would stall on itself",
+                                       Name(program[bad_step]), bad_step, r));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeadlockError(const Schedule& schedule, const DependencyIndex& index,
+                           const std::vector<int>& next_step, const std::vector<uint8_t>& done) {
+  std::string line = "deadlock: no rank can run its next action;";
+  int first_rank = -1;
+  int ran = 0;
+  for (int r = 0; r < index.num_ranks(); ++r) ran += next_step[r];
+  for (int r = 0; r < index.num_ranks(); ++r) {
+    const int step = next_step[r];
+    if (step >= static_cast<int>(schedule.programs[r].size())) continue;
+    const Action& a = schedule.programs[r][step];
+    int waits_for = kNoAction;
+    index.ForEachDep(a, [&](int dep, int) {
+      if (waits_for == kNoAction && !done[dep]) waits_for = dep;
+    });
+    absl::StrAppend(&line, first_rank >= 0 ? ";" : "", " rank ", r, " blocked at ", Name(a));
+    if (waits_for != kNoAction) {
+      absl::StrAppend(&line, " (waits for ", Name(index.ActionOf(waits_for)), " on rank ",
+                      index.RankOfId(waits_for), ")");
+    }
+    if (first_rank < 0) first_rank = r;
+  }
+  absl::StrAppend(&line, " (", ran, " of ", index.num_actions(), " actions ran)");
+  return absl::FailedPreconditionError(absl::StrCat(
+      line, "\n",
+      RenderProgramGrid(schedule, first_rank, first_rank >= 0 ? next_step[first_rank] : -1)));
+}
+
+}  // namespace pipesched::scheduler::internal

@@ -1,0 +1,73 @@
+// The closed-form bubble predictions of formulas.h: one small function per schedule and
+// one table that names them.
+#include "scheduler/formulas.h"
+
+#include <array>
+
+namespace pipesched::scheduler {
+namespace {
+
+// GPipe and 1F1B: the pipeline fills for P-1 slots of T_F and drains for P-1 slots of
+// T_B, so the makespan is (M+P-1)(T_F+T_B) against M(T_F+T_B) of work per rank.
+std::optional<double> FillDrain(const FormulaInputs& in) {
+  if (in.num_chunks != 1 || in.costs.f + in.costs.b <= 0) return std::nullopt;
+  const double p = in.num_ranks;
+  const double m = in.num_microbatches;
+  return (p - 1) / (m + p - 1);
+}
+
+// Interleaved 1F1B (Megatron): the fill and drain shrink by V; the ratio is (P-1)/(V*M)
+// of ideal compute when M is a multiple of P.
+std::optional<double> Interleaved(const FormulaInputs& in) {
+  if (in.num_microbatches % in.num_ranks != 0 || in.costs.f + in.costs.b <= 0) {
+    return std::nullopt;
+  }
+  const double ratio =
+      (in.num_ranks - 1.0) / (static_cast<double>(in.num_chunks) * in.num_microbatches);
+  return ratio / (1 + ratio);
+}
+
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): W fills part of the drain, so
+// each rank idles (P-1)(T_F + T_I - T_W) besides its M(T_F + T_I + T_W) of work.
+std::optional<double> ZeroBubbleH1(const FormulaInputs& in) {
+  const StageCosts& c = in.costs;
+  if (in.num_chunks != 1 || in.num_microbatches < in.num_ranks || c.w > c.f + c.i) {
+    return std::nullopt;
+  }
+  const double bubble = (in.num_ranks - 1.0) * (c.f + c.i - c.w);
+  const double makespan = in.num_microbatches * (c.f + c.i + c.w) + bubble;
+  if (makespan <= 0) return std::nullopt;
+  return bubble / makespan;
+}
+
+struct Formula {
+  std::string_view schedule;
+  std::optional<double> (*fraction)(const FormulaInputs&);
+};
+
+constexpr std::array<Formula, 4> kFormulas = {{
+    {"gpipe", FillDrain},
+    {"1f1b", FillDrain},
+    {"interleaved-1f1b", Interleaved},
+    {"zb-h1", ZeroBubbleH1},
+}};
+
+}  // namespace
+
+std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const FormulaInputs& in) {
+  if (in.num_ranks < 1 || in.num_chunks < 1 || in.num_microbatches < 1 || in.costs.allreduce > 0) {
+    return std::nullopt;
+  }
+  for (const Formula& formula : kFormulas) {
+    if (formula.schedule == schedule) return formula.fraction(in);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const FormulaInputs& in) {
+  const std::optional<double> fraction = ClosedFormBubbleFraction(schedule, in);
+  if (!fraction.has_value() || *fraction >= 1) return std::nullopt;
+  return *fraction / (1 - *fraction);
+}
+
+}  // namespace pipesched::scheduler

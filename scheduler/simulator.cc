@@ -1,0 +1,145 @@
+// Simulate(): list scheduling of each rank's program under a cost model.
+//
+// Semantics (one compute stream and one collective stream per rank):
+// - A rank runs its program in order. A compute action (F, B, I, W) starts at
+//     max(rank's compute lane free, each dependency's end [+ Comm(boundary) when the
+//         dependency ran on another rank])
+//   and lasts CostModel::Duration(); it occupies trace::kComputeLane.
+// - ALLREDUCE runs on trace::kCommLane: it starts when the rank's comm lane is free and
+//   every B/W of its stage is done, and does NOT hold the compute lane (the executor
+//   runs it on its own stream, overlapping the remaining backward). It counts towards
+//   the makespan, not towards a rank's busy time.
+// - A cross-rank transfer is not contended: it is drawn as a span of Comm(boundary) on
+//   the sending rank's trace::kSendLane ("SEND_F" / "SEND_B", with the sender's stage
+//   and micro-batch) only when that time is > 0, and every cross-rank dependency is a
+//   trace::Flow from the producing span to the consuming one.
+// - Lowered SEND/RECV actions are zero-time markers: the transfers are already modelled
+//   by the dependencies, so they are neither drawn nor charged.
+// - busy = compute time on the compute lane; idle = makespan - busy.
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "base/status.h"
+#include "scheduler/dependency_walk.h"
+
+namespace pipesched::scheduler {
+
+using internal::DependencyIndex;
+using internal::kSameStage;
+
+absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs) {
+  PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
+  const int P = index.num_ranks();
+  const int N = index.num_actions();
+
+  // start/end: [action id]; markers get a zero-length interval at the rank's time.
+  std::vector<double> start(N, 0), end(N, 0);
+  std::vector<double> compute_free(P, 0), comm_free(P, 0);
+  PS_RETURN_IF_ERROR(
+      internal::WalkInOrder(schedule, index, [&](int r, int, int id, const Action& a) {
+        const bool compute = IsCompute(a.op);
+        if (!compute && a.op != Op::kAllReduce) {
+          start[id] = end[id] = compute_free[r];
+          return;
+        }
+        double& lane_free = compute ? compute_free[r] : comm_free[r];
+        double t = lane_free;
+        index.ForEachDep(a, [&](int dep, int boundary) {
+          double ready = end[dep];
+          if (boundary != kSameStage && index.RankOfId(dep) != r) ready += costs.Comm(boundary);
+          t = std::max(t, ready);
+        });
+        start[id] = t;
+        end[id] = t + costs.Duration(a);
+        lane_free = end[id];
+      }));
+
+  SimResult result;
+  trace::Timeline& timeline = result.timeline;
+  timeline.name = absl::StrFormat("%s P=%d V=%d M=%d (simulated)", schedule.name, P,
+                                  schedule.num_chunks(), schedule.num_microbatches);
+  timeline.time_unit = "unit";
+  timeline.num_ranks = P;
+  timeline.spans.reserve(N);
+  result.ranks.assign(P, RankStats{});
+
+  // Spans in program order per rank; live activations counted in the same order, which
+  // is time order on a rank's compute lane (its actions never overlap, and a release at
+  // t comes before an F starting at t).
+  std::vector<int> span_of(N, -1);
+  for (int r = 0; r < P; ++r) {
+    RankStats& stats = result.ranks[r];
+    int live = 0;
+    std::int64_t live_bytes = 0;
+    const std::vector<Action>& program = schedule.programs[r];
+    for (int step = 0; step < static_cast<int>(program.size()); ++step) {
+      const Action& a = program[step];
+      const int id = index.Id(r, step);
+      const bool compute = IsCompute(a.op);
+      if (!compute && a.op != Op::kAllReduce) continue;
+      span_of[id] = static_cast<int>(timeline.spans.size());
+      timeline.spans.push_back(trace::Span{
+          .rank = r,
+          .lane = compute ? trace::kComputeLane : trace::kCommLane,
+          .stage = a.stage,
+          .microbatch = compute ? a.microbatch : -1,
+          .op = std::string(OpName(a.op)),
+          .start = start[id],
+          .end = end[id],
+      });
+      result.makespan = std::max(result.makespan, end[id]);
+      if (!compute) continue;
+      stats.busy += end[id] - start[id];
+      const std::int64_t bytes = costs.Stage(a.stage).activation_bytes;
+      if (a.op == Op::kF) {
+        ++live;
+        live_bytes += bytes;
+        stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, live);
+        stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
+      } else if (index.ReleasesActivation(a)) {
+        --live;
+        live_bytes -= bytes;
+      }
+    }
+  }
+
+  // Cross-rank dependencies: a flow each, and a transfer span when it takes time.
+  for (int id = 0; id < N; ++id) {
+    if (span_of[id] < 0) continue;
+    const Action& a = index.ActionOf(id);
+    const int r = index.RankOfId(id);
+    index.ForEachDep(a, [&](int dep, int boundary) {
+      const int from_rank = index.RankOfId(dep);
+      if (boundary == kSameStage || from_rank == r) return;
+      timeline.flows.push_back(trace::Flow{.from = span_of[dep], .to = span_of[id]});
+      const double comm = costs.Comm(boundary);
+      if (comm <= 0) return;
+      const Action& sender = index.ActionOf(dep);
+      timeline.spans.push_back(trace::Span{
+          .rank = from_rank,
+          .lane = trace::kSendLane,
+          .stage = sender.stage,
+          .microbatch = sender.microbatch,
+          .op = sender.op == Op::kF ? "SEND_F" : "SEND_B",
+          .start = end[dep],
+          .end = end[dep] + comm,
+      });
+    });
+  }
+
+  double total_busy = 0;
+  double total_idle = 0;
+  for (RankStats& stats : result.ranks) {
+    stats.idle = result.makespan - stats.busy;
+    total_busy += stats.busy;
+    total_idle += stats.idle;
+  }
+  result.bubble_fraction = result.makespan > 0 ? total_idle / (P * result.makespan) : 0;
+  result.bubble_ratio = total_busy > 0 ? total_idle / total_busy : 0;
+  return result;
+}
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,63 @@
+// The closed forms of formulas.h, checked against numbers worked out by hand.
+#include "scheduler/formulas.h"
+
+#include "gtest/gtest.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+FormulaInputs Inputs(int p, int v, int m, StageCosts costs = {}) {
+  return FormulaInputs{.num_ranks = p, .num_chunks = v, .num_microbatches = m, .costs = costs};
+}
+
+TEST(FormulasTest, GPipeAnd1F1BFillAndDrain) {
+  // (P-1)/(M+P-1): P=4, M=8 -> 3/11.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("gpipe", Inputs(4, 1, 8)), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8)), 3.0 / 11);
+  // Independent of the F/B split, and M need not be a multiple of P.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("1f1b", Inputs(3, 1, 5, {.f = 2, .b = 7})), 2.0 / 7);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("1f1b", Inputs(1, 1, 5)), 0);
+  // ratio = f / (1 - f) = (P-1)/M.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleRatio("1f1b", Inputs(4, 1, 8)), 3.0 / 8);
+}
+
+TEST(FormulasTest, Interleaved) {
+  // ratio (P-1)/(V*M) = 3/16 for P=4, V=2, M=8; fraction = 3/19.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleRatio("interleaved-1f1b", Inputs(4, 2, 8)), 3.0 / 16);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 8)), 3.0 / 19);
+  // V = 1 is plain 1F1B.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 1, 8)),
+                   *ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8)));
+  // Only when P divides M.
+  EXPECT_FALSE(ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 6)).has_value());
+}
+
+TEST(FormulasTest, ZeroBubbleH1) {
+  // T_F = T_I = T_W = 1, P=4, M=8: bubble 3*(1+1-1) = 3 per rank, makespan 8*3 + 3 = 27.
+  const StageCosts unit{.f = 1, .b = 2, .i = 1, .w = 1};
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 8, unit)), 3.0 / 27);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleRatio("zb-h1", Inputs(4, 1, 8, unit)), 3.0 / 24);
+  // One third of 1F1B's bubble time, 3*(F+B) = 9 per rank.
+  const double one_f_one_b = 3.0 * (unit.f + unit.b);
+  EXPECT_DOUBLE_EQ(3.0, one_f_one_b / 3);
+  // T_F=2, T_I=3, T_W=1, P=3, M=4: bubble 2*4 = 8, makespan 4*6 + 8 = 32.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("zb-h1", Inputs(3, 1, 4, {.f = 2, .i = 3, .w = 1})),
+                   8.0 / 32);
+  // Outside the regime: M < P, or W longer than F + I.
+  EXPECT_FALSE(ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 3, unit)).has_value());
+  EXPECT_FALSE(
+      ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 8, {.f = 1, .i = 1, .w = 3})).has_value());
+}
+
+TEST(FormulasTest, NulloptOutsideWhatTheFormulasCover) {
+  EXPECT_FALSE(ClosedFormBubbleFraction("zb-v", Inputs(4, 2, 8)).has_value());
+  EXPECT_FALSE(ClosedFormBubbleFraction("1F1B", Inputs(4, 1, 8)).has_value());  // names exact
+  EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(0, 1, 8)).has_value());
+  EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 0)).has_value());
+  EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 2, 8)).has_value());
+  EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8, {.allreduce = 1})).has_value());
+  EXPECT_FALSE(ClosedFormBubbleRatio("zb-v", Inputs(4, 2, 8)).has_value());
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler

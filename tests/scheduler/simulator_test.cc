@@ -1,0 +1,221 @@
+// Simulate(): tiny hand-built schedules whose every start time is worked out by hand in
+// the comments, so a reader can check the simulator's rules one by one.
+#include "scheduler/simulator.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hand_schedule.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::scheduler::testing::HandSchedule;
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// The span of (rank, lane, op, stage, mb); fails the test when absent or repeated.
+const trace::Span* FindSpan(const trace::Timeline& timeline, int rank, int lane,
+                            const std::string& op, int stage, int mb) {
+  const trace::Span* found = nullptr;
+  for (const trace::Span& span : timeline.spans) {
+    if (span.rank == rank && span.lane == lane && span.op == op && span.stage == stage &&
+        span.microbatch == mb) {
+      EXPECT_EQ(found, nullptr) << "two spans for " << stage << op << mb;
+      found = &span;
+    }
+  }
+  EXPECT_NE(found, nullptr) << "no span for " << stage << op << mb << " on rank " << rank
+                            << " lane " << lane;
+  return found;
+}
+
+void ExpectSpan(const trace::Timeline& timeline, int rank, int lane, const std::string& op,
+                int stage, int mb, double start, double end) {
+  const trace::Span* span = FindSpan(timeline, rank, lane, op, stage, mb);
+  if (span == nullptr) return;
+  EXPECT_DOUBLE_EQ(span->start, start) << stage << op << mb;
+  EXPECT_DOUBLE_EQ(span->end, end) << stage << op << mb;
+}
+
+void ExpectCompute(const trace::Timeline& timeline, int rank, const std::string& op, int stage,
+                   int mb, double start, double end) {
+  ExpectSpan(timeline, rank, trace::kComputeLane, op, stage, mb, start, end);
+}
+
+int CountLane(const trace::Timeline& timeline, int lane) {
+  int n = 0;
+  for (const trace::Span& span : timeline.spans) n += span.lane == lane;
+  return n;
+}
+
+bool HasFlow(const trace::Timeline& timeline, const trace::Span* from, const trace::Span* to) {
+  for (const trace::Flow& flow : timeline.flows) {
+    if (&timeline.spans[flow.from] == from && &timeline.spans[flow.to] == to) return true;
+  }
+  return false;
+}
+
+// 1F1B, P=2, M=2, F=1, B=2:
+//   rank 0 | 0F0 0F1 .   .   0B0 0B0 .   0B1 0B1
+//   rank 1 | .   1F0 1B0 1B0 1F1 1B1 1B1
+//   t        0   1   2   3   4   5   6   7   8   9
+TEST(SimulatorTest, HandWritten1F1B) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"});
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, CostModel{}));
+  const trace::Timeline& t = r.timeline;
+  ExpectCompute(t, 0, "F", 0, 0, 0, 1);
+  ExpectCompute(t, 0, "F", 0, 1, 1, 2);
+  ExpectCompute(t, 1, "F", 1, 0, 1, 2);
+  ExpectCompute(t, 1, "B", 1, 0, 2, 4);
+  ExpectCompute(t, 1, "F", 1, 1, 4, 5);  // rank 1 is busy with 1B0 until 4
+  ExpectCompute(t, 1, "B", 1, 1, 5, 7);
+  ExpectCompute(t, 0, "B", 0, 0, 4, 6);  // waits for 1B0
+  ExpectCompute(t, 0, "B", 0, 1, 7, 9);  // waits for 1B1
+  EXPECT_DOUBLE_EQ(r.makespan, 9);       // (M+P-1)(F+B)
+  EXPECT_DOUBLE_EQ(t.Makespan(), 9);
+  ASSERT_EQ(r.ranks.size(), 2u);
+  for (const RankStats& rank : r.ranks) {
+    EXPECT_DOUBLE_EQ(rank.busy, 6);
+    EXPECT_DOUBLE_EQ(rank.idle, 3);
+  }
+  EXPECT_DOUBLE_EQ(r.bubble_fraction, 1.0 / 3);  // (P-1)/(M+P-1)
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 0.5);
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 2);
+  EXPECT_EQ(r.ranks[1].peak_live_microbatches, 1);
+  EXPECT_EQ(t.num_ranks, 2);
+  EXPECT_EQ(t.name, "hand P=2 V=1 M=2 (simulated)");
+  EXPECT_EQ(CountLane(t, trace::kSendLane), 0);  // no transfer time, nothing to draw
+  EXPECT_EQ(t.flows.size(), 4u);                 // 0F0->1F0, 0F1->1F1, 1B0->0B0, 1B1->0B1
+}
+
+// P=2, M=1, comm 0.5 on boundary 0:
+//   0F0 [0,1]; transfer [1,1.5]; 1F0 [1.5,2.5]; 1B0 [2.5,4.5]; transfer [4.5,5]; 0B0 [5,7]
+TEST(SimulatorTest, TransferTimeDelaysCrossRankDependencies) {
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"});
+  CostModel costs;
+  costs.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  const trace::Timeline& t = r.timeline;
+  ExpectCompute(t, 0, "F", 0, 0, 0, 1);
+  ExpectCompute(t, 1, "F", 1, 0, 1.5, 2.5);
+  ExpectCompute(t, 1, "B", 1, 0, 2.5, 4.5);  // same-stage F -> B pays no transfer
+  ExpectCompute(t, 0, "B", 0, 0, 5, 7);
+  EXPECT_DOUBLE_EQ(r.makespan, 7);
+  ExpectSpan(t, 0, trace::kSendLane, "SEND_F", 0, 0, 1, 1.5);
+  ExpectSpan(t, 1, trace::kSendLane, "SEND_B", 1, 0, 4.5, 5);
+  EXPECT_EQ(CountLane(t, trace::kSendLane), 2);
+  ASSERT_EQ(t.flows.size(), 2u);
+  EXPECT_TRUE(HasFlow(t, FindSpan(t, 0, 0, "F", 0, 0), FindSpan(t, 1, 0, "F", 1, 0)));
+  EXPECT_TRUE(HasFlow(t, FindSpan(t, 1, 0, "B", 1, 0), FindSpan(t, 0, 0, "B", 0, 0)));
+  EXPECT_DOUBLE_EQ(r.ranks[0].busy, 3);
+  EXPECT_DOUBLE_EQ(r.ranks[0].idle, 4);
+  EXPECT_DOUBLE_EQ(r.bubble_fraction, 8.0 / 14);
+}
+
+// P=3, M=1, boundary 0 costs 0.5 and boundary 1 costs 2:
+//   0F0 [0,1] 1F0 [1.5,2.5] 2F0 [4.5,5.5] 2B0 [5.5,7.5] 1B0 [9.5,11.5] 0B0 [12,14]
+TEST(SimulatorTest, PerBoundaryTransferTime) {
+  const Schedule s = HandSchedule(3, 1, 1, {"0F0 0B0", "1F0 1B0", "2F0 2B0"});
+  CostModel costs;
+  costs.comm = {0.5, 2};
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 1, "F", 1, 0, 1.5, 2.5);
+  ExpectCompute(r.timeline, 2, "F", 2, 0, 4.5, 5.5);
+  ExpectCompute(r.timeline, 1, "B", 1, 0, 9.5, 11.5);
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 12, 14);
+  ExpectSpan(r.timeline, 1, trace::kSendLane, "SEND_F", 1, 0, 2.5, 4.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 14);
+}
+
+// Per-stage costs: stage 1's F takes 3 and its B 1.
+//   0F0 [0,1] 0F1 [1,2] 1F0 [1,4] 1B0 [4,5] 1F1 [5,8] 1B1 [8,9] 0B0 [5,7] 0B1 [9,11]
+TEST(SimulatorTest, PerStageCosts) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"});
+  CostModel costs;
+  costs.stages = {StageCosts{}, StageCosts{.f = 3, .b = 1}};
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 1, "F", 1, 1, 5, 8);
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 5, 7);
+  ExpectCompute(r.timeline, 0, "B", 0, 1, 9, 11);
+  EXPECT_DOUBLE_EQ(r.makespan, 11);
+  EXPECT_DOUBLE_EQ(r.ranks[1].busy, 8);
+}
+
+// P=1, V=2, all-reduce 5 per stage, on the comm lane:
+//   compute | 0F0 [0,1] 1F0 [1,2] 1B0 [2,4] 0B0 [4,6]
+//   comm    | 1ALLREDUCE [4,9] 0ALLREDUCE [9,14] (queued behind 1ALLREDUCE)
+TEST(SimulatorTest, AllReduceRunsOnTheCommLaneWithoutBlockingCompute) {
+  const Schedule s = HandSchedule(1, 2, 1, {"0F0 1F0 1B0 1ALLREDUCE 0B0 0ALLREDUCE"});
+  CostModel costs;
+  costs.uniform.allreduce = 5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 4, 6);
+  ExpectSpan(r.timeline, 0, trace::kCommLane, "ALLREDUCE", 1, -1, 4, 9);
+  ExpectSpan(r.timeline, 0, trace::kCommLane, "ALLREDUCE", 0, -1, 9, 14);
+  EXPECT_DOUBLE_EQ(r.makespan, 14);
+  EXPECT_DOUBLE_EQ(r.ranks[0].busy, 6);  // compute only: the all-reduce overlaps
+  EXPECT_DOUBLE_EQ(r.ranks[0].idle, 8);
+}
+
+TEST(SimulatorTest, LoweredTransfersAreZeroTimeMarkers) {
+  CostModel costs;
+  costs.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult plain,
+                          Simulate(HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"}), costs));
+  PS_ASSERT_OK_AND_ASSIGN(
+      const SimResult lowered,
+      Simulate(HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"}),
+               costs));
+  EXPECT_DOUBLE_EQ(lowered.makespan, plain.makespan);
+  EXPECT_EQ(lowered.timeline.spans.size(), plain.timeline.spans.size());
+  ExpectCompute(lowered.timeline, 0, "B", 0, 0, 5, 7);
+}
+
+TEST(SimulatorTest, PeakLiveActivationsCountUntilWWhenSplit) {
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  // 0W0 comes after 0F2: three stashes live at once.
+  PS_ASSERT_OK_AND_ASSIGN(
+      SimResult r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0I0 0F2 0W0 0I1 0W1 0I2 0W2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 3);
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 300);
+  // 0W0 before 0F2: two.
+  PS_ASSERT_OK_AND_ASSIGN(
+      r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0I0 0W0 0F2 0I1 0W1 0I2 0W2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 2);
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 200);
+}
+
+TEST(SimulatorTest, PeakLiveBytesWeighStagesOfOneRank) {
+  CostModel costs;
+  costs.stages = {StageCosts{.activation_bytes = 100}, StageCosts{.activation_bytes = 10}};
+  PS_ASSERT_OK_AND_ASSIGN(
+      const SimResult r,
+      Simulate(HandSchedule(1, 2, 2, {"0F0 1F0 1B0 0F1 1F1 1B1 0B1 0B0"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 3);  // 0F0, 0F1, 1F1
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 210);
+}
+
+TEST(SimulatorTest, ZeroCostsGiveZeroBubbleNotNaN) {
+  CostModel costs;
+  costs.uniform = StageCosts{.f = 0, .b = 0, .i = 0, .w = 0};
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r,
+                          Simulate(HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"}), costs));
+  EXPECT_DOUBLE_EQ(r.makespan, 0);
+  EXPECT_DOUBLE_EQ(r.bubble_fraction, 0);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 0);
+}
+
+TEST(SimulatorTest, RejectsWhatValidateRejects) {
+  EXPECT_THAT(Simulate(HandSchedule(2, 1, 1, {"0F0 0B0", "1F0"}), CostModel{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1F0 has no backward")));
+  EXPECT_THAT(Simulate(HandSchedule(2, 1, 2, {"0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1"}), CostModel{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 0 blocked at 0B0 (waits for 1B0 on rank 1)")));
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler

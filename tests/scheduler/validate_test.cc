@@ -1,0 +1,235 @@
+// Validate(): hand-written good and bad schedules. Every rejection asserts the code, the
+// words a user reads on the first line, and the grid with its arrow at the action.
+#include "scheduler/validate.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hand_schedule.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/simulator.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::scheduler::testing::HandSchedule;
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// 1F1B, P=2, M=2:
+//   rank 0 | 0F0 0F1 0B0 0B1
+//   rank 1 | 1F0 1B0 1F1 1B1
+Schedule OneFOneB() { return HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}); }
+
+// The grid with the arrow at (rank, step), exactly as the error must carry it.
+std::string GridAt(const Schedule& schedule, int rank, int step) {
+  return RenderProgramGrid(schedule, rank, step);
+}
+
+TEST(ValidateTest, AcceptsHandWritten1F1B) { PS_EXPECT_OK(Validate(OneFOneB())); }
+
+TEST(ValidateTest, AcceptsSplitBackwardAndAllReduce) {
+  const Schedule s = HandSchedule(
+      2, 1, 2, {"0F0 0F1 0I0 0I1 0W0 0W1 0ALLREDUCE", "1F0 1I0 1F1 1W0 1I1 1W1 1ALLREDUCE"});
+  PS_EXPECT_OK(Validate(s));
+}
+
+TEST(ValidateTest, AcceptsInterleavedLoopAndVPlacement) {
+  // Loop: stages 0, 2 on rank 0; 1, 3 on rank 1.
+  PS_EXPECT_OK(Validate(HandSchedule(2, 2, 1, {"0F0 2F0 2B0 0B0", "1F0 3F0 3B0 1B0"})));
+  // V: stages 0, 3 on rank 0; 1, 2 on rank 1.
+  PS_EXPECT_OK(
+      Validate(HandSchedule(2, 2, 1, {"0F0 3F0 3B0 0B0", "1F0 2F0 2B0 1B0"}, PlacementKind::kV)));
+}
+
+TEST(ValidateTest, AcceptsLoweredTransfersAsMarkers) {
+  PS_EXPECT_OK(
+      Validate(HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"})));
+}
+
+TEST(ValidateTest, RejectsMissingBackward) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(StartsWith("rank 1 step 2: action 1F1 has no backward"),
+                             HasSubstr("missing action 1B1"), HasSubstr(GridAt(s, 1, 2)),
+                             HasSubstr("[1F1]"), HasSubstr("^^^ rank 1, step 2"))));
+}
+
+TEST(ValidateTest, RejectsMissingForward) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1B1"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 1 step 2: action 1B1 has no matching "
+                                                     "forward 1F1"),
+                                          HasSubstr(GridAt(s, 1, 2)))));
+}
+
+TEST(ValidateTest, RejectsMicrobatchMissingEntirely) {
+  const Schedule s = HandSchedule(1, 1, 2, {"0F0 0B0"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(StartsWith("missing action 0F1: stage 0 micro-batch 1 has no forward "
+                                        "on rank 0"),
+                             HasSubstr(GridAt(s, 0, 2)))));
+}
+
+TEST(ValidateTest, RejectsDuplicate) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0F1 0B1", "1F0 1B0 1F1 1B1"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 3: action 0F1 is a duplicate "
+                                                     "(first at rank 0 step 1)"),
+                                          HasSubstr(GridAt(s, 0, 3)), HasSubstr("[0F1]"))));
+}
+
+TEST(ValidateTest, RejectsWrongRank) {
+  // 1F0 belongs on rank 1 (loop placement, P=2) but sits on rank 0.
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 1F0 0B0", "1B0"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(StartsWith("rank 0 step 1: action 1F0 is on rank 0 but stage 1 is "
+                                        "placed on rank 1 (loop placement"),
+                             HasSubstr(GridAt(s, 0, 1)))));
+}
+
+TEST(ValidateTest, RejectsWrongRankUnderVPlacement) {
+  // V placement, P=2, V=2: stage 2 lives on rank 1, not rank 0.
+  const Schedule s =
+      HandSchedule(2, 2, 1, {"0F0 2F0 2B0 0B0", "1F0 3F0 3B0 1B0"}, PlacementKind::kV);
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 0 step 1: action 2F0 is on rank 0 but "
+                                               "stage 2 is placed on rank 1 (v placement")));
+}
+
+TEST(ValidateTest, RejectsWrongOrderOnARank) {
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1B0 1F0"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(StartsWith("rank 1 step 0: action 1B0 waits for 1F0, which comes "
+                                        "later on the same rank (step 1)"),
+                             HasSubstr(GridAt(s, 1, 0)), HasSubstr("[1B0]"))));
+}
+
+TEST(ValidateTest, RejectsWrongOrderAcrossChunksOfOneRank) {
+  // P=1, V=2: 0B0 needs 1B0's input gradient, which comes after it.
+  const Schedule s = HandSchedule(1, 2, 1, {"0F0 1F0 0B0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 2: action 0B0 waits for 1B0, "
+                                                     "which comes later on the same rank (step "
+                                                     "3)"),
+                                          HasSubstr(GridAt(s, 0, 2)))));
+}
+
+TEST(ValidateTest, RejectsDeadlockAcrossRanks) {
+  // Rank 0 waits in 0B0 for 1B0; rank 1 runs 1F1 first, which waits for 0F1 behind 0B0.
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(StartsWith("deadlock: no rank can run its next action;"),
+                             HasSubstr("rank 0 blocked at 0B0 (waits for 1B0 on rank 1)"),
+                             HasSubstr("rank 1 blocked at 1F1 (waits for 0F1 on rank 0)"),
+                             HasSubstr("(2 of 8 actions ran)"), HasSubstr(GridAt(s, 0, 1)),
+                             HasSubstr("[0B0]"))));
+}
+
+TEST(ValidateTest, DeadlockNamesEveryBlockedRank) {
+  // Ranks 0 and 1 are in a cycle; rank 2 is starved by it.
+  const Schedule s =
+      HandSchedule(3, 1, 2, {"0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1", "2F0 2B0 2F1 2B1"});
+  const absl::Status status = Validate(s);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               AllOf(HasSubstr("rank 0 blocked at 0B0 (waits for 1B0 on rank 1)"),
+                                     HasSubstr("rank 1 blocked at 1F1 (waits for 0F1 on rank 0)"),
+                                     HasSubstr("rank 2 blocked at 2F1 (waits for 1F1 on rank "
+                                               "1)"))));
+}
+
+TEST(ValidateTest, SimulateReportsTheSameDeadlock) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1"});
+  EXPECT_EQ(Simulate(s, CostModel{}).status(), Validate(s));
+}
+
+TEST(ValidateTest, RejectsBadShape) {
+  Schedule s = OneFOneB();
+  s.placement.num_ranks = 0;
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("P (ranks) must be >= 1, got 0")));
+  s = OneFOneB();
+  s.placement.num_chunks = 0;
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("V (chunks per rank) must be >= 1, got 0")));
+  s = OneFOneB();
+  s.num_microbatches = 0;
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("M (micro-batches) must be >= 1, got 0")));
+  s = OneFOneB();
+  s.programs.pop_back();
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("has 1 rank programs but P = 2")));
+  s = OneFOneB();
+  s.num_microbatches = 1000000;
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 8 actions, fewer than")));
+}
+
+TEST(ValidateTest, RejectsOutOfRangeStageAndMicrobatch) {
+  Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1 2F0", "1F0 1B0 1F1 1B1"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 4: action 2F0 has stage 2, "
+                                                     "outside [0, 2) (P=2 x V=1)"),
+                                          HasSubstr(GridAt(s, 0, 4)))));
+  s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1 1F2"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 1 step 4: action 1F2 has micro-batch 2, "
+                                               "outside [0, 2)")));
+}
+
+TEST(ValidateTest, RejectsMixedBackward) {
+  const Schedule s = HandSchedule(1, 1, 1, {"0F0 0B0 0W0"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 2: action 0W0 mixes a full "
+                                                     "backward B with a split backward I/W"),
+                                          HasSubstr(GridAt(s, 0, 2)))));
+}
+
+TEST(ValidateTest, RejectsHalfASplitBackward) {
+  EXPECT_THAT(Validate(HandSchedule(1, 1, 1, {"0F0 0I0"})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       StartsWith("rank 0 step 1: action 0I0 has no matching W: missing action "
+                                  "0W0")));
+  EXPECT_THAT(Validate(HandSchedule(1, 1, 1, {"0F0 0W0"})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       StartsWith("rank 0 step 1: action 0W0 has no matching I")));
+}
+
+TEST(ValidateTest, RejectsAllReduceBeforeBackwardOrTwice) {
+  Schedule s = HandSchedule(1, 1, 2, {"0F0 0B0 0ALLREDUCE 0F1 0B1"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 2: action 0ALLREDUCE comes "
+                                                     "before 0B1 (step 4)"),
+                                          HasSubstr(GridAt(s, 0, 2)))));
+  s = HandSchedule(1, 1, 1, {"0F0 0I0 0ALLREDUCE 0W0"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 0 step 2: action 0ALLREDUCE comes before "
+                                               "0W0 (step 3)")));
+  s = HandSchedule(1, 1, 1, {"0F0 0B0 0ALLREDUCE 0ALLREDUCE"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 0 step 3: action 0ALLREDUCE is a duplicate "
+                                               "(first at rank 0 step 2)")));
+}
+
+TEST(ValidateTest, RejectsTransferPastTheEnds) {
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1SEND_F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 1 step 1: action 1SEND_F0 transfers across "
+                                               "a boundary that does not exist")));
+  EXPECT_THAT(Validate(HandSchedule(2, 1, 1, {"0RECV_F0 0F0 0B0", "1F0 1B0"})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       StartsWith("rank 0 step 0: action 0RECV_F0 transfers")));
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
