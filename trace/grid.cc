@@ -86,11 +86,15 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   const int prefix = static_cast<int>(label_width) + 3;  // "rank 0 | "
   const int plot_width = std::max(kMinPlotColumns, options.max_width - prefix);
 
-  // Columns per time unit.
+  // Columns per time unit: enough for every compute label and a space (transfers are
+  // short and would stretch the grid; theirs may be cut).
   const double makespan = timeline.Makespan();
   std::size_t max_label = 1;
   double min_duration = 0;
+  const bool any_compute = std::any_of(timeline.spans.begin(), timeline.spans.end(),
+                                       [](const Span& span) { return span.lane == kComputeLane; });
   for (const Span& span : timeline.spans) {
+    if (any_compute && span.lane != kComputeLane) continue;
     max_label = std::max(max_label, SpanLabel(span).size());
     const double d = span.end - span.start;
     if (d > 0 && (min_duration == 0 || d < min_duration)) min_duration = d;
@@ -150,23 +154,27 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
 
   if (options.axis && num_columns > 0) {
     const double step = NiceStep(kMinTickSpacing / per_unit);
-    std::string ticks(num_columns + 1, '-');
-    std::string numbers(num_columns + 1, ' ');
+    // The axis may run one column past the grid (a tick at the makespan) and its numbers
+    // a few more, within max_width.
+    const int axis_width = std::max(num_columns, plot_width);
+    std::string ticks(std::min(num_columns + 1, axis_width), '-');
+    std::string numbers(ticks.size(), ' ');
     int free_from = 0;  // first column a new number may use
     for (int k = 0;; ++k) {
       const double t = k * step;
       if (t > makespan * (1 + 1e-9)) break;
       const int c = column(t);
+      if (c >= static_cast<int>(ticks.size())) break;
       ticks[c] = '+';
       const std::string text = FormatNumber(t);
-      if (c >= free_from) {
+      if (c >= free_from && c + static_cast<int>(text.size()) <= axis_width) {
         if (numbers.size() < c + text.size()) numbers.resize(c + text.size(), ' ');
         numbers.replace(c, text.size(), text);
         free_from = c + static_cast<int>(text.size()) + 1;
       }
     }
     numbers.erase(numbers.find_last_not_of(' ') + 1);
-    absl::StrAppend(&out, std::string(label_width + 1, ' '), "+-", ticks, "\n");
+    absl::StrAppend(&out, std::string(label_width + 3, ' '), ticks, "\n");
     absl::StrAppend(&out, absl::StrFormat("%*s", static_cast<int>(label_width), unit), "   ",
                     numbers, "\n");
   }
@@ -174,13 +182,29 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   if (options.legend && !legend.empty()) {
     std::sort(legend.begin(), legend.end(),
               [](const OpStyle* a, const OpStyle* b) { return a->legend_order < b->legend_order; });
-    std::string line = "legend: ";
+    // Entries wrap at max_width; `visible` counts the printed columns (no SGR bytes).
+    std::string line = "legend:";
+    std::size_t visible = line.size();
+    auto add = [&](std::string_view code, std::string_view ansi, std::string_view text) {
+      const std::size_t width = 2 + code.size() + 1 + text.size();
+      if (visible + width > static_cast<std::size_t>(std::max(options.max_width, 40))) {
+        absl::StrAppend(&out, line, "\n");
+        line = "       ";
+        visible = line.size();
+      }
+      absl::StrAppend(&line, "  ");
+      if (options.color) {
+        absl::StrAppend(&line, "\x1b[", Absl(ansi), "m", Absl(code), "\x1b[0m");
+      } else {
+        absl::StrAppend(&line, Absl(code));
+      }
+      absl::StrAppend(&line, " ", Absl(text));
+      visible += width;
+    };
     for (const OpStyle* style : legend) {
-      std::string code(style->code.empty() ? "?" : std::string(style->code));
-      if (options.color) code = absl::StrCat("\x1b[", Absl(style->ansi), "m", code, "\x1b[0m");
-      absl::StrAppend(&line, code, " ", Absl(style->description), "  ");
+      add(style->code.empty() ? "?" : style->code, style->ansi, style->description);
     }
-    absl::StrAppend(&line, options.color ? "\x1b[90m.\x1b[0m" : ".", " idle; number = micro-batch");
+    add(".", "90", "idle");
     absl::StrAppend(&out, line, "\n");
   }
   return out;

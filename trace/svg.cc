@@ -66,7 +66,12 @@ std::string Num(double x) {
   return s;
 }
 
-std::string UnitText(const std::string& unit) { return unit == "us" ? "\xC2\xB5s" : unit; }
+// Axis and tooltip text for a time unit: "us" as the micro sign, "unit" as a plural.
+std::string UnitText(const std::string& unit) {
+  if (unit == "us") return "\xC2\xB5s";
+  if (unit == "unit") return "units";
+  return unit;
+}
 
 struct Rgb {
   double r, g, b;
@@ -329,7 +334,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     double x = plot_left;
     y += 4;
     for (const Entry& e : entries) {
-      const double text_width = e.text.size() * 12 * kCharWidth * 0.9;
+      const double text_width = e.text.size() * 12 * 0.52;
       const double entry_width = (e.swatch.empty() ? 0 : 18) + text_width + 18;
       if (x + entry_width > plot_right && x > plot_left) {
         x = plot_left;

@@ -1,0 +1,133 @@
+// Chrome / Perfetto export: parsed back, the trace has the processes, threads, complete
+// events and flow pairs the Trace Event Format needs, in microseconds.
+#include "trace/chrome_trace.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "test_timeline.h"
+
+namespace pipesched::trace {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::vector<json> Events(const json& trace, const std::string& ph) {
+  std::vector<json> out;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.at("ph") == ph) out.push_back(e);
+  }
+  return out;
+}
+
+// pid -> process name, from the "process_name" metadata.
+std::map<int, std::string> ProcessNames(const json& trace) {
+  std::map<int, std::string> names;
+  for (const json& e : Events(trace, "M")) {
+    if (e.at("name") == "process_name")
+      names[e.at("pid").get<int>()] = e.at("args").at("name").get<std::string>();
+  }
+  return names;
+}
+
+TEST(ChromeTraceTest, ProcessesThreadsAndCompleteEvents) {
+  const Timeline t = testing::TwoRankTimeline();
+  const json trace = json::parse(ToChromeTrace({&t}));
+  ASSERT_TRUE(trace.at("traceEvents").is_array());
+  EXPECT_EQ(trace.at("displayTimeUnit"), "ms");
+
+  const std::map<int, std::string> processes = ProcessNames(trace);
+  ASSERT_EQ(processes.size(), 2u);
+  EXPECT_EQ(processes.begin()->second, "simulated: rank 0");
+  EXPECT_EQ(processes.rbegin()->second, "simulated: rank 1");
+
+  std::set<std::pair<int, std::string>> threads;
+  for (const json& e : Events(trace, "M")) {
+    if (e.at("name") == "thread_name")
+      threads.insert({e.at("tid").get<int>(), e.at("args").at("name").get<std::string>()});
+  }
+  EXPECT_EQ(threads,
+            (std::set<std::pair<int, std::string>>{
+                {kComputeLane, "compute"}, {kSendLane, "send"}, {kCommLane, "collectives"}}));
+
+  const std::vector<json> complete = Events(trace, "X");
+  ASSERT_EQ(complete.size(), t.spans.size());
+  // Span 5: rank 1, B of micro-batch 0 on stage 1, [2.5, 4.5) units = 1000 us per unit.
+  const json& b = complete[5];
+  EXPECT_EQ(b.at("name"), "1B0");
+  EXPECT_EQ(b.at("cat"), "compute");
+  EXPECT_EQ(processes.at(b.at("pid").get<int>()), "simulated: rank 1");
+  EXPECT_EQ(b.at("tid"), kComputeLane);
+  EXPECT_DOUBLE_EQ(b.at("ts").get<double>(), 2500);
+  EXPECT_DOUBLE_EQ(b.at("dur").get<double>(), 2000);
+  EXPECT_EQ(b.at("args"), (json{{"stage", 1}, {"microbatch", 0}, {"op", "B"}}));
+  // ALLREDUCE has no micro-batch.
+  EXPECT_EQ(complete[10].at("name"), "0ALLREDUCE");
+  EXPECT_EQ(complete[10].at("tid"), kCommLane);
+  EXPECT_FALSE(complete[10].at("args").contains("microbatch"));
+
+  EXPECT_THAT(trace.at("otherData").dump(), HasSubstr("1 unit = 1000 us"));
+}
+
+TEST(ChromeTraceTest, FlowsArePairedAndBoundToTheirSlices) {
+  const Timeline t = testing::TwoRankTimeline();
+  const json trace = json::parse(ToChromeTrace({&t}));
+  const std::vector<json> starts = Events(trace, "s");
+  const std::vector<json> finishes = Events(trace, "f");
+  ASSERT_EQ(starts.size(), t.flows.size());
+  ASSERT_EQ(finishes.size(), t.flows.size());
+  const std::map<int, std::string> processes = ProcessNames(trace);
+  for (std::size_t i = 0; i < t.flows.size(); ++i) {
+    const Span& from = t.spans[t.flows[i].from];
+    const Span& to = t.spans[t.flows[i].to];
+    const json& s = starts[i];
+    const json& f = finishes[i];
+    EXPECT_EQ(s.at("id"), f.at("id"));
+    EXPECT_EQ(s.at("cat"), f.at("cat"));
+    EXPECT_EQ(s.at("name"), f.at("name"));
+    EXPECT_EQ(f.at("bp"), "e");
+    EXPECT_EQ(processes.at(s.at("pid").get<int>()), "simulated: rank " + std::to_string(from.rank));
+    EXPECT_EQ(processes.at(f.at("pid").get<int>()), "simulated: rank " + std::to_string(to.rank));
+    // Each end lies inside (or on the start of) the slice it binds to.
+    EXPECT_GE(s.at("ts").get<double>(), from.start * 1000);
+    EXPECT_LT(s.at("ts").get<double>(), from.end * 1000);
+    EXPECT_DOUBLE_EQ(f.at("ts").get<double>(), to.start * 1000);
+  }
+  EXPECT_NE(starts[0].at("id"), starts[1].at("id"));
+}
+
+TEST(ChromeTraceTest, StacksTimelinesAndKeepsMicroseconds) {
+  const Timeline planned = testing::TwoRankTimeline();
+  Timeline measured = testing::TwoRankTimeline();
+  measured.name = "measured";
+  measured.time_unit = "us";
+  measured.flows.push_back({0, 99});  // out of range: skipped, not a crash
+  const json trace = json::parse(ToChromeTrace({&planned, nullptr, &measured}));
+  const std::map<int, std::string> processes = ProcessNames(trace);
+  ASSERT_EQ(processes.size(), 4u);
+  std::vector<std::string> names;
+  for (const auto& [pid, name] : processes) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"simulated: rank 0", "simulated: rank 1",
+                                             "measured: rank 0", "measured: rank 1"}));
+  const std::vector<json> complete = Events(trace, "X");
+  ASSERT_EQ(complete.size(), 2 * planned.spans.size());
+  EXPECT_DOUBLE_EQ(complete[planned.spans.size() + 5].at("ts").get<double>(), 2.5);
+  EXPECT_EQ(Events(trace, "s").size(), 4u);
+  EXPECT_THAT(trace.at("otherData").dump(), HasSubstr("measured (time in us)"));
+}
+
+TEST(ChromeTraceTest, EmptyInputIsAValidTrace) {
+  const json trace = json::parse(ToChromeTrace({}));
+  EXPECT_TRUE(trace.at("traceEvents").empty());
+  EXPECT_DOUBLE_EQ(MicrosecondsPerUnit("ms"), 1000);
+  EXPECT_DOUBLE_EQ(MicrosecondsPerUnit("ns"), 0.001);
+}
+
+}  // namespace
+}  // namespace pipesched::trace

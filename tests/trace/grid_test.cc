@@ -1,0 +1,94 @@
+// Terminal grid: the picture of a small timeline, colour on request only, width limit.
+#include "trace/grid.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_timeline.h"
+
+namespace pipesched::trace {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(GridTest, DrawsTheTimeline) {
+  // One column is 1/3 unit: the shortest compute span (1 unit) holds "F0" and a space.
+  EXPECT_EQ(RenderTimelineGrid(testing::TwoRankTimeline()),
+            "simulated: makespan 10.5 unit, 1 column = 0.333333 unit\n"
+            "rank 0 | F0 F1 ........B0    ...B1    ...\n"
+            "  send | ...SF.SF........................\n"
+            "  comm | .............................AR \n"
+            "rank 1 | .....F0 B0    F1 B1    .........\n"
+            "         +--------------+--------------+--\n"
+            "  unit   0              5              10\n"
+            "legend:  F forward  B backward  SF send activation  AR all-reduce  . idle\n");
+}
+
+TEST(GridTest, ColourOnlyWhenAsked) {
+  const Timeline t = testing::TwoRankTimeline();
+  EXPECT_THAT(RenderTimelineGrid(t), Not(HasSubstr("\x1b[")));
+  GridOptions options;
+  options.color = true;
+  const std::string colored = RenderTimelineGrid(t, options);
+  EXPECT_THAT(colored, HasSubstr("\x1b[97;44mF0 \x1b[0m"));  // forward: white on blue
+  EXPECT_THAT(colored, HasSubstr("\x1b[0m"));
+}
+
+TEST(GridTest, FitsTheRequestedWidth) {
+  Timeline t;
+  t.num_ranks = 3;
+  for (int r = 0; r < 3; ++r) {
+    for (int m = 0; m < 200; ++m) {
+      t.spans.push_back({r, kComputeLane, r, m, "F", r + 3.0 * m, r + 3.0 * m + 1});
+      t.spans.push_back({r, kComputeLane, r, m, "B", r + 3.0 * m + 1, r + 3.0 * m + 3});
+    }
+  }
+  for (int width : {60, 120, 200}) {
+    GridOptions options;
+    options.max_width = width;
+    const std::vector<std::string> lines = Lines(RenderTimelineGrid(t, options));
+    ASSERT_GE(lines.size(), 6u);
+    for (const std::string& line : lines) {
+      EXPECT_LE(line.size(), static_cast<std::size_t>(width)) << line;
+    }
+    EXPECT_EQ(lines[1].substr(0, 9), "rank 0 | ");
+  }
+}
+
+TEST(GridTest, OptionalPartsAndEmptyTimeline) {
+  GridOptions bare;
+  bare.header = bare.axis = bare.legend = false;
+  const std::vector<std::string> lines =
+      Lines(RenderTimelineGrid(testing::TwoRankTimeline(), bare));
+  ASSERT_EQ(lines.size(), 4u);  // rank 0, send, comm, rank 1
+  EXPECT_EQ(lines[3].substr(0, 6), "rank 1");
+
+  Timeline empty;
+  empty.num_ranks = 2;
+  EXPECT_EQ(RenderTimelineGrid(empty), "timeline: makespan 0 unit\nrank 0 | \nrank 1 | \n");
+}
+
+TEST(GridTest, UnknownOpsAndSpansShorterThanAColumn) {
+  Timeline t;
+  t.num_ranks = 1;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 10}, {0, kComputeLane, 0, 0, "UNSHARD", 10, 10.01}};
+  GridOptions options;
+  options.max_width = 40;
+  const std::string grid = RenderTimelineGrid(t, options);
+  EXPECT_THAT(grid, HasSubstr("rank 0 | F0"));
+  EXPECT_THAT(grid, HasSubstr("? other"));
+}
+
+}  // namespace
+}  // namespace pipesched::trace

@@ -1,0 +1,153 @@
+// SVG timeline: well-formed (balanced tags, escaped text), one box per span, idle
+// hatching, axis, legend, titles.
+#include "trace/svg.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_timeline.h"
+
+namespace pipesched::trace {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (std::size_t pos = text.find(needle); pos != std::string::npos;
+       pos = text.find(needle, pos + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+// Checks that every element is closed in order, attributes are quoted and no raw '<' or
+// '&' appears in text. Returns "" when well formed, else what went wrong.
+std::string CheckWellFormed(const std::string& xml) {
+  std::vector<std::string> stack;
+  std::size_t i = 0;
+  while (i < xml.size()) {
+    if (xml[i] == '&') {
+      const std::size_t semi = xml.find(';', i);
+      if (semi == std::string::npos || semi - i > 6) return "bare '&' at " + std::to_string(i);
+      i = semi + 1;
+      continue;
+    }
+    if (xml[i] != '<') {
+      ++i;
+      continue;
+    }
+    const std::size_t close = xml.find('>', i);
+    if (close == std::string::npos) return "unclosed tag at " + std::to_string(i);
+    const std::string tag = xml.substr(i + 1, close - i - 1);
+    i = close + 1;
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '?') continue;  // <?xml ... ?>
+    if (Count(tag, "\"") % 2 != 0) return "unbalanced quotes in <" + tag + ">";
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (stack.empty() || stack.back() != name) {
+        return "</" + name + "> closes <" + (stack.empty() ? "nothing" : stack.back()) + ">";
+      }
+      stack.pop_back();
+      continue;
+    }
+    if (tag.back() == '/') continue;  // self-closing
+    stack.push_back(tag.substr(0, tag.find_first_of(" \n")));
+  }
+  return stack.empty() ? "" : "<" + stack.back() + "> never closed";
+}
+
+TEST(SvgTest, WellFormedWithOneBoxPerSpan) {
+  const Timeline t = testing::TwoRankTimeline();
+  SvgOptions options;
+  options.title = "1F1B <P=2> & friends";
+  options.subtitle = "makespan 10.5 units, bubble fraction 38%";
+  const std::string svg = ToSvg({&t}, options);
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_THAT(svg, StartsWith("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg "));
+  EXPECT_THAT(svg, HasSubstr("xmlns=\"http://www.w3.org/2000/svg\""));
+  EXPECT_THAT(svg, EndsWith("</svg>\n"));
+  EXPECT_EQ(Count(svg, "<rect class=\"span\""), static_cast<int>(t.spans.size()));
+  EXPECT_THAT(svg, HasSubstr(">1F1B &lt;P=2&gt; &amp; friends</text>"));
+  EXPECT_THAT(svg, HasSubstr(">makespan 10.5 units, bubble fraction 38%</text>"));
+  EXPECT_THAT(svg, HasSubstr("sans-serif"));
+}
+
+TEST(SvgTest, RowsIdleAxisAndLegend) {
+  const Timeline t = testing::TwoRankTimeline();
+  const std::string svg = ToSvg({&t});
+  // Rank rows and lane sub-rows are labelled; only rows of lanes in use exist.
+  EXPECT_THAT(svg, HasSubstr(">rank 0</text>"));
+  EXPECT_THAT(svg, HasSubstr(">rank 1</text>"));
+  EXPECT_THAT(svg, HasSubstr(">send</text>"));
+  EXPECT_THAT(svg, HasSubstr(">comm</text>"));
+  EXPECT_THAT(svg, Not(HasSubstr(">recv</text>")));
+  // Idle: a hatched background under each compute row (2), plain under lanes (2).
+  EXPECT_THAT(svg, HasSubstr("<pattern id=\"ps-idle\""));
+  EXPECT_EQ(Count(svg, "<rect class=\"idle\""), 4);
+  EXPECT_EQ(Count(svg, "fill=\"url(#ps-idle)\""), 2 + 1);  // + the legend swatch
+  // Axis: ticks 0, 2, ... 10 (about ten ticks, on a 1-2-5 step) and the unit.
+  EXPECT_EQ(Count(svg, "class=\"tick\""), 6);
+  EXPECT_THAT(svg, HasSubstr(">10</text>"));
+  EXPECT_THAT(svg, HasSubstr(">time (units)</text>"));
+  EXPECT_THAT(svg, HasSubstr(">makespan 10.5 units</text>"));
+  // Legend: the ops in use, in legend order, then idle.
+  for (const char* entry :
+       {"F forward", "B backward", "SF send activation", "AR all-reduce", "idle"}) {
+    EXPECT_THAT(svg, HasSubstr(std::string(">") + entry + "</text>")) << entry;
+  }
+  EXPECT_LT(svg.find(">F forward<"), svg.find(">B backward<"));
+  EXPECT_THAT(svg, Not(HasSubstr("backward (weights)")));
+  // Forward and backward boxes in their colours; micro-batch numbers in wide boxes.
+  EXPECT_THAT(svg, HasSubstr("fill=\"#4E79A7\""));
+  EXPECT_THAT(svg, HasSubstr("fill=\"#59A14F\""));
+  EXPECT_THAT(svg, HasSubstr(">1</text>"));
+  EXPECT_THAT(svg, HasSubstr("<title>stage 1 B micro-batch 0: 2.5\xE2\x80\x93"
+                             "4.5 units</title>"));
+}
+
+TEST(SvgTest, LaterChunksAreDarkerAndSaySo) {
+  Timeline t;
+  t.num_ranks = 1;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1}, {0, kComputeLane, 1, 0, "F", 1, 2}};
+  const std::string svg = ToSvg({&t});
+  EXPECT_THAT(svg, HasSubstr("fill=\"#4E79A7\""));  // chunk 0
+  EXPECT_THAT(svg, HasSubstr("fill=\"#3D5E82\""));  // chunk 1: 78% brightness
+  EXPECT_THAT(svg, HasSubstr("darker: later model chunk"));
+}
+
+TEST(SvgTest, StacksTimelinesOnASharedScale) {
+  const Timeline planned = testing::TwoRankTimeline();
+  Timeline measured = testing::TwoRankTimeline();
+  measured.name = "measured";
+  for (Span& s : measured.spans) {
+    s.start *= 2;
+    s.end *= 2;
+  }
+  const std::string svg = ToSvg({&planned, nullptr, &measured});
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_EQ(Count(svg, "<rect class=\"span\""), 2 * static_cast<int>(planned.spans.size()));
+  const std::size_t first = svg.find(">simulated</text>");
+  const std::size_t second = svg.find(">measured</text>");
+  ASSERT_NE(first, std::string::npos);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_THAT(svg, HasSubstr(">makespan 21 units</text>"));
+  // Shared scale: both axes run to 21, so 20 appears on both.
+  EXPECT_EQ(Count(svg, ">20</text>"), 2);
+}
+
+TEST(SvgTest, EmptyInputIsStillAPicture) {
+  const std::string svg = ToSvg({});
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_THAT(svg, HasSubstr("<svg "));
+}
+
+}  // namespace
+}  // namespace pipesched::trace
