@@ -242,6 +242,9 @@ inline absl::StatusOr<PoisonResult> PoisonedStream(Device& device) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream("stage1"));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device.CreateEvent());
   PS_RETURN_IF_ERROR(log.On(*stream, "before"));
+  // Holds the failure back until "after" is enqueued: enqueueing on a stream that has
+  // already failed would itself return the error.
+  PS_RETURN_IF_ERROR(stream->EnqueueBusyWait(50000));
   PS_RETURN_IF_ERROR(
       stream->EnqueueHost([] { return absl::DataLossError("NaN in activations of F(1,3)"); }));
   PS_RETURN_IF_ERROR(log.On(*stream, "after"));

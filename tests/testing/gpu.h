@@ -33,6 +33,6 @@ inline std::string NoGpuReason() {
         GTEST_SKIP() << "needs " << (n) << " GPUs, " << ::pipesched::runtime::CudaDeviceCount() \
                      << " usable";                                                              \
       }                                                                                         \
-      GTEST_SKIP() << "no usable GPU: " << ::pipesched::testing::NoGpuReason();                 \
+      GTEST_SKIP() << ::pipesched::testing::NoGpuReason();                                      \
     }                                                                                           \
   } while (0)

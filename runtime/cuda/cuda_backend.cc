@@ -1,0 +1,635 @@
+// CUDA backend: the seam over the CUDA runtime API.
+//   - Handles (streams, events, memory pools) are move-only RAII wrappers created by
+//     factories returning StatusOr and destroyed on their own device, never throwing.
+//   - Streams are cudaStreamNonBlocking; events cudaEventDisableTiming unless timing.
+//   - Memory is stream-ordered: cudaMallocFromPoolAsync from one pool per device (release
+//     threshold at maximum, so freed memory is reused rather than returned to the
+//     driver), cudaFreeAsync; accounting drops when the free is reached, via a host
+//     function, exactly as on the host backend.
+//   - Peer access is enabled between every pair of devices that supports it, for both
+//     kernels and the pools.
+//   - Timestamps: each device records an origin event at creation, and we note the host
+//     time at which it completed; TimestampMicros = that host time + elapsed(origin, e).
+//   - Strict mode: the wrapper remembers whether an event was ever recorded, so waiting
+//     on a never-recorded one fails here too instead of being CUDA's silent no-op.
+// Every CUDA call goes through base/cuda_check.h.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "runtime/cuda/busy_wait.h"
+#include "runtime/memory_account.h"
+
+namespace pipesched::runtime {
+
+int CudaDeviceCount() {
+  // Any failure means "no GPU": machines without one report cudaErrorInsufficientDriver.
+  static const int count = [] {
+    int n = 0;
+    return PS_CUDA_STATUS(cudaGetDeviceCount(&n)).ok() ? n : 0;
+  }();
+  return count;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Makes `device` current for its scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (!PS_CUDA_STATUS(cudaGetDevice(&previous_)).ok()) previous_ = -1;
+    if (previous_ != device) {
+      status_ = PS_CUDA_STATUS(cudaSetDevice(device));
+    } else {
+      previous_ = -1;  // nothing to restore
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)PS_CUDA_STATUS(cudaSetDevice(previous_));
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  absl::Status status_;
+};
+
+// A move-only owner of one CUDA handle of type T, destroyed on `device` by Traits.
+template <typename T, typename Traits>
+class CudaHandle {
+ public:
+  CudaHandle() = default;
+  CudaHandle(int device, T handle) : device_(device), handle_(handle) {}
+  CudaHandle(CudaHandle&& other) noexcept
+      : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+  CudaHandle& operator=(CudaHandle&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      device_ = other.device_;
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  ~CudaHandle() { Reset(); }
+
+  T get() const { return handle_; }
+  int device() const { return device_; }
+
+ private:
+  void Reset() {
+    if (handle_ == nullptr) return;
+    DeviceGuard guard(device_);
+    (void)Traits::Destroy(handle_);  // errors cannot be reported from a destructor
+    handle_ = nullptr;
+  }
+  int device_ = -1;
+  T handle_ = nullptr;
+};
+
+struct StreamTraits {
+  static absl::Status Destroy(cudaStream_t s) { return PS_CUDA_STATUS(cudaStreamDestroy(s)); }
+};
+struct EventTraits {
+  static absl::Status Destroy(cudaEvent_t e) { return PS_CUDA_STATUS(cudaEventDestroy(e)); }
+};
+struct PoolTraits {
+  static absl::Status Destroy(cudaMemPool_t p) { return PS_CUDA_STATUS(cudaMemPoolDestroy(p)); }
+};
+using StreamHandle = CudaHandle<cudaStream_t, StreamTraits>;
+using EventHandle = CudaHandle<cudaEvent_t, EventTraits>;
+using PoolHandle = CudaHandle<cudaMemPool_t, PoolTraits>;
+
+absl::StatusOr<StreamHandle> CreateStreamHandle(int device) {
+  DeviceGuard guard(device);
+  PS_RETURN_IF_ERROR(guard.status());
+  cudaStream_t stream = nullptr;
+  PS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return StreamHandle(device, stream);
+}
+
+absl::StatusOr<EventHandle> CreateEventHandle(int device, bool timing) {
+  DeviceGuard guard(device);
+  PS_RETURN_IF_ERROR(guard.status());
+  cudaEvent_t event = nullptr;
+  PS_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return EventHandle(device, event);
+}
+
+absl::StatusOr<PoolHandle> CreatePoolHandle(int device) {
+  DeviceGuard guard(device);
+  PS_RETURN_IF_ERROR(guard.status());
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  PS_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&pool, &props));
+  PoolHandle handle(device, pool);
+  // Keep freed memory in the pool: a training step frees and reallocates the same sizes.
+  std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
+  PS_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  return handle;
+}
+
+class CudaBackend;
+class CudaDevice;
+
+// Shared with host functions in flight, which may outlive the CudaStream object
+// (cudaStreamDestroy returns before the stream's work is done).
+struct StreamErrorState {
+  std::string prefix;  // "stream 'x' on cuda:0: "
+  std::atomic<bool> poisoned{false};
+  std::mutex mu;
+  absl::Status error;
+
+  absl::Status Get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return error;
+  }
+  void Set(const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error.ok()) return;
+    error = absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+    poisoned.store(true, std::memory_order_release);
+  }
+};
+
+struct HostCall {
+  std::shared_ptr<StreamErrorState> state;
+  std::function<absl::Status()> fn;
+};
+
+void CUDART_CB RunHostCall(void* data) {
+  std::unique_ptr<HostCall> call(static_cast<HostCall*>(data));
+  if (call->state->poisoned.load(std::memory_order_acquire)) return;
+  absl::Status status = call->fn();
+  if (!status.ok()) call->state->Set(status);
+}
+
+struct ReleaseCall {
+  std::shared_ptr<MemoryAccount> account;
+  std::int64_t bytes;
+};
+
+void CUDART_CB RunRelease(void* data) {
+  std::unique_ptr<ReleaseCall> call(static_cast<ReleaseCall*>(data));
+  call->account->Release(call->bytes);
+}
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(CudaDevice& device, std::string name, StreamHandle handle);
+
+  Device& device() const override;
+  const std::string& name() const override { return name_; }
+  absl::Status Wait(const Event& event) override;
+  absl::Status EnqueueHost(std::function<absl::Status()> fn) override;
+  absl::Status EnqueueBusyWait(double microseconds) override;
+  absl::Status Synchronize() override;
+  void* native_handle() const override { return handle_.get(); }
+
+  cudaStream_t get() const { return handle_.get(); }
+  CudaDevice& cuda_device() const { return device_; }
+  absl::Status PoisonStatus() const {
+    return error_->poisoned.load(std::memory_order_acquire) ? error_->Get() : absl::OkStatus();
+  }
+
+ private:
+  CudaDevice& device_;
+  const std::string name_;
+  StreamHandle handle_;
+  std::shared_ptr<StreamErrorState> error_ = std::make_shared<StreamErrorState>();
+};
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent(CudaDevice& device, bool timing, std::string name, EventHandle handle)
+      : device_(device), timing_(timing), name_(std::move(name)), handle_(std::move(handle)) {}
+
+  const std::string& name() const override { return name_; }
+  absl::Status Record(Stream& stream) override;
+  absl::StatusOr<bool> Query() override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<double> ElapsedMillis(const Event& start) const override;
+  absl::StatusOr<double> TimestampMicros() const override;
+
+  cudaEvent_t get() const { return handle_.get(); }
+  bool recorded() const { return recorded_.load(std::memory_order_acquire); }
+
+ private:
+  absl::Status CheckTimed() const;
+
+  CudaDevice& device_;
+  const bool timing_;
+  const std::string name_;
+  EventHandle handle_;
+  std::atomic<bool> recorded_{false};
+};
+
+class CudaDevice final : public Device {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(CudaBackend& backend, int index,
+                                                            std::int64_t capacity);
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  int index() const override { return index_; }
+  std::string description() const override { return description_; }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(std::string_view name) override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent(bool timing, std::string_view name) override;
+  absl::StatusOr<Buffer> Allocate(std::size_t bytes, Stream& stream) override;
+  absl::Status CopyAsync(void* dst, const void* src, std::size_t bytes, const Device& src_device,
+                         Stream& stream) override;
+  absl::Status CopyToHost(void* host_dst, const void* src, std::size_t bytes) override;
+  absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) override;
+  MemoryStats memory_stats() const override { return memory_->stats(); }
+  void ResetPeakMemory() override { memory_->ResetPeak(); }
+
+  CudaBackend& backend() const { return backend_; }
+  const std::string& desc() const { return description_; }
+  cudaMemPool_t pool() const { return pool_.get(); }
+  cudaEvent_t origin() const { return origin_.get(); }
+  double origin_micros() const { return origin_micros_; }
+
+ protected:
+  void FreeNow(void* data, std::size_t size) override;
+  absl::Status FreeAsyncImpl(void* data, std::size_t size, Stream& stream) override;
+
+ private:
+  CudaDevice(CudaBackend& backend, int index, std::string description, std::int64_t capacity)
+      : backend_(backend),
+        index_(index),
+        description_(std::move(description)),
+        memory_(std::make_shared<MemoryAccount>(capacity)) {}
+
+  CudaBackend& backend_;
+  const int index_;
+  const std::string description_;
+  std::shared_ptr<MemoryAccount> memory_;
+  PoolHandle pool_;
+  EventHandle origin_;
+  double origin_micros_ = 0;
+  std::atomic<int> next_event_id_{0};
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
+  ~CudaBackend() override {
+    // Host functions still queued (frees, user callbacks) refer to the devices' state.
+    for (const auto& device : devices_) {
+      DeviceGuard guard(device->index());
+      (void)PS_CUDA_STATUS(cudaDeviceSynchronize());
+    }
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  Device& device(int index) override { return *devices_.at(index); }
+
+  bool strict() const { return strict_; }
+  double NowMicros() const {
+    return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
+  }
+
+ private:
+  explicit CudaBackend(bool strict) : strict_(strict), epoch_(Clock::now()) {}
+  absl::Status EnablePeerAccess();
+
+  const bool strict_;
+  const Clock::time_point epoch_;
+  std::vector<std::unique_ptr<CudaDevice>> devices_;
+};
+
+CudaStream* AsCudaStream(Stream& stream) { return dynamic_cast<CudaStream*>(&stream); }
+
+absl::Status NotCuda(const Stream& stream, std::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(Absl(what), ": stream '", stream.name(), "' is not a CUDA-backend stream"));
+}
+
+// ---- CudaStream -------------------------------------------------------------------
+
+CudaStream::CudaStream(CudaDevice& device, std::string name, StreamHandle handle)
+    : device_(device), name_(std::move(name)), handle_(std::move(handle)) {
+  error_->prefix = absl::StrCat("stream '", name_, "' on ", device_.desc(), ": ");
+}
+
+Device& CudaStream::device() const { return device_; }
+
+absl::Status CudaStream::Wait(const Event& event) {
+  const auto* cuda_event = dynamic_cast<const CudaEvent*>(&event);
+  if (cuda_event == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("stream '", name_, "' on ", device_.desc(),
+                                                   " cannot wait on event '", event.name(),
+                                                   "': it is not a CUDA-backend event"));
+  }
+  if (!cuda_event->recorded()) {
+    if (device_.backend().strict()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stream '", name_, "' on ", device_.desc(), " waits on event '", event.name(),
+          "', which was never recorded (CUDA would silently not wait); record it first"));
+    }
+    return absl::OkStatus();
+  }
+  PS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(handle_.get(), cuda_event->get(), 0));
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::EnqueueHost(std::function<absl::Status()> fn) {
+  if (!fn) return absl::InvalidArgumentError("EnqueueHost: empty function");
+  PS_RETURN_IF_ERROR(PoisonStatus());
+  auto call = std::make_unique<HostCall>(HostCall{error_, std::move(fn)});
+  PS_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(handle_.get(), &RunHostCall, call.get()));
+  call.release();  // owned by RunHostCall now
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::EnqueueBusyWait(double microseconds) {
+  if (!(microseconds >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EnqueueBusyWait: microseconds must be >= 0, not ", microseconds));
+  }
+  DeviceGuard guard(device_.index());
+  PS_RETURN_IF_ERROR(guard.status());
+  const auto nanoseconds = static_cast<unsigned long long>(microseconds * 1000.0);
+  PS_CUDA_RETURN_IF_ERROR(cuda_detail::LaunchBusyWait(nanoseconds, handle_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::Synchronize() {
+  PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(handle_.get()));
+  return error_->Get();
+}
+
+// ---- CudaEvent --------------------------------------------------------------------
+
+absl::Status CudaEvent::Record(Stream& stream) {
+  CudaStream* cuda_stream = AsCudaStream(stream);
+  if (cuda_stream == nullptr) return NotCuda(stream, absl::StrCat("record '", name_, "'"));
+  if (&cuda_stream->cuda_device() != &device_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "event '", name_, "' belongs to ", device_.desc(), " and cannot be recorded on stream '",
+        stream.name(), "' of ", cuda_stream->cuda_device().desc()));
+  }
+  PS_CUDA_RETURN_IF_ERROR(cudaEventRecord(handle_.get(), cuda_stream->get()));
+  recorded_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaEvent::Query() {
+  // cudaEventQuery reports a never-recorded event as complete, as the seam promises.
+  absl::Status status = PS_CUDA_STATUS(cudaEventQuery(handle_.get()));
+  if (status.ok()) return true;
+  if (IsCudaError(status, cudaErrorNotReady)) return false;
+  return status;
+}
+
+absl::Status CudaEvent::Synchronize() {
+  PS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(handle_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEvent::CheckTimed() const {
+  if (!timing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("event '", name_, "' was created without timing"));
+  }
+  if (!recorded()) {
+    return absl::FailedPreconditionError(absl::StrCat("event '", name_, "' was never recorded"));
+  }
+  return absl::OkStatus();
+}
+
+// cudaEventElapsedTime's "not ready" means a record has not completed.
+absl::StatusOr<double> ElapsedBetween(cudaEvent_t start, cudaEvent_t end, const std::string& name) {
+  float ms = 0;
+  absl::Status status = PS_CUDA_STATUS(cudaEventElapsedTime(&ms, start, end));
+  if (IsCudaError(status, cudaErrorNotReady)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "event '", name, "': its most recent record has not completed (", status.message(), ")"));
+  }
+  PS_RETURN_IF_ERROR(status);
+  return static_cast<double>(ms);
+}
+
+absl::StatusOr<double> CudaEvent::TimestampMicros() const {
+  PS_RETURN_IF_ERROR(CheckTimed());
+  PS_ASSIGN_OR_RETURN(const double ms, ElapsedBetween(device_.origin(), get(), name_));
+  return device_.origin_micros() + ms * 1000.0;
+}
+
+absl::StatusOr<double> CudaEvent::ElapsedMillis(const Event& start) const {
+  const auto* cuda_start = dynamic_cast<const CudaEvent*>(&start);
+  if (cuda_start == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ElapsedMillis: event '", start.name(), "' is not a CUDA-backend event"));
+  }
+  PS_RETURN_IF_ERROR(cuda_start->CheckTimed());
+  PS_RETURN_IF_ERROR(CheckTimed());
+  if (&cuda_start->device_ == &device_) return ElapsedBetween(cuda_start->get(), get(), name_);
+  // Events of two devices: through the shared time axis.
+  PS_ASSIGN_OR_RETURN(const double start_us, cuda_start->TimestampMicros());
+  PS_ASSIGN_OR_RETURN(const double end_us, TimestampMicros());
+  return (end_us - start_us) / 1000.0;
+}
+
+// ---- CudaDevice -------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(CudaBackend& backend, int index,
+                                                               std::int64_t capacity) {
+  DeviceGuard guard(index);
+  PS_RETURN_IF_ERROR(guard.status());
+  cudaDeviceProp props = {};
+  PS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, index));
+  std::unique_ptr<CudaDevice> device(new CudaDevice(
+      backend, index, absl::StrCat("cuda:", index, " (", props.name, ")"), capacity));
+  PS_ASSIGN_OR_RETURN(device->pool_, CreatePoolHandle(index));
+
+  // The origin of this device's timestamps: recorded on an idle stream, so it completes
+  // between the two host readings; their midpoint is its host time (error: half the
+  // round trip, a few microseconds).
+  PS_ASSIGN_OR_RETURN(device->origin_, CreateEventHandle(index, /*timing=*/true));
+  PS_ASSIGN_OR_RETURN(StreamHandle stream, CreateStreamHandle(index));
+  PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+  const double before = backend.NowMicros();
+  PS_CUDA_RETURN_IF_ERROR(cudaEventRecord(device->origin_.get(), stream.get()));
+  PS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(device->origin_.get()));
+  const double after = backend.NowMicros();
+  device->origin_micros_ = (before + after) / 2;
+  return device;
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::CreateStream(std::string_view name) {
+  PS_ASSIGN_OR_RETURN(StreamHandle handle, CreateStreamHandle(index_));
+  return std::make_unique<CudaStream>(*this, std::string(name), std::move(handle));
+}
+
+absl::StatusOr<std::unique_ptr<Event>> CudaDevice::CreateEvent(bool timing, std::string_view name) {
+  PS_ASSIGN_OR_RETURN(EventHandle handle, CreateEventHandle(index_, timing));
+  std::string event_name =
+      name.empty() ? absl::StrCat("event#", next_event_id_.fetch_add(1)) : std::string(name);
+  return std::make_unique<CudaEvent>(*this, timing, std::move(event_name), std::move(handle));
+}
+
+absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
+  CudaStream* cuda_stream = AsCudaStream(stream);
+  if (cuda_stream == nullptr) return NotCuda(stream, "Allocate");
+  if (bytes == 0) return Buffer();
+  PS_RETURN_IF_ERROR(memory_->Reserve(static_cast<std::int64_t>(bytes), description_));
+  void* data = nullptr;
+  absl::Status status =
+      PS_CUDA_STATUS(cudaMallocFromPoolAsync(&data, bytes, pool_.get(), cuda_stream->get()));
+  if (status.ok()) return MakeBuffer(this, data, bytes);
+  memory_->Release(static_cast<std::int64_t>(bytes));
+  if (!absl::IsResourceExhausted(status)) return status;
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  {
+    DeviceGuard guard(index_);
+    (void)PS_CUDA_STATUS(cudaMemGetInfo(&free_bytes, &total_bytes));
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: ", free_bytes,
+                   " bytes free of ", total_bytes, " on the GPU (", memory_->stats().current_bytes,
+                   " allocated through pipesched): ", status.message()));
+}
+
+void CudaDevice::FreeNow(void* data, std::size_t size) {
+  DeviceGuard guard(index_);
+  // cudaFree of stream-ordered memory waits for the device first; errors cannot be
+  // reported from a Buffer's destructor.
+  (void)PS_CUDA_STATUS(cudaFree(data));
+  memory_->Release(static_cast<std::int64_t>(size));
+}
+
+absl::Status CudaDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& stream) {
+  CudaStream* cuda_stream = AsCudaStream(stream);
+  if (cuda_stream == nullptr) return NotCuda(stream, "FreeAsync");
+  PS_CUDA_RETURN_IF_ERROR(cudaFreeAsync(data, cuda_stream->get()));
+  auto call = std::make_unique<ReleaseCall>(ReleaseCall{memory_, static_cast<std::int64_t>(size)});
+  absl::Status status =
+      PS_CUDA_STATUS(cudaLaunchHostFunc(cuda_stream->get(), &RunRelease, call.get()));
+  if (status.ok()) {
+    call.release();  // owned by RunRelease now
+  } else {
+    memory_->Release(static_cast<std::int64_t>(size));  // the free itself is enqueued
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyAsync(void* dst, const void* src, std::size_t bytes,
+                                   const Device& src_device, Stream& stream) {
+  CudaStream* cuda_stream = AsCudaStream(stream);
+  if (cuda_stream == nullptr) return NotCuda(stream, "CopyAsync");
+  if (src_device.kind() != BackendKind::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyAsync to ", description_, " from ",
+                                                   src_device.description(),
+                                                   ": devices of different backends"));
+  }
+  PS_RETURN_IF_ERROR(cuda_stream->PoisonStatus());
+  if (bytes == 0) return absl::OkStatus();
+  if (src_device.index() == index_) {
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream->get()));
+  } else {
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyPeerAsync(dst, index_, src, src_device.index(), bytes, cuda_stream->get()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyToHost(void* host_dst, const void* src, std::size_t bytes) {
+  DeviceGuard guard(index_);
+  PS_RETURN_IF_ERROR(guard.status());
+  PS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyFromHost(void* dst, const void* host_src, std::size_t bytes) {
+  DeviceGuard guard(index_);
+  PS_RETURN_IF_ERROR(guard.status());
+  PS_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+// ---- CudaBackend ------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
+  int available = 0;
+  absl::Status count = PS_CUDA_STATUS(cudaGetDeviceCount(&available));
+  if (!count.ok() || available == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "no usable GPU: ", count.ok() ? "cudaGetDeviceCount found none" : count.message()));
+  }
+  const int wanted = options.num_devices == 0 ? available : options.num_devices;
+  if (wanted > available) {
+    return absl::InvalidArgumentError(absl::StrCat("asked for ", wanted, " GPUs but ", available,
+                                                   " are visible (num_devices = 0 uses all)"));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(options.strict));
+  for (int i = 0; i < wanted; ++i) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                        CudaDevice::Create(*backend, i, options.memory_capacity_bytes));
+    backend->devices_.push_back(std::move(device));
+  }
+  PS_RETURN_IF_ERROR(backend->EnablePeerAccess());
+  return backend;
+}
+
+absl::Status CudaBackend::EnablePeerAccess() {
+  for (const auto& device : devices_) {
+    for (const auto& peer : devices_) {
+      if (device == peer) continue;
+      int can = 0;
+      PS_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can, device->index(), peer->index()));
+      if (can == 0) continue;  // copies between them are staged by the driver instead
+      {
+        DeviceGuard guard(device->index());
+        PS_RETURN_IF_ERROR(guard.status());
+        absl::Status status = PS_CUDA_STATUS(cudaDeviceEnablePeerAccess(peer->index(), 0));
+        // Another backend in this process may have enabled it already.
+        if (!status.ok() && !IsCudaError(status, cudaErrorPeerAccessAlreadyEnabled)) return status;
+      }
+      // Pool memory is private to its device unless granted: let `device` use `peer`'s.
+      cudaMemAccessDesc access = {};
+      access.location.type = cudaMemLocationTypeDevice;
+      access.location.id = device->index();
+      access.flags = cudaMemAccessFlagsProtReadWrite;
+      PS_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAccess(peer->pool(), &access, 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions& options) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace pipesched::runtime
