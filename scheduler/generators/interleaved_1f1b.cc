@@ -53,7 +53,7 @@ absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params) 
   if (v < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("interleaved-1f1b needs V >= 2 chunks per rank (got V=", v,
-                     "); use --chunks=2 or more, or the 1f1b schedule for one chunk"));
+                     "); use --virtual=2 or more, or the 1f1b schedule for one chunk"));
   }
   const int p = params.num_ranks;
   const int m = params.num_microbatches;

@@ -26,7 +26,7 @@ absl::StatusOr<int> CheckParams(std::string_view schedule, const GeneratorParams
   const int m = params.num_microbatches;
   if (p < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, " needs at least one pipeline rank (got P=", p, "); use --ranks=1 or more"));
+        name, " needs at least one pipeline rank (got P=", p, "); use --stages=1 or more"));
   }
   if (m < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -35,7 +35,7 @@ absl::StatusOr<int> CheckParams(std::string_view schedule, const GeneratorParams
   if (params.num_chunks < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " needs a non-negative number of chunks per rank (got V=", params.num_chunks,
-        "); use --chunks=", default_chunks, " or 0 for the default"));
+        "); use --virtual=", default_chunks, " or 0 for the default"));
   }
   const int v = params.num_chunks == 0 ? default_chunks : params.num_chunks;
   if (p > kMaxRanks) {
@@ -65,7 +65,7 @@ absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
   if (chunks == required) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(Absl(schedule), " runs exactly ", required, required == 1 ? " chunk" : " chunks",
-                   " per rank (got V=", chunks, "); use --chunks=", required, Absl(hint)));
+                   " per rank (got V=", chunks, "); use --virtual=", required, Absl(hint)));
 }
 
 Schedule EmptySchedule(std::string_view name, PlacementKind kind, int num_ranks, int num_chunks,
