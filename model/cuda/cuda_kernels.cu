@@ -1,0 +1,198 @@
+// The model's small CUDA kernels. Simple and memory-bound by design: elementwise ops use a
+// grid-stride loop; the bias gradient uses one thread per column (rows are the
+// micro-batch, a few hundred at most); the loss is one block looping over the rows so that
+// its sum is deterministic. Reductions accumulate in double like the host.
+#include <cmath>
+
+#include "model/cuda/cuda_kernels.h"
+
+namespace pipesched::model::cuda_detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(std::int64_t n) {
+  std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > 65535) blocks = 65535;
+  return blocks < 1 ? 1 : static_cast<int>(blocks);
+}
+
+#define PS_GRID_STRIDE(i, n)                                                                       \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+__global__ void AddBiasKernel(float* y, const float* bias, int rows, int cols) {
+  PS_GRID_STRIDE(i, static_cast<std::int64_t>(rows) * cols) { y[i] += bias[i % cols]; }
+}
+
+__global__ void ColumnSumKernel(const float* x, float* out, int rows, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  double acc = 0.0;
+  for (int r = 0; r < rows; ++r) acc += x[static_cast<std::int64_t>(r) * cols + c];
+  out[c] = static_cast<float>(out[c] + acc);
+}
+
+__global__ void GeluKernel(const float* x, float* y, std::int64_t n) {
+  PS_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
+  }
+}
+
+__global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx, std::int64_t n) {
+  PS_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
+    const float pdf = 0.39894228040143267794f * expf(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+__global__ void AddKernel(const float* a, const float* b, float* out, std::int64_t n) {
+  PS_GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
+}
+
+__global__ void FillKernel(float* x, std::int64_t n, float value) {
+  PS_GRID_STRIDE(i, n) { x[i] = value; }
+}
+
+// One block; each row: block max, block sum of exp, then dlogits. Thread 0 sums losses.
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const std::int32_t* labels, int rows,
+                                          int classes, float grad_scale, float* loss,
+                                          float* dlogits) {
+  __shared__ double red[kThreads];
+  __shared__ double total;
+  __shared__ bool bad_any;
+  if (threadIdx.x == 0) {
+    total = 0.0;
+    bad_any = false;
+  }
+  const double scale = static_cast<double>(grad_scale) / rows;
+  for (int r = 0; r < rows; ++r) {
+    const float* l = logits + static_cast<std::int64_t>(r) * classes;
+    float* d = dlogits + static_cast<std::int64_t>(r) * classes;
+    const int label = labels[r];
+    const bool bad = label < 0 || label >= classes;
+    double mx = -INFINITY;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmax(mx, (double)l[c]);
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]);
+      __syncthreads();
+    }
+    mx = red[0];
+    __syncthreads();
+    double sum = 0.0;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)l[c] - mx);
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+      __syncthreads();
+    }
+    const double lse = mx + log(red[0]);
+    // Read the label's logit before any thread overwrites it (dlogits may alias logits).
+    const double picked = bad ? 0.0 : (double)l[label];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      total += lse - picked;
+      if (bad) bad_any = true;
+    }
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) {
+      const double p = exp((double)l[c] - lse);
+      d[c] = bad ? NAN : static_cast<float>(scale * (p - (c == label ? 1.0 : 0.0)));
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) loss[0] = bad_any ? NAN : static_cast<float>(total / rows);
+}
+
+__global__ void SgdKernel(float* param, const float* grad, float* buf, std::int64_t n, float lr,
+                          float momentum, float weight_decay) {
+  PS_GRID_STRIDE(i, n) {
+    float g = grad[i] + weight_decay * param[i];
+    if (momentum != 0.0f) {
+      buf[i] = momentum * buf[i] + g;
+      g = buf[i];
+    }
+    param[i] -= lr * g;
+  }
+}
+
+__global__ void AdamWKernel(float* param, const float* grad, float* m, float* v, std::int64_t n,
+                            float decay, float beta1, float beta2, float eps, float step_size,
+                            float bc2_sqrt) {
+  PS_GRID_STRIDE(i, n) {
+    const float g = grad[i];
+    float p = param[i] * decay;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    param[i] = p;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchAddBias(float* y, const float* bias, int rows, int cols, cudaStream_t stream) {
+  AddBiasKernel<<<Blocks(static_cast<std::int64_t>(rows) * cols), kThreads, 0, stream>>>(
+      y, bias, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchColumnSumAccumulate(const float* x, float* out, int rows, int cols,
+                                      cudaStream_t stream) {
+  ColumnSumKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream>>>(x, out, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGelu(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+  GeluKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGeluBackward(const float* x, const float* dy, float* dx, std::int64_t n,
+                               cudaStream_t stream) {
+  GeluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(const float* a, const float* b, float* out, std::int64_t n,
+                      cudaStream_t stream) {
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(a, b, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(float* x, std::int64_t n, float value, cudaStream_t stream) {
+  FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int rows,
+                                      int classes, float grad_scale, float* loss, float* dlogits,
+                                      cudaStream_t stream) {
+  SoftmaxCrossEntropyKernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, classes, grad_scale,
+                                                        loss, dlogits);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSgdStep(float* param, const float* grad, float* momentum_buf, std::int64_t n,
+                          float lr, float momentum, float weight_decay, cudaStream_t stream) {
+  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, momentum_buf, n, lr, momentum,
+                                                weight_decay);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdamWStep(float* param, const float* grad, float* m, float* v, std::int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float step_size, float bc2_sqrt, cudaStream_t stream) {
+  AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, 1.0f - lr * weight_decay,
+                                                  beta1, beta2, eps, step_size, bc2_sqrt);
+  return cudaGetLastError();
+}
+
+}  // namespace pipesched::model::cuda_detail
