@@ -1,0 +1,105 @@
+// Pins the simulator to the closed forms of formulas.h: the registry's generators,
+// simulated with uniform costs and no transfer time, must waste exactly the bubble the
+// formulas predict and stash exactly the activations the papers count. A failure here
+// means a generator, the simulator or a formula drifted.
+#include <algorithm>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/formulas.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+constexpr double kTol = 1e-12;
+
+absl::StatusOr<SimResult> GenerateAndSimulate(const std::string& name, int p, int v, int m,
+                                              const CostModel& costs = CostModel{}) {
+  absl::StatusOr<Schedule> schedule = GenerateSchedule(
+      name, GeneratorParams{.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+  if (!schedule.ok()) return schedule.status();
+  return Simulate(*schedule, costs);
+}
+
+double TotalIdle(const SimResult& r) {
+  double idle = 0;
+  for (const RankStats& rank : r.ranks) idle += rank.idle;
+  return idle;
+}
+
+TEST(FormulasPinningTest, GPipeAnd1F1BMatchFillAndDrainExactly) {
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 16; ++m) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        PS_ASSERT_OK_AND_ASSIGN(const SimResult r, GenerateAndSimulate(name, p, 1, m));
+        const double expected = (p - 1.0) / (m + p - 1.0);
+        EXPECT_NEAR(r.bubble_fraction, expected, kTol);
+        const FormulaInputs in{.num_ranks = p, .num_chunks = 1, .num_microbatches = m, .costs = {}};
+        EXPECT_NEAR(r.bubble_fraction, *ClosedFormBubbleFraction(name, in), kTol);
+        EXPECT_NEAR(r.bubble_ratio, *ClosedFormBubbleRatio(name, in), kTol);
+        EXPECT_DOUBLE_EQ(r.makespan, (m + p - 1) * 3.0);  // (M+P-1)(T_F+T_B)
+      }
+    }
+  }
+}
+
+TEST(FormulasPinningTest, PeakLiveActivations) {
+  CostModel costs;
+  costs.uniform.activation_bytes = 10;
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      PS_ASSERT_OK_AND_ASSIGN(const SimResult one_f_one_b,
+                              GenerateAndSimulate("1f1b", p, 1, m, costs));
+      PS_ASSERT_OK_AND_ASSIGN(const SimResult gpipe, GenerateAndSimulate("gpipe", p, 1, m, costs));
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(one_f_one_b.ranks[r].peak_live_microbatches, std::min(p - r, m)) << "rank " << r;
+        EXPECT_EQ(one_f_one_b.ranks[r].peak_live_bytes, 10 * std::min(p - r, m)) << "rank " << r;
+        EXPECT_EQ(gpipe.ranks[r].peak_live_microbatches, m) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST(FormulasPinningTest, InterleavedBeats1F1BAndMatchesItsClosedForm) {
+  for (int p = 2; p <= 8; p *= 2) {
+    for (int v = 2; v <= 4; v *= 2) {
+      for (int m = p; m <= 16; m += p) {
+        SCOPED_TRACE("P=" + std::to_string(p) + " V=" + std::to_string(v) +
+                     " M=" + std::to_string(m));
+        PS_ASSERT_OK_AND_ASSIGN(const SimResult inter,
+                                GenerateAndSimulate("interleaved-1f1b", p, v, m));
+        PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, GenerateAndSimulate("1f1b", p, 1, m));
+        EXPECT_LT(inter.bubble_fraction, plain.bubble_fraction);
+        const FormulaInputs in{.num_ranks = p, .num_chunks = v, .num_microbatches = m, .costs = {}};
+        EXPECT_NEAR(inter.bubble_fraction, *ClosedFormBubbleFraction("interleaved-1f1b", in), kTol);
+        EXPECT_NEAR(inter.bubble_ratio, (p - 1.0) / (v * m), kTol);
+      }
+    }
+  }
+}
+
+TEST(FormulasPinningTest, ZbH1BubbleIsAThirdOf1F1BsWithEqualFIW) {
+  CostModel costs;
+  costs.uniform = StageCosts{.f = 1, .b = 2, .i = 1, .w = 1};
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = p; m <= 16; ++m) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      PS_ASSERT_OK_AND_ASSIGN(const SimResult zb, GenerateAndSimulate("zb-h1", p, 1, m, costs));
+      PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, GenerateAndSimulate("1f1b", p, 1, m, costs));
+      EXPECT_NEAR(TotalIdle(zb), TotalIdle(plain) / 3, kTol);
+      for (const RankStats& rank : zb.ranks) EXPECT_NEAR(rank.idle, p - 1.0, kTol);
+      const FormulaInputs in{
+          .num_ranks = p, .num_chunks = 1, .num_microbatches = m, .costs = costs.uniform};
+      EXPECT_NEAR(zb.bubble_fraction, *ClosedFormBubbleFraction("zb-h1", in), kTol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
