@@ -23,7 +23,7 @@ struct Result {
   std::string err;
 };
 
-Result Run(std::vector<std::string> args) {
+Result RunCli(std::vector<std::string> args) {
   absl::FlagSaver saver;  // flags are process-global: each run starts from the defaults
   args.insert(args.begin(), "pipesched");
   std::vector<char*> argv;
@@ -54,7 +54,7 @@ int CountLines(const std::string& s) {
 }
 
 TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
-  Result r = Run({"schedules"});
+  Result r = RunCli({"schedules"});
   EXPECT_EQ(r.code, 0);
   for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-v"}) {
     EXPECT_THAT(r.out, HasSubstr(name));
@@ -63,7 +63,7 @@ TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
 }
 
 TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
-  Result r = Run({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8"});
+  Result r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8"});
   ASSERT_EQ(r.code, 0) << r.err;
   // (P-1)/(M+P-1) = 3/11 = 0.2727 both ways; makespan (M+P-1)(F+B) = 33.
   EXPECT_THAT(r.out, HasSubstr("makespan 33"));
@@ -72,7 +72,7 @@ TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
 
 TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
   std::string json_path = TempPath("stats.json");
-  Result r = Run({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
+  Result r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
                   "--json=" + json_path, "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
@@ -88,7 +88,7 @@ TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
 
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
   std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
-  Result r = Run({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--svg=" + svg,
+  Result r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--svg=" + svg,
                   "--trace=" + trace, "--csv=" + csv, "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(Slurp(svg), HasSubstr("<svg"));
@@ -99,7 +99,7 @@ TEST(CliTest, SimulateWritesPicturesAndCsv) {
 
 TEST(CliTest, ValidateAcceptsPytorchFiles) {
   for (const char* f : {"interop/pytorch/2-rank.csv", "interop/pytorch/8-rank.csv"}) {
-    Result r = Run({"validate", Shared(f), "--nogrid"});
+    Result r = RunCli({"validate", Shared(f), "--nogrid"});
     EXPECT_EQ(r.code, 0) << f << ": " << r.err;
     EXPECT_THAT(r.out, HasSubstr(": valid"));
   }
@@ -109,7 +109,7 @@ TEST(CliTest, ValidateRejectsADeadlockWithTheBlockedActions) {
   std::string path = TempPath("deadlock.csv");
   // Rank 0 waits for 1B0 before running 0F1; rank 1 runs 1F1 before 1B0... that needs 0F1.
   std::ofstream(path) << "0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n";
-  Result r = Run({"validate", path});
+  Result r = RunCli({"validate", path});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("deadlock"));
   EXPECT_THAT(r.err, HasSubstr("rank 0"));
@@ -124,7 +124,7 @@ struct BadInput {
 class CliBadInputTest : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInputTest, OneLineErrorAndExitTwo) {
-  Result r = Run(GetParam().args);
+  Result r = RunCli(GetParam().args);
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(GetParam().message));
   EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: "));
@@ -168,7 +168,7 @@ TEST(CliTest, MalformedFilesAreBadInput) {
   int i = 0;
   for (const Case& c : cases) {
     std::string path = WriteTemp("bad" + std::to_string(i++) + ".csv", c.content);
-    Result r = Run({"validate", path});
+    Result r = RunCli({"validate", path});
     EXPECT_EQ(r.code, 2) << c.content;
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.content;
   }
