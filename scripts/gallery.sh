@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates the schedule gallery of docs/schedules.md: one SVG per built-in schedule
+# at P=4, M=8 (V=2 where the schedule interleaves), unit costs F=1, B=2 (I=W=1).
+# Usage: scripts/gallery.sh [path/to/pipesched]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-build/default/bin/pipesched}
+[ -x "$bin" ] || { echo "gallery: $bin not built; run: cmake --preset default && cmake --build --preset default --target pipesched" >&2; exit 2; }
+mkdir -p docs/img
+for s in gpipe 1f1b interleaved-1f1b looped-bfs zb-h1 zb-v; do
+  "$bin" simulate --schedule=$s --stages=4 --microbatches=8 --nogrid --svg=docs/img/$s.svg >/dev/null
+  echo "docs/img/$s.svg"
+done
