@@ -73,6 +73,11 @@ std::string UnitText(const std::string& unit) {
   return unit;
 }
 
+// A time for people: 4 significant digits, whole numbers from 1000 on (no exponents).
+std::string Time(double t) {
+  return std::abs(t) >= 1000 ? absl::StrFormat("%.0f", t) : absl::StrFormat("%.4g", t);
+}
+
 struct Rgb {
   double r, g, b;
 };
@@ -242,7 +247,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     body.Line(Text(kMarginLeft, block.top + 12, 14, kInk, t.name.empty() ? "timeline" : t.name,
                    "font-weight=\"600\""));
     body.Line(Text(plot_right, block.top + 12, 12, kMuted,
-                   absl::StrCat("makespan ", absl::StrFormat("%g", block.makespan), " ", unit),
+                   absl::StrCat("makespan ", Time(block.makespan), " ", unit),
                    "text-anchor=\"end\""));
 
     // Grid lines at the ticks, behind everything else.
@@ -283,8 +288,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
       std::string tooltip = s.stage >= 0 ? absl::StrCat("stage ", s.stage, " ") : "";
       absl::StrAppend(&tooltip, s.op);
       if (s.microbatch >= 0) absl::StrAppend(&tooltip, " micro-batch ", s.microbatch);
-      absl::StrAppend(&tooltip, ": ", absl::StrFormat("%g", s.start), "\xE2\x80\x93",
-                      absl::StrFormat("%g", s.end), " ", unit);
+      absl::StrAppend(&tooltip, ": ", Time(s.start), "\xE2\x80\x93", Time(s.end), " ", unit);
       body.Line(absl::StrCat("<rect class=\"span\" x=\"", Num(x0), "\" y=\"", Num(row.y),
                              "\" width=\"", Num(w), "\" height=\"", Num(row.height), "\" fill=\"",
                              ToHex(fill), "\" stroke=\"#FFFFFF\" stroke-width=\"",
