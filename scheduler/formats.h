@@ -14,8 +14,12 @@
 namespace pipesched::scheduler {
 
 // Infers P (rows), the number of stages and V = stages / P, the placement (loop or v,
-// whichever matches where each stage's actions sit) and M. InvalidArgument with the
-// line and column of a bad token, or naming what cannot be inferred.
+// whichever matches where each stage's actions sit; loop when both do) and M. Accepts
+// "\r\n" line ends, a UTF-8 BOM, spaces around cells and trailing blank lines; the name
+// is left empty. InvalidArgument with the line and column of a bad token ("line 2,
+// column 5: bad action ..."), or naming what cannot be inferred; an empty text, a row
+// without actions, a stage count that is not a multiple of P and a stage sitting where
+// neither placement puts it are errors. Completeness and order are Validate()'s job.
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view text);
 // Inverse of ParsePytorchCsv: one line per rank, '\n' terminated. Compute-only files
 // written by PyTorch round-trip byte for byte.
@@ -29,11 +33,15 @@ struct ScheduleFile {
 // {"format": "pipesched-schedule", "version": 1, "name": ..., "stages": P,
 //  "virtual": V, "microbatches": M, "placement": "loop"|"v",
 //  "programs": [["0F0", "0F1", ...], ...], "costs": {cost-model JSON, optional}}
+// "virtual" defaults to 1 and "placement" to "loop". InvalidArgument naming the key
+// ("programs[1][3]") for unknown keys, wrong types, a bad action, a "programs" row count
+// other than "stages", or a "version" other than 1; the parser's position for bad JSON.
 absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text);
 std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs = nullptr);
 
 // Reads a file and detects its format (JSON when the first non-blank byte is '{',
-// CSV otherwise). Errors start with the path.
+// CSV otherwise). Errors start with the path. An unnamed schedule takes the file's name
+// without directory and extension.
 absl::StatusOr<ScheduleFile> LoadScheduleFile(const std::string& path);
 
 }  // namespace pipesched::scheduler
