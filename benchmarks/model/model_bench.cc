@@ -1,0 +1,136 @@
+// sgemm throughput (GFLOP/s) on the MLP's three gemm shapes, for micro-batch B and
+// hidden size H:
+//   F: y (B, H) = x (B, H) W^T        I: dx (B, H) = dz (B, H) W        W: dW (H, H) += dz^T x
+// Host: through the math seam on a host stream (enqueue + wait each gemm, so the
+// seam's overhead is included) and direct cblas_sgemm with OpenBLAS single-threaded on
+// the same shape (its peak for that shape on one core). Host times are process CPU
+// time (the seam's gemm runs on the stream's thread; shared build machines are loaded). Cuda:
+// through the seam, timed with events (UseManualTime); SkipWithError without a GPU.
+#include <cblas.h>
+
+#include <memory>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "model/host_kernels.h"
+#include "model/math.h"
+#include "runtime/runtime.h"
+
+namespace pipesched::model {
+namespace {
+
+struct Shape {
+  Transpose ta, tb;
+  int m, n, k, lda, ldb, ldc;
+};
+
+// kind 0 = F, 1 = I, 2 = W.
+Shape ShapeOf(int kind, int b, int h) {
+  switch (kind) {
+    case 0:
+      return {Transpose::kNo, Transpose::kYes, b, h, h, h, h, h};
+    case 1:
+      return {Transpose::kNo, Transpose::kNo, b, h, h, h, h, h};
+    default:
+      return {Transpose::kYes, Transpose::kNo, h, h, b, h, h, h};
+  }
+}
+
+const char* KindName(int kind) { return kind == 0 ? "F" : kind == 1 ? "I" : "W"; }
+
+void SetCounters(benchmark::State& state, const Shape& s, int kind) {
+  const double flops = 2.0 * s.m * s.n * s.k;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(KindName(kind));
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2})
+    for (int batch : {32, 128, 256})
+      for (int h : {256, 1024}) b->Args({kind, batch, h});
+  b->ArgNames({"kind", "B", "H"});
+}
+
+void BM_HostSgemmDirect(benchmark::State& state) {
+  const Shape s = ShapeOf(state.range(0), state.range(1), state.range(2));
+  host::SetBlasSingleThreaded();
+  std::vector<float> a(static_cast<std::size_t>(s.m) * s.k + s.k * s.m, 0.5f),
+      bm(static_cast<std::size_t>(s.k) * s.n + s.n * s.k, 0.25f),
+      c(static_cast<std::size_t>(s.m) * s.n, 0.0f);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, s.ta == Transpose::kYes ? CblasTrans : CblasNoTrans,
+                s.tb == Transpose::kYes ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(),
+                s.lda, bm.data(), s.ldb, 0.0f, c.data(), s.ldc);
+    benchmark::DoNotOptimize(c.data());
+  }
+  SetCounters(state, s, state.range(0));
+}
+BENCHMARK(BM_HostSgemmDirect)->Apply(Args)->MeasureProcessCPUTime();
+
+void BM_HostSgemmSeam(benchmark::State& state) {
+  const Shape s = ShapeOf(state.range(0), state.range(1), state.range(2));
+  runtime::BackendOptions options;
+  auto backend = runtime::CreateBackend(options);
+  if (!backend.ok()) return state.SkipWithError(std::string(backend.status().message()).c_str());
+  runtime::Device& device = (*backend)->device(0);
+  auto stream = device.CreateStream("bench");
+  auto math = CreateMath(device);
+  if (!stream.ok() || !math.ok()) return state.SkipWithError("host setup failed");
+  std::vector<float> a(static_cast<std::size_t>(s.m) * s.k + s.k * s.m, 0.5f),
+      bm(static_cast<std::size_t>(s.k) * s.n + s.n * s.k, 0.25f),
+      c(static_cast<std::size_t>(s.m) * s.n, 0.0f);
+  for (auto _ : state) {
+    (void)(*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.lda, bm.data(), s.ldb, 0.0f,
+                        c.data(), s.ldc, **stream);
+    (void)(*stream)->Synchronize();
+  }
+  SetCounters(state, s, state.range(0));
+}
+BENCHMARK(BM_HostSgemmSeam)->Apply(Args)->MeasureProcessCPUTime();
+
+void BM_CudaSgemmSeam(benchmark::State& state) {
+  const Shape s = ShapeOf(state.range(0), state.range(1), state.range(2));
+  runtime::BackendOptions options;
+  options.kind = runtime::BackendKind::kCuda;
+  auto backend = runtime::CreateBackend(options);
+  if (!backend.ok()) {
+    return state.SkipWithError(
+        ("no usable GPU: " + std::string(backend.status().message())).c_str());
+  }
+  runtime::Device& device = (*backend)->device(0);
+  auto stream = device.CreateStream("bench");
+  auto math = CreateMath(device);
+  auto start = device.CreateEvent(/*timing=*/true);
+  auto stop = device.CreateEvent(/*timing=*/true);
+  if (!stream.ok() || !math.ok() || !start.ok() || !stop.ok()) {
+    return state.SkipWithError("CUDA setup failed");
+  }
+  const std::size_t floats = static_cast<std::size_t>(s.m) * s.k + s.k * s.n + s.m * s.n;
+  auto buffer = device.Allocate(sizeof(float) * floats, **stream);
+  if (!buffer.ok()) return state.SkipWithError(std::string(buffer.status().message()).c_str());
+  float* a = buffer->as<float>();
+  float* b = a + static_cast<std::size_t>(s.m) * s.k;
+  float* c = b + static_cast<std::size_t>(s.k) * s.n;
+  (void)(*math)->Fill(a, floats, 0.5f, **stream);
+  constexpr int kReps = 20;  // per timed iteration, so launch latency does not dominate
+  for (auto _ : state) {
+    (void)(*start)->Record(**stream);
+    for (int r = 0; r < kReps; ++r) {
+      (void)(*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
+                          **stream);
+    }
+    (void)(*stop)->Record(**stream);
+    (void)(*stop)->Synchronize();
+    auto ms = (*stop)->ElapsedMillis(**start);
+    if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
+    state.SetIterationTime(*ms * 1e-3 / kReps);
+  }
+  (void)buffer->FreeAsync(**stream);
+  (void)(*stream)->Synchronize();
+  SetCounters(state, s, state.range(0));
+}
+BENCHMARK(BM_CudaSgemmSeam)->Apply(Args)->UseManualTime();
+
+}  // namespace
+}  // namespace pipesched::model
