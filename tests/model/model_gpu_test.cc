@@ -35,7 +35,9 @@ class ModelGpuTest : public ::testing::Test {
     PS_ASSERT_OK_AND_ASSIGN(math_, CreateMath(device()));
   }
   void TearDown() override {
-    if (stream_) PS_EXPECT_OK(stream_->Synchronize());
+    if (stream_) {
+      PS_EXPECT_OK(stream_->Synchronize());
+    }
     buffers_.clear();
     math_.reset();
     stream_.reset();
