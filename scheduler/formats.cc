@@ -231,7 +231,9 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
   static constexpr const char* kKeys[] = {"format",    "version",  "name",
                                           "stages",    "virtual",  "microbatches",
                                           "placement", "programs", "costs"};
-  for (const auto& [key, value] : root.items()) {
+  for (const auto& item : root.items()) {
+    // A named reference, not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& key = item.key();
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
         std::end(kKeys)) {
       return absl::InvalidArgumentError(absl::StrCat(
