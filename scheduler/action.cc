@@ -5,6 +5,7 @@
 
 #include <array>
 #include <charconv>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -32,11 +33,12 @@ absl::Status BadToken(std::string_view token, std::string_view why) {
 }
 
 // Parses a non-negative decimal int that fills `digits` exactly.
+// Below INT_MAX, so that the count a file implies (largest index + 1) fits in an int.
 bool ParseIndex(std::string_view digits, int* out) {
   if (digits.empty()) return false;
   const char* end = digits.data() + digits.size();
   auto [ptr, ec] = std::from_chars(digits.data(), end, *out);
-  return ec == std::errc() && ptr == end;
+  return ec == std::errc() && ptr == end && *out < std::numeric_limits<int>::max();
 }
 
 }  // namespace
