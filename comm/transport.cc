@@ -11,11 +11,12 @@ class DeviceCopyTransport final : public Transport {
  public:
   std::string_view name() const override { return "host-copy"; }
   bool two_sided() const override { return false; }
-  absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes) override {
-    if (src.device == nullptr || dst.device == nullptr || dst.stream == nullptr) {
-      return absl::InvalidArgumentError("Transport::Move: an endpoint has no device or stream");
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes,
+                    runtime::Stream& stream) override {
+    if (src.device == nullptr || dst.device == nullptr) {
+      return absl::InvalidArgumentError("Transport::Move: an endpoint has no device");
     }
-    return dst.device->CopyAsync(dst.data, src.data, bytes, *src.device, *dst.stream);
+    return dst.device->CopyAsync(dst.data, src.data, bytes, *src.device, stream);
   }
 };
 

@@ -4,9 +4,10 @@
 // a memory manager — both buffers belong to the caller, who orders their allocation,
 // writes and frees with events.
 //
-// In-process transports copy on the destination's transfer stream ("pull"):
+// In-process transports copy on one transfer stream chosen by the caller (the executor
+// pulls activations on the receiver's stream and pushes gradients on the sender's):
 //   host:  Device::CopyAsync (a memcpy on the stream's worker thread);
-//   CUDA:  cudaMemcpyPeerAsync on the destination's transfer stream.
+//   CUDA:  cudaMemcpyPeerAsync on that stream.
 // A two-sided transport (NCCL send/recv between processes, with multi-host support)
 // enqueues a send on the source stream and a receive on the destination stream; the
 // seam already carries both sides for it.
@@ -34,17 +35,19 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual std::string_view name() const = 0;  // "host-copy", "cuda-peer"
-  // True when Move also enqueues work on src.stream (NCCL send/recv); the caller must
-  // then order the reuse of src.data after an event recorded on src.stream too.
+  // True when Move enqueues a send on src.stream and a receive on dst.stream (NCCL
+  // send/recv across processes) rather than one copy on the stream it is given.
   virtual bool two_sided() const = 0;
 
-  // Moves `bytes` from src.data to dst.data. Before the call, order dst.stream (and
-  // src.stream when two_sided()) after the writes of src.data and the allocation of
-  // dst.data. Afterwards, work ordered after dst.stream's current position sees the
-  // data; src.data may be overwritten or freed by work ordered after dst.stream's (and,
-  // when two_sided(), src.stream's) current position. Enqueued on dst.stream (and
-  // src.stream); returns immediately.
-  virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes) = 0;
+  // Moves `bytes` from src.data to dst.data. One-sided transports (the in-process
+  // copies) enqueue the whole copy on `stream`, a transfer stream of either endpoint's
+  // device that the caller has ordered (with event waits) after the writes of src.data
+  // and the allocation of dst.data; afterwards, work ordered after `stream`'s current
+  // position sees the data and may reuse src.data. Two-sided transports (two_sided())
+  // enqueue a send on src.stream and a receive on dst.stream instead, each ordered
+  // likewise, and ignore `stream`. Returns immediately.
+  virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes,
+                            runtime::Stream& stream) = 0;
 };
 
 // The in-process transport for `kind`: host copy for the host backend, CUDA peer copy

@@ -49,13 +49,14 @@ class CudaPeerTransport final : public Transport {
  public:
   std::string_view name() const override { return "cuda-peer"; }
   bool two_sided() const override { return false; }
-  absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes) override {
-    if (src.device == nullptr || dst.device == nullptr || dst.stream == nullptr) {
-      return absl::InvalidArgumentError("Transport::Move: an endpoint has no device or stream");
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes,
+                    runtime::Stream& on) override {
+    if (src.device == nullptr || dst.device == nullptr) {
+      return absl::InvalidArgumentError("Transport::Move: an endpoint has no device");
     }
     if (bytes == 0) return absl::OkStatus();
-    PS_ASSIGN_OR_RETURN(cudaStream_t stream, runtime::CudaStreamOf(*dst.stream));
-    DeviceGuard guard(dst.device->index());
+    PS_ASSIGN_OR_RETURN(cudaStream_t stream, runtime::CudaStreamOf(on));
+    DeviceGuard guard(on.device().index());
     PS_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst.data, dst.device->index(), src.data,
                                                 src.device->index(), bytes, stream));
     return absl::OkStatus();

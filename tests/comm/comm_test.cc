@@ -53,7 +53,7 @@ TEST(TransportTest, HostCopyLandsOnTheDestinationStream) {
   PS_ASSERT_OK(sb->Wait(*written));
   PS_ASSERT_OK(transport->Move({.device = &a, .stream = sa.get(), .data = src.data()},
                                {.device = &b, .stream = sb.get(), .data = dst.data()},
-                               kN * sizeof(float)));
+                               kN * sizeof(float), *sb));
   PS_ASSERT_OK(sb->Synchronize());
   std::vector<float> got(kN);
   PS_ASSERT_OK(b.CopyToHost(got.data(), dst.data(), kN * sizeof(float)));
@@ -66,7 +66,9 @@ TEST(TransportTest, HostCopyLandsOnTheDestinationStream) {
 
 TEST(TransportTest, MissingEndpointIsAnError) {
   auto transport = CreateDeviceCopyTransport();
-  EXPECT_THAT(transport->Move({}, {}, 4),
+  auto backend = HostBackend(1);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(0).CreateStream("s"));
+  EXPECT_THAT(transport->Move({}, {}, 4, *stream),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("endpoint")));
 }
 

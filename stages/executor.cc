@@ -1,0 +1,722 @@
+// The pipeline executor (stages/executor.h).
+#include "stages/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "scheduler/lower.h"
+#include "scheduler/validate.h"
+
+namespace pipesched::stages {
+namespace {
+
+using scheduler::Action;
+using scheduler::Op;
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kAlign = 256;  // boundary regions start on 256-byte boundaries
+
+std::size_t AlignUp(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+absl::StatusOr<std::unique_ptr<runtime::Event>> TimingEvent(runtime::Device& device,
+                                                            std::string name) {
+  return device.CreateEvent(/*timing=*/true, name);
+}
+
+}  // namespace
+
+// Streams and bookkeeping of one (replica, rank).
+struct Executor::Rank {
+  int replica = 0;
+  int rank = 0;
+  runtime::Device* device = nullptr;
+  std::unique_ptr<runtime::Stream> compute, send, recv, comm;
+  std::unique_ptr<runtime::Event> freed;  // exact_memory_accounting: after the last work
+  bool free_pending = false;
+  std::vector<int> same_device;  // indices into ranks_ on the same device, self included
+};
+
+// One (replica, stage, micro-batch): its events and, during a step, its memory.
+struct Executor::Slot {
+  std::unique_ptr<runtime::Event> alloc;                 // boundary allocated (stage > 0)
+  std::unique_ptr<runtime::Event> f_start, f_end;        // F
+  std::unique_ptr<runtime::Event> recv_start, recv_end;  // RECV_F into this slot
+  std::unique_ptr<runtime::Event> b_start, b_end;        // B or I
+  std::unique_ptr<runtime::Event> send_start, send_end;  // SEND_B out of this slot
+  std::unique_ptr<runtime::Event> w_start, w_end;        // W
+  runtime::Buffer boundary;
+  std::unique_ptr<ActivationStash> stash;
+  bool split = false;  // the backward ran as I + W
+};
+
+struct Executor::Issue {
+  Action action;
+  int rank = 0;
+};
+
+Executor::~Executor() {
+  // Work may still be queued after a failed step: let it drain before buffers go.
+  (void)SynchronizeAll();
+  slots_.clear();
+  inputs_.clear();
+  targets_.clear();
+  losses_.clear();
+  reducers_.clear();
+  works_.clear();
+  ranks_.clear();
+}
+
+Executor::Rank& Executor::rank_of(int replica, int stage) const {
+  return *ranks_[replica * num_ranks() + schedule_.placement.RankOf(stage)];
+}
+
+Executor::Slot& Executor::slot(int replica, int stage, int mb) const {
+  return *slots_[(static_cast<std::size_t>(replica) * num_stages() + stage) * num_microbatches() +
+                 mb];
+}
+
+runtime::Device& Executor::device(int replica, int rank) const {
+  return *ranks_[replica * num_ranks() + rank]->device;
+}
+
+StageWork& Executor::work(int replica, int stage) const {
+  return *works_[replica * num_stages() + stage];
+}
+
+std::int64_t Executor::activation_bytes(int stage) const {
+  return static_cast<std::int64_t>(boundary_bytes_[stage]) + works_[stage]->stash_bytes();
+}
+
+std::int64_t Executor::actions_per_step() const {
+  std::int64_t n = 0;
+  for (const Issue& issue : order_) {
+    const Action& a = issue.action;
+    if (a.op == Op::kAllReduce) {
+      ++n;
+      continue;
+    }
+    n += num_replicas();
+    if ((a.op == Op::kF || a.op == Op::kB || a.op == Op::kI) && a.stage > 0) n += num_replicas();
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Schedule& schedule,
+                                                           runtime::Backend& backend,
+                                                           const StageWorkFactory& factory,
+                                                           const ExecutorOptions& options) {
+  if (options.num_replicas < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the number of data-parallel replicas must be at least 1, not ", options.num_replicas));
+  }
+  PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
+  auto ex = std::unique_ptr<Executor>(new Executor());
+  ex->options_ = options;
+  ex->backend_ = &backend;
+  PS_ASSIGN_OR_RETURN(ex->schedule_, scheduler::PlaceAllReduce(schedule, options.num_replicas));
+  PS_ASSIGN_OR_RETURN(ex->transport_, comm::CreateTransport(backend.kind()));
+  const int P = ex->num_ranks(), S = ex->num_stages(), M = ex->num_microbatches();
+  const int D = options.num_replicas;
+
+  // Devices and streams per (replica, rank).
+  const int num_devices = backend.device_count();
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < P; ++r) {
+      auto rank = std::make_unique<Rank>();
+      rank->replica = d;
+      rank->rank = r;
+      rank->device = &backend.device((d * P + r) % num_devices);
+      const std::string tag = absl::StrCat("r", r, D > 1 ? absl::StrCat(".d", d) : "");
+      PS_ASSIGN_OR_RETURN(rank->compute, rank->device->CreateStream(tag + " compute"));
+      PS_ASSIGN_OR_RETURN(rank->send, rank->device->CreateStream(tag + " send"));
+      PS_ASSIGN_OR_RETURN(rank->recv, rank->device->CreateStream(tag + " recv"));
+      PS_ASSIGN_OR_RETURN(rank->comm, rank->device->CreateStream(tag + " comm"));
+      PS_ASSIGN_OR_RETURN(rank->freed, rank->device->CreateEvent(false, tag + " freed"));
+      ex->ranks_.push_back(std::move(rank));
+    }
+  }
+  for (auto& a : ex->ranks_) {
+    for (int j = 0; j < static_cast<int>(ex->ranks_.size()); ++j) {
+      if (ex->ranks_[j]->device == a->device) a->same_device.push_back(j);
+    }
+  }
+
+  // Stage work per (replica, stage), and its sizes.
+  for (int d = 0; d < D; ++d) {
+    for (int s = 0; s < S; ++s) {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
+                          factory(s, d, *ex->rank_of(d, s).device));
+      if (work == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the stage factory returned no work for stage ", s));
+      }
+      ex->works_.push_back(std::move(work));
+    }
+  }
+  for (int s = 0; s + 1 < S; ++s) {
+    if (ex->works_[s]->output_bytes() != ex->works_[s + 1]->input_bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, " outputs ", ex->works_[s]->output_bytes(),
+                       " bytes per micro-batch but stage ", s + 1, " expects ",
+                       ex->works_[s + 1]->input_bytes()));
+    }
+  }
+  if (ex->works_[0]->input_bytes() == 0) {
+    return absl::InvalidArgumentError("the first stage takes no input (input_bytes() == 0)");
+  }
+  if (ex->works_[S - 1]->target_bytes() == 0) {
+    return absl::InvalidArgumentError("the last stage takes no targets (target_bytes() == 0)");
+  }
+  for (int d = 1; d < D; ++d) {
+    for (int s = 0; s < S; ++s) {
+      std::vector<GradientSpan> a = ex->works_[s]->gradients();
+      std::vector<GradientSpan> b = ex->work(d, s).gradients();
+      bool same = a.size() == b.size();
+      for (std::size_t k = 0; same && k < a.size(); ++k) same = a[k].count == b[k].count;
+      if (!same) {
+        return absl::InvalidArgumentError(absl::StrCat("replica ", d, " of stage ", s,
+                                                       " has gradients shaped unlike replica 0's"));
+      }
+    }
+  }
+  // Boundary layout per stage: [in][out][grad_out][grad_in], whichever exist.
+  for (int s = 0; s < S; ++s) {
+    Region region{kNone, kNone, kNone, kNone};
+    std::size_t size = 0;
+    const std::size_t in = ex->works_[s]->input_bytes(), out = ex->works_[s]->output_bytes();
+    if (s > 0) {
+      region.in = size;
+      size += AlignUp(in);
+    }
+    if (s + 1 < S) {
+      region.out = size;
+      size += AlignUp(out);
+      region.grad_out = size;
+      size += AlignUp(out);
+    }
+    if (s > 0) {
+      region.grad_in = size;
+      size += AlignUp(in);
+    }
+    ex->regions_.push_back(region);
+    ex->boundary_bytes_.push_back(size);
+  }
+
+  // Events per (replica, stage, micro-batch), created on the device they are recorded on.
+  for (int d = 0; d < D; ++d) {
+    for (int s = 0; s < S; ++s) {
+      runtime::Device& dev = *ex->rank_of(d, s).device;
+      for (int m = 0; m < M; ++m) {
+        auto sl = std::make_unique<Slot>();
+        const std::string id =
+            absl::StrCat("(", s, ",", m, D > 1 ? absl::StrCat(",d", d) : "", ")");
+        PS_ASSIGN_OR_RETURN(sl->alloc, dev.CreateEvent(false, "alloc" + id));
+        PS_ASSIGN_OR_RETURN(sl->f_start, TimingEvent(dev, "F" + id + " start"));
+        PS_ASSIGN_OR_RETURN(sl->f_end, TimingEvent(dev, "F" + id + " done"));
+        PS_ASSIGN_OR_RETURN(sl->recv_start, TimingEvent(dev, "RECV_F" + id + " start"));
+        PS_ASSIGN_OR_RETURN(sl->recv_end, TimingEvent(dev, "RECV_F" + id + " done"));
+        PS_ASSIGN_OR_RETURN(sl->b_start, TimingEvent(dev, "B/I" + id + " start"));
+        PS_ASSIGN_OR_RETURN(sl->b_end, TimingEvent(dev, "B/I" + id + " done"));
+        PS_ASSIGN_OR_RETURN(sl->send_start, TimingEvent(dev, "SEND_B" + id + " start"));
+        PS_ASSIGN_OR_RETURN(sl->send_end, TimingEvent(dev, "SEND_B" + id + " done"));
+        PS_ASSIGN_OR_RETURN(sl->w_start, TimingEvent(dev, "W" + id + " start"));
+        PS_ASSIGN_OR_RETURN(sl->w_end, TimingEvent(dev, "W" + id + " done"));
+        ex->slots_.push_back(std::move(sl));
+      }
+      PS_ASSIGN_OR_RETURN(auto ar_start,
+                          TimingEvent(dev, absl::StrCat("ALLREDUCE(", s, ",d", d, ") start")));
+      PS_ASSIGN_OR_RETURN(auto ar_end,
+                          TimingEvent(dev, absl::StrCat("ALLREDUCE(", s, ",d", d, ") done")));
+      ex->allreduce_start_.push_back(std::move(ar_start));
+      ex->allreduce_end_.push_back(std::move(ar_end));
+    }
+  }
+  if (D > 1) {
+    for (int s = 0; s < S; ++s) {
+      std::vector<runtime::Device*> devices;
+      for (int d = 0; d < D; ++d) devices.push_back(ex->rank_of(d, s).device);
+      PS_ASSIGN_OR_RETURN(auto reducer, comm::CreateAllReducer(devices));
+      ex->reducers_.push_back(std::move(reducer));
+    }
+  }
+
+  // Step data: inputs on each replica's first rank, targets and losses on its last.
+  for (int d = 0; d < D; ++d) {
+    Rank& first = ex->rank_of(d, 0);
+    Rank& last = ex->rank_of(d, S - 1);
+    PS_ASSIGN_OR_RETURN(runtime::Buffer in, first.device->Allocate(static_cast<std::size_t>(M) *
+                                                                       ex->works_[0]->input_bytes(),
+                                                                   *first.compute));
+    PS_ASSIGN_OR_RETURN(
+        runtime::Buffer tg,
+        last.device->Allocate(static_cast<std::size_t>(M) * ex->works_[S - 1]->target_bytes(),
+                              *last.compute));
+    PS_ASSIGN_OR_RETURN(runtime::Buffer loss,
+                        last.device->Allocate(sizeof(float) * M, *last.compute));
+    ex->inputs_.push_back(std::move(in));
+    ex->targets_.push_back(std::move(tg));
+    ex->losses_.push_back(std::move(loss));
+  }
+  PS_RETURN_IF_ERROR(ex->SynchronizeAll());
+
+  // The issue order: walk the ranks' programs round-robin, each as far as the
+  // dependencies already issued allow. Every event waited on is then recorded earlier
+  // in the same walk (RECV_F after the previous stage's F, SEND_B right after its B/I).
+  std::vector<int> pos(P, 0);
+  std::vector<std::vector<bool>> f_done(S, std::vector<bool>(M, false));
+  std::vector<std::vector<bool>> bi_done(S, std::vector<bool>(M, false));
+  std::vector<int> backward_left(S, 0);
+  ex->last_backward_mb_.assign(S, 0);
+  ex->last_backward_is_w_.assign(S, false);
+  for (const auto& program : ex->schedule_.programs) {
+    for (const Action& a : program) {
+      if (a.op == Op::kB || a.op == Op::kW) ++backward_left[a.stage];
+    }
+  }
+  std::size_t remaining = ex->schedule_.NumActions();
+  while (remaining > 0) {
+    bool progress = false;
+    for (int r = 0; r < P; ++r) {
+      const std::vector<Action>& program = ex->schedule_.programs[r];
+      while (pos[r] < static_cast<int>(program.size())) {
+        const Action& a = program[pos[r]];
+        bool ready = true;
+        switch (a.op) {
+          case Op::kF:
+            ready = a.stage == 0 || f_done[a.stage - 1][a.microbatch];
+            break;
+          case Op::kB:
+          case Op::kI:
+            ready = f_done[a.stage][a.microbatch] &&
+                    (a.stage == S - 1 || bi_done[a.stage + 1][a.microbatch]);
+            break;
+          case Op::kW:
+            ready = bi_done[a.stage][a.microbatch];
+            break;
+          case Op::kAllReduce:
+            ready = backward_left[a.stage] == 0;
+            break;
+          default:  // lowered SEND/RECV markers: the executor does its own transfers
+            break;
+        }
+        if (!ready) break;
+        switch (a.op) {
+          case Op::kF:
+            f_done[a.stage][a.microbatch] = true;
+            break;
+          case Op::kB:
+          case Op::kI:
+            bi_done[a.stage][a.microbatch] = true;
+            break;
+          default:
+            break;
+        }
+        if (a.op == Op::kB || a.op == Op::kW) {
+          --backward_left[a.stage];
+          ex->last_backward_mb_[a.stage] = a.microbatch;
+          ex->last_backward_is_w_[a.stage] = a.op == Op::kW;
+        }
+        if (scheduler::IsCompute(a.op) || (a.op == Op::kAllReduce && D > 1)) {
+          ex->order_.push_back(Issue{a, r});
+        }
+        ++pos[r];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) {
+      return absl::InternalError(
+          "the executor found no issue order for a schedule the validator accepted");
+    }
+  }
+  return ex;
+}
+
+MicrobatchIO Executor::MakeIO(int replica, int stage, int mb) const {
+  const Slot& sl = slot(replica, stage, mb);
+  const Region& region = regions_[stage];
+  auto* base = static_cast<std::byte*>(sl.boundary.data());
+  auto at = [base](std::size_t offset) -> std::byte* {
+    return offset == kNone ? nullptr : base + offset;
+  };
+  MicrobatchIO io;
+  io.microbatch = mb;
+  io.input = stage == 0 ? static_cast<const void*>(inputs_[replica].as<std::byte>() +
+                                                   mb * works_[0]->input_bytes())
+                        : at(region.in);
+  io.output = at(region.out);
+  io.grad_output = at(region.grad_out);
+  io.grad_input = at(region.grad_in);
+  if (stage == num_stages() - 1) {
+    io.targets = targets_[replica].as<std::byte>() + mb * works_[stage]->target_bytes();
+    io.loss = losses_[replica].as<float>() + mb;
+  }
+  io.loss_scale = 1.0f / static_cast<float>(num_microbatches());
+  io.stash = sl.stash.get();
+  return io;
+}
+
+absl::Status Executor::BeforeDeviceWork(int replica, int rank) {
+  if (!options_.exact_memory_accounting) return absl::OkStatus();
+  for (int j : ranks_[replica * num_ranks() + rank]->same_device) {
+    Rank& other = *ranks_[j];
+    if (!other.free_pending) continue;
+    PS_RETURN_IF_ERROR(other.freed->Synchronize());
+    other.free_pending = false;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::AfterDeviceWork(int replica, int rank) {
+  if (!options_.exact_memory_accounting) return absl::OkStatus();
+  Rank& rk = *ranks_[replica * num_ranks() + rank];
+  PS_RETURN_IF_ERROR(rk.freed->Record(*rk.compute));
+  rk.free_pending = true;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::IssueForward(int d, int s, int m) {
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  StageWork& w = work(d, s);
+  runtime::Stream& compute = *rk.compute;
+  PS_RETURN_IF_ERROR(BeforeDeviceWork(d, rk.rank));
+  if (boundary_bytes_[s] > 0) {
+    PS_ASSIGN_OR_RETURN(sl.boundary, rk.device->Allocate(boundary_bytes_[s], compute));
+  }
+  PS_ASSIGN_OR_RETURN(sl.stash, w.AllocateStash(compute));
+  if (s > 0) {
+    // Pull the previous stage's output into this micro-batch's boundary buffer once both
+    // exist: the recv stream waits for the allocation (here) and the producer's F.
+    Slot& prev = slot(d, s - 1, m);
+    Rank& prk = rank_of(d, s - 1);
+    PS_RETURN_IF_ERROR(sl.alloc->Record(compute));
+    PS_RETURN_IF_ERROR(rk.recv->Wait(*sl.alloc));
+    PS_RETURN_IF_ERROR(rk.recv->Wait(*prev.f_end));
+    PS_RETURN_IF_ERROR(sl.recv_start->Record(*rk.recv));
+    PS_RETURN_IF_ERROR(transport_->Move(
+        {prk.device, prk.send.get(),
+         static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
+        {rk.device, rk.recv.get(), static_cast<std::byte*>(sl.boundary.data()) + regions_[s].in},
+        w.input_bytes(), *rk.recv));
+    PS_RETURN_IF_ERROR(sl.recv_end->Record(*rk.recv));
+    PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
+  }
+  PS_RETURN_IF_ERROR(sl.f_start->Record(compute));
+  PS_RETURN_IF_ERROR(w.Forward(MakeIO(d, s, m), compute));
+  PS_RETURN_IF_ERROR(sl.f_end->Record(compute));
+  return AfterDeviceWork(d, rk.rank);
+}
+
+absl::Status Executor::IssueBackward(int d, int s, int m, bool input_only) {
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  StageWork& w = work(d, s);
+  runtime::Stream& compute = *rk.compute;
+  PS_RETURN_IF_ERROR(BeforeDeviceWork(d, rk.rank));
+  if (s + 1 < num_stages()) PS_RETURN_IF_ERROR(compute.Wait(*slot(d, s + 1, m).send_end));
+  PS_RETURN_IF_ERROR(sl.b_start->Record(compute));
+  const MicrobatchIO io = MakeIO(d, s, m);
+  PS_RETURN_IF_ERROR(input_only ? w.BackwardInput(io, compute) : w.Backward(io, compute));
+  PS_RETURN_IF_ERROR(sl.b_end->Record(compute));
+  sl.split = input_only;
+  if (s > 0) {
+    // Push the input gradient into the previous stage's boundary buffer (allocated at its
+    // F, which precedes this B through the data dependencies).
+    Slot& prev = slot(d, s - 1, m);
+    Rank& prk = rank_of(d, s - 1);
+    PS_RETURN_IF_ERROR(rk.send->Wait(*sl.b_end));
+    PS_RETURN_IF_ERROR(sl.send_start->Record(*rk.send));
+    PS_RETURN_IF_ERROR(
+        transport_->Move({rk.device, rk.send.get(),
+                          static_cast<std::byte*>(sl.boundary.data()) + regions_[s].grad_in},
+                         {prk.device, prk.recv.get(),
+                          static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].grad_out},
+                         w.input_bytes(), *rk.send));
+    PS_RETURN_IF_ERROR(sl.send_end->Record(*rk.send));
+  }
+  if (!input_only) PS_RETURN_IF_ERROR(Release(d, s, m));
+  return AfterDeviceWork(d, rk.rank);
+}
+
+absl::Status Executor::IssueWeight(int d, int s, int m) {
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  runtime::Stream& compute = *rk.compute;
+  PS_RETURN_IF_ERROR(BeforeDeviceWork(d, rk.rank));
+  PS_RETURN_IF_ERROR(sl.w_start->Record(compute));
+  PS_RETURN_IF_ERROR(work(d, s).BackwardWeight(MakeIO(d, s, m), compute));
+  PS_RETURN_IF_ERROR(sl.w_end->Record(compute));
+  PS_RETURN_IF_ERROR(Release(d, s, m));
+  return AfterDeviceWork(d, rk.rank);
+}
+
+absl::Status Executor::Release(int d, int s, int m) {
+  // The micro-batch's last use on this stage is issued: free its memory in stream order,
+  // once the outgoing gradient copy (on the send stream) has read it too.
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  if (s > 0) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_end));
+  PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.compute));
+  if (sl.stash) {
+    PS_RETURN_IF_ERROR(sl.stash->FreeAsync(*rk.compute));
+    sl.stash.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::IssueAllReduce(int s) {
+  const int D = num_replicas();
+  std::vector<std::vector<GradientSpan>> grads(D);
+  for (int d = 0; d < D; ++d) {
+    Rank& rk = rank_of(d, s);
+    Slot& last = slot(d, s, last_backward_mb_[s]);
+    PS_RETURN_IF_ERROR(rk.comm->Wait(last_backward_is_w_[s] ? *last.w_end : *last.b_end));
+    PS_RETURN_IF_ERROR(allreduce_start_[d * num_stages() + s]->Record(*rk.comm));
+    grads[d] = work(d, s).gradients();
+  }
+  for (std::size_t k = 0; k < grads[0].size(); ++k) {
+    std::vector<comm::ReducePart> parts;
+    for (int d = 0; d < D; ++d) {
+      parts.push_back({.data = grads[d][k].data, .stream = rank_of(d, s).comm.get()});
+    }
+    PS_RETURN_IF_ERROR(reducers_[s]->AllReduceAverage(parts, grads[0][k].count));
+  }
+  for (int d = 0; d < D; ++d) {
+    PS_RETURN_IF_ERROR(allreduce_end_[d * num_stages() + s]->Record(*rank_of(d, s).comm));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::IssueAction(const Issue& issue) {
+  const Action& a = issue.action;
+  if (a.op == Op::kAllReduce) return IssueAllReduce(a.stage);
+  for (int d = 0; d < num_replicas(); ++d) {
+    switch (a.op) {
+      case Op::kF:
+        PS_RETURN_IF_ERROR(IssueForward(d, a.stage, a.microbatch));
+        break;
+      case Op::kB:
+        PS_RETURN_IF_ERROR(IssueBackward(d, a.stage, a.microbatch, /*input_only=*/false));
+        break;
+      case Op::kI:
+        PS_RETURN_IF_ERROR(IssueBackward(d, a.stage, a.microbatch, /*input_only=*/true));
+        break;
+      case Op::kW:
+        PS_RETURN_IF_ERROR(IssueWeight(d, a.stage, a.microbatch));
+        break;
+      default:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::SynchronizeAll() {
+  absl::Status first = absl::OkStatus();
+  for (auto& rk : ranks_) {
+    for (runtime::Stream* s : {rk->compute.get(), rk->recv.get(), rk->send.get(), rk->comm.get()}) {
+      if (s == nullptr) continue;
+      absl::Status status = s->Synchronize();
+      if (first.ok() && !status.ok()) first = status;
+    }
+  }
+  return first;
+}
+
+absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
+  const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
+  const std::size_t in_bytes = static_cast<std::size_t>(M) * works_[0]->input_bytes();
+  const std::size_t tg_bytes = static_cast<std::size_t>(M) * works_[S - 1]->target_bytes();
+  if (inputs.inputs.size() != D * in_bytes || inputs.targets.size() != D * tg_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step over ", D, " replica(s) x ", M, " micro-batches needs ", D * in_bytes,
+                     " bytes of inputs and ", D * tg_bytes, " bytes of targets, got ",
+                     inputs.inputs.size(), " and ", inputs.targets.size()));
+  }
+  for (int d = 0; d < D; ++d) {
+    PS_RETURN_IF_ERROR(rank_of(d, 0).device->CopyFromHost(
+        inputs_[d].data(), inputs.inputs.data() + d * in_bytes, in_bytes));
+    PS_RETURN_IF_ERROR(rank_of(d, S - 1).device->CopyFromHost(
+        targets_[d].data(), inputs.targets.data() + d * tg_bytes, tg_bytes));
+  }
+  std::map<runtime::Device*, std::int64_t> baseline;
+  for (auto& rk : ranks_) {
+    if (baseline.count(rk->device)) continue;
+    rk->device->ResetPeakMemory();
+    baseline[rk->device] = rk->device->memory_stats().current_bytes;
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status issued = [&]() -> absl::Status {
+    for (int d = 0; d < D; ++d) {
+      for (int s = 0; s < S; ++s) PS_RETURN_IF_ERROR(work(d, s).ZeroGrad(*rank_of(d, s).compute));
+    }
+    for (const Issue& issue : order_) PS_RETURN_IF_ERROR(IssueAction(issue));
+    for (int d = 0; d < D; ++d) {
+      for (int s = 0; s < S; ++s) {
+        Rank& rk = rank_of(d, s);
+        if (D > 1) PS_RETURN_IF_ERROR(rk.compute->Wait(*allreduce_end_[d * S + s]));
+        PS_RETURN_IF_ERROR(work(d, s).OptimizerStep(*rk.compute));
+      }
+    }
+    return absl::OkStatus();
+  }();
+  absl::Status synced = SynchronizeAll();
+  const auto t1 = std::chrono::steady_clock::now();
+  for (auto& rk : ranks_) rk->free_pending = false;
+  if (!issued.ok() || !synced.ok()) {
+    for (auto& sl : slots_) {  // drop what a failed step left behind (streams are idle)
+      sl->boundary = runtime::Buffer();
+      sl->stash.reset();
+    }
+    return issued.ok() ? synced : issued;
+  }
+
+  StepResult result;
+  result.step_micros = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  double loss_sum = 0;
+  for (int d = 0; d < D; ++d) {
+    std::vector<float> losses(M);
+    PS_RETURN_IF_ERROR(
+        rank_of(d, S - 1).device->CopyToHost(losses.data(), losses_[d].data(), sizeof(float) * M));
+    for (float l : losses) loss_sum += l;
+  }
+  result.loss = loss_sum / (static_cast<double>(D) * M);
+  for (int row = 0; row < D * P; ++row) {
+    runtime::Device* device = ranks_[row]->device;
+    result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
+  }
+  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline());
+  return result;
+}
+
+absl::StatusOr<trace::Timeline> Executor::CollectTimeline() const {
+  const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
+  trace::Timeline timeline;
+  const int V = schedule_.num_chunks();
+  timeline.name = absl::StrCat(schedule_.name, " P=", P, V > 1 ? absl::StrCat(" V=", V) : "",
+                               " M=", M, D > 1 ? absl::StrCat(" D=", D) : "", " (measured)");
+  timeline.time_unit = "us";
+  timeline.num_ranks = P * D;
+  auto add = [&](int row, int lane, int stage, int mb, std::string op, const runtime::Event& start,
+                 const runtime::Event& end) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(double t_start, start.TimestampMicros());
+    PS_ASSIGN_OR_RETURN(double t_end, end.TimestampMicros());
+    timeline.spans.push_back(trace::Span{.rank = row,
+                                         .lane = lane,
+                                         .stage = stage,
+                                         .microbatch = mb,
+                                         .op = std::move(op),
+                                         .start = t_start,
+                                         .end = std::max(t_start, t_end)});
+    return absl::OkStatus();
+  };
+  for (const Issue& issue : order_) {
+    const Action& a = issue.action;
+    for (int d = 0; d < D; ++d) {
+      const int row = d * P + issue.rank;
+      if (a.op == Op::kAllReduce) {
+        PS_RETURN_IF_ERROR(add(row, trace::kCommLane, a.stage, -1, "ALLREDUCE",
+                               *allreduce_start_[d * S + a.stage],
+                               *allreduce_end_[d * S + a.stage]));
+        continue;
+      }
+      const Slot& sl = slot(d, a.stage, a.microbatch);
+      switch (a.op) {
+        case Op::kF:
+          if (a.stage > 0) {
+            PS_RETURN_IF_ERROR(add(row, trace::kRecvLane, a.stage, a.microbatch, "RECV_F",
+                                   *sl.recv_start, *sl.recv_end));
+          }
+          PS_RETURN_IF_ERROR(
+              add(row, trace::kComputeLane, a.stage, a.microbatch, "F", *sl.f_start, *sl.f_end));
+          break;
+        case Op::kB:
+        case Op::kI:
+          PS_RETURN_IF_ERROR(add(row, trace::kComputeLane, a.stage, a.microbatch,
+                                 a.op == Op::kB ? "B" : "I", *sl.b_start, *sl.b_end));
+          if (a.stage > 0) {
+            PS_RETURN_IF_ERROR(add(row, trace::kSendLane, a.stage, a.microbatch, "SEND_B",
+                                   *sl.send_start, *sl.send_end));
+          }
+          break;
+        case Op::kW:
+          PS_RETURN_IF_ERROR(
+              add(row, trace::kComputeLane, a.stage, a.microbatch, "W", *sl.w_start, *sl.w_end));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  double origin = std::numeric_limits<double>::infinity();
+  for (const trace::Span& span : timeline.spans) origin = std::min(origin, span.start);
+  for (trace::Span& span : timeline.spans) {
+    span.start -= origin;
+    span.end -= origin;
+  }
+  return timeline;
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
+                                       const Executor& executor) {
+  const int S = executor.num_stages();
+  std::vector<std::map<std::string, std::vector<double>>> by_stage(S);
+  std::vector<std::vector<double>> transfers(std::max(S - 1, 0));
+  for (const trace::Timeline* timeline : timelines) {
+    for (const trace::Span& span : timeline->spans) {
+      if (span.stage < 0 || span.stage >= S) continue;
+      const double duration = span.end - span.start;
+      if (span.op == "RECV_F" || span.op == "SEND_B") {
+        if (span.stage > 0) transfers[span.stage - 1].push_back(duration);
+      } else {
+        by_stage[span.stage][span.op].push_back(duration);
+      }
+    }
+  }
+  scheduler::CostModel costs;
+  std::vector<double> all_transfers;
+  for (int s = 0; s < S; ++s) {
+    scheduler::StageCosts c;
+    auto& ops = by_stage[s];
+    c.f = Median(ops["F"]);
+    const bool has_b = !ops["B"].empty(), has_iw = !ops["I"].empty();
+    if (has_iw) {
+      c.i = Median(ops["I"]);
+      c.w = Median(ops["W"]);
+    }
+    if (has_b) c.b = Median(ops["B"]);
+    if (has_b && !has_iw) c.i = c.w = c.b / 2;
+    if (has_iw && !has_b) c.b = c.i + c.w;
+    c.allreduce = Median(ops["ALLREDUCE"]);
+    c.activation_bytes = executor.activation_bytes(s);
+    costs.stages.push_back(c);
+  }
+  for (const auto& t : transfers) {
+    costs.comm.push_back(Median(t));
+    all_transfers.insert(all_transfers.end(), t.begin(), t.end());
+  }
+  costs.comm_uniform = Median(all_transfers);
+  if (!costs.stages.empty()) costs.uniform = costs.stages.back();
+  return costs;
+}
+
+}  // namespace pipesched::stages

@@ -1,0 +1,164 @@
+// Executor: runs one training step of any valid Schedule over D replicas of a pipeline
+// of P ranks (x V chunks), issuing all of it asynchronously from one host thread.
+//
+// Layout. Replica d, pipeline rank r runs on device (d * P + r) mod device_count: one
+// device each when the backend has P x D devices, shared round-robin otherwise. Each
+// (replica, rank) has its own four streams on its device:
+//   compute  every F/B/I/W of the rank's stages, in the rank's program order; the
+//            activation stash and boundary buffers of a micro-batch are allocated here
+//            at its F and freed here after its last backward (stream-ordered);
+//   recv     pulls each stage's input activation from the previous stage (RECV_F);
+//   send     pushes each stage's input gradient to the previous stage (SEND_B);
+//   comm     the stage's data-parallel all-reduce (ALLREDUCE), placed by
+//            scheduler::PlaceAllReduce right after the stage's last backward.
+// Streams synchronise only through events; the host walks the schedule in a
+// topological order in which every event is recorded before anything waits on it, and
+// blocks only at the end of the step (one Synchronize per stream).
+//
+// Memory. Per (stage, micro-batch) the executor allocates, at F, one boundary buffer
+// (received input, output, received output-gradient, input-gradient: whichever the
+// stage has) and the StageWork's stash, and frees both after the last backward (B, or
+// W when split). activation_bytes(stage) = boundary + stash bytes is exactly what one
+// in-flight micro-batch holds, so the simulator fed with it predicts the runtime's
+// peak: GPipe holds M micro-batches, 1F1B holds P - r on rank r.
+//
+// Measured timeline: every action (and transfer, and all-reduce) is bracketed by timing
+// events; Step returns a trace::Timeline with time_unit "us", one row per
+// (replica, rank) (row = replica * P + rank, num_ranks = P x D, so rows 0..P-1 are
+// replica 0 and line up with the simulator's ranks), lanes trace::kComputeLane (F, B,
+// I, W), kSendLane (SEND_B), kRecvLane (RECV_F), kCommLane (ALLREDUCE).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/all_reduce.h"
+#include "comm/transport.h"
+#include "runtime/runtime.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
+#include "stages/stage_work.h"
+#include "trace/timeline.h"
+
+namespace pipesched::stages {
+
+struct ExecutorOptions {
+  int num_replicas = 1;  // D
+  // The runtime counts an allocation when Allocate is called but a stream-ordered free
+  // only when its stream reaches it; a host thread that runs ahead of the devices thus
+  // makes memory_stats() over-count. When true the host waits, before issuing work on a
+  // device, until the frees already issued there have run, so that the measured peak
+  // follows stream order exactly (and equals the simulator's). Slower: for measuring
+  // memory, not for training speed.
+  bool exact_memory_accounting = false;
+};
+
+// Makes the StageWork of virtual stage `stage` of replica `replica` on `device`.
+using StageWorkFactory = std::function<absl::StatusOr<std::unique_ptr<StageWork>>(
+    int stage, int replica, runtime::Device& device)>;
+
+// Host memory holding one step's data, replica-major then micro-batch: replica d,
+// micro-batch m starts at (d * M + m) * input_bytes (first stage's input_bytes()), and
+// likewise for targets with the last stage's target_bytes().
+struct StepInputs {
+  std::span<const std::byte> inputs;
+  std::span<const std::byte> targets;
+};
+
+struct StepResult {
+  double loss = 0;         // mean of the D x M micro-batch losses
+  double step_micros = 0;  // host wall time: first issue to the end of the final sync
+  trace::Timeline timeline;
+  // Per row (replica * P + rank): peak bytes allocated on its device during the step
+  // above what was live when the step began (rows sharing a device show the same value).
+  std::vector<std::int64_t> peak_activation_bytes;
+};
+
+class Executor {
+ public:
+  // Validates `schedule` (InvalidArgument / FailedPrecondition from
+  // scheduler::Validate), places the all-reduces (D > 1), creates the streams, events,
+  // transports and all-reducers, and one StageWork per (replica, stage) from `factory`.
+  // InvalidArgument when a stage's output size differs from the next stage's input size,
+  // when the first stage needs no input or the last no targets.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const scheduler::Schedule& schedule,
+                                                          runtime::Backend& backend,
+                                                          const StageWorkFactory& factory,
+                                                          const ExecutorOptions& options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // One training step: zero gradients, every action of the schedule on every replica,
+  // all-reduces, optimizer steps; blocks until all of it has run. InvalidArgument when
+  // the inputs have the wrong size; the first error of any stream otherwise.
+  absl::StatusOr<StepResult> Step(const StepInputs& inputs);
+
+  // The schedule as run (with the ALLREDUCE actions placed when D > 1).
+  const scheduler::Schedule& schedule() const { return schedule_; }
+  int num_ranks() const { return schedule_.num_ranks(); }
+  int num_stages() const { return schedule_.num_stages(); }
+  int num_microbatches() const { return schedule_.num_microbatches; }
+  int num_replicas() const { return options_.num_replicas; }
+  runtime::Device& device(int replica, int rank) const;
+  StageWork& work(int replica, int stage) const;
+  // Bytes one in-flight micro-batch of `stage` holds from its F to its last backward:
+  // boundary buffers + stash. What scheduler::StageCosts::activation_bytes wants.
+  std::int64_t activation_bytes(int stage) const;
+  // Host actions issued per step (compute actions x D, transfers x D, all-reduces).
+  std::int64_t actions_per_step() const;
+
+ private:
+  struct Rank;
+  struct Slot;
+  struct Issue;
+  Executor() = default;
+  absl::Status IssueAction(const Issue& issue);
+  absl::Status IssueForward(int replica, int stage, int mb);
+  absl::Status IssueBackward(int replica, int stage, int mb, bool input_only);
+  absl::Status IssueWeight(int replica, int stage, int mb);
+  absl::Status Release(int replica, int stage, int mb);
+  absl::Status IssueAllReduce(int stage);
+  absl::Status BeforeDeviceWork(int replica, int rank);
+  absl::Status AfterDeviceWork(int replica, int rank);
+  MicrobatchIO MakeIO(int replica, int stage, int mb) const;
+  absl::Status SynchronizeAll();
+  absl::StatusOr<trace::Timeline> CollectTimeline() const;
+  Rank& rank_of(int replica, int stage) const;
+  Slot& slot(int replica, int stage, int mb) const;
+
+  scheduler::Schedule schedule_;
+  ExecutorOptions options_;
+  runtime::Backend* backend_ = nullptr;
+  std::unique_ptr<comm::Transport> transport_;
+  std::vector<std::unique_ptr<Rank>> ranks_;                 // [replica * P + rank]
+  std::vector<std::unique_ptr<StageWork>> works_;            // [replica * S + stage]
+  std::vector<std::unique_ptr<Slot>> slots_;                 // [(replica * S + stage) * M + mb]
+  std::vector<std::unique_ptr<comm::AllReducer>> reducers_;  // [stage], D > 1
+  std::vector<std::unique_ptr<runtime::Event>> allreduce_start_, allreduce_end_;  // [r*S+s]
+  std::vector<Issue> order_;                                                      // the issue order
+  std::vector<std::size_t> boundary_bytes_;                                       // [stage]
+  struct Region {
+    std::size_t in = 0, out = 0, grad_out = 0, grad_in = 0;  // offsets; SIZE_MAX = none
+  };
+  std::vector<Region> regions_;                             // [stage]
+  std::vector<runtime::Buffer> inputs_, targets_, losses_;  // [replica]
+  std::vector<int> last_backward_mb_;  // [stage]: micro-batch of the last B/W issued
+  std::vector<bool> last_backward_is_w_;
+};
+
+// The cost model that makes the simulator replay what was measured: per (stage, op)
+// the median span duration over all replicas, micro-batches and `timelines`; per
+// boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the
+// executor's activation_bytes. Stages that ran B only get I = W = B / 2; stages that
+// ran I and W get B = I + W.
+scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
+                                       const Executor& executor);
+
+}  // namespace pipesched::stages

@@ -1,0 +1,116 @@
+// StageWork: what one pipeline stage (one model chunk, or virtual stage) computes, as
+// the executor sees it. The executor owns the schedule, the streams, the events, the
+// boundary buffers and their transfers; a StageWork owns its parameters, gradients,
+// optimizer state and the per-micro-batch activation stash. The built-in MLP
+// (stages/mlp_stage_work.h) is one implementation; an embedder brings another.
+//
+// Every callback enqueues its work on `stream` (the stage's compute stream, the last
+// parameter) and returns immediately; it must not block the host. On CUDA the raw
+// cudaStream_t is stream.native_handle() (runtime::CudaStreamOf in
+// runtime/cuda_runtime.h); on the host backend, enqueue closures with
+// stream.EnqueueHost. All pointers are device pointers on the stage's device and stay
+// valid until the enqueued work has run.
+//
+// Per micro-batch m the executor calls, in stream order on the compute stream:
+//   AllocateStash -> Forward -> (Backward | BackwardInput -> ... -> BackwardWeight)
+//   -> stash FreeAsync
+// and per step: ZeroGrad before the first action, OptimizerStep after the last one (and
+// after the data-parallel all-reduce of gradients()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/runtime.h"
+
+namespace pipesched::stages {
+
+// What one micro-batch of one stage keeps from its F until its last backward action
+// (B, or W when the backward is split). Move-only device memory behind an interface.
+class ActivationStash {
+ public:
+  virtual ~ActivationStash() = default;
+  // Device bytes held; equal to StageWork::stash_bytes().
+  virtual std::int64_t bytes() const = 0;
+  // Frees the memory once the work enqueued on `stream` so far has run (stream-ordered).
+  virtual absl::Status FreeAsync(runtime::Stream& stream) = 0;
+};
+
+// The buffers of one micro-batch of one stage. Device memory of the stage's device.
+struct MicrobatchIO {
+  int microbatch = 0;
+  // F reads: (first stage) the micro-batch's slice of the step's inputs, else the
+  // previous stage's output as received.
+  const void* input = nullptr;
+  // F writes: the stage's output, sent to the next stage. nullptr on the last stage.
+  void* output = nullptr;
+  // Last stage only: the micro-batch's slice of the step's targets (target_bytes()).
+  const void* targets = nullptr;
+  // Last stage only: F writes the micro-batch's loss (one float).
+  float* loss = nullptr;
+  // Last stage: the backward computes the gradient of loss_scale * loss (1 / M, so that
+  // gradients accumulated over M micro-batches are those of the mean loss).
+  float loss_scale = 1.0f;
+  // B/I read: d(loss)/d(output), as received from the next stage. nullptr on the last
+  // stage (it starts the backward from its loss).
+  const void* grad_output = nullptr;
+  // B/I write: d(loss)/d(input), sent to the previous stage. nullptr on the first stage
+  // (nobody needs it; skip computing it).
+  void* grad_input = nullptr;
+  // The micro-batch's stash, from AllocateStash.
+  ActivationStash* stash = nullptr;
+};
+
+// A contiguous range of fp32 gradients on the stage's device; the data-parallel
+// all-reduce averages each range across replicas.
+struct GradientSpan {
+  float* data = nullptr;
+  std::size_t count = 0;
+};
+
+class StageWork {
+ public:
+  virtual ~StageWork() = default;
+
+  // Sizes per micro-batch, in bytes. The executor checks output_bytes() of stage s
+  // against input_bytes() of stage s+1.
+  virtual std::size_t input_bytes() const = 0;
+  virtual std::size_t output_bytes() const = 0;  // 0 on the last stage
+  virtual std::size_t target_bytes() const = 0;  // > 0 on the last stage only
+  // What AllocateStash takes, per micro-batch (the simulator's activation bytes are
+  // this plus the executor's boundary buffers: Executor::activation_bytes()).
+  virtual std::int64_t stash_bytes() const = 0;
+  virtual std::int64_t num_params() const = 0;
+
+  // A stash for one micro-batch, usable by work enqueued on `stream` after this call
+  // (stream-ordered allocation through the stage's runtime::Device, so that the
+  // runtime's memory accounting sees it).
+  virtual absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(
+      runtime::Stream& stream) = 0;
+
+  virtual absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) = 0;
+  // Full backward; the default is BackwardInput then BackwardWeight.
+  virtual absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream);
+  // Gradient w.r.t. the stage input (I), then w.r.t. the weights (W), accumulated into
+  // the gradients (W adds; never overwrites).
+  virtual absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) = 0;
+  virtual absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) = 0;
+
+  virtual absl::Status ZeroGrad(runtime::Stream& stream) = 0;
+  virtual absl::Status OptimizerStep(runtime::Stream& stream) = 0;
+  // The gradient memory the all-reduce averages; the same ranges (counts) on every
+  // replica of a stage. Stable for the StageWork's lifetime.
+  virtual std::vector<GradientSpan> gradients() = 0;
+};
+
+inline absl::Status StageWork::Backward(const MicrobatchIO& io, runtime::Stream& stream) {
+  absl::Status s = BackwardInput(io, stream);
+  if (!s.ok()) return s;
+  return BackwardWeight(io, stream);
+}
+
+}  // namespace pipesched::stages

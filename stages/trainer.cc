@@ -1,0 +1,213 @@
+// The Trainer (stages/trainer.h).
+#include "stages/trainer.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "scheduler/registry.h"
+#include "stages/mlp_stage_work.h"
+
+namespace pipesched::stages {
+
+Trainer::~Trainer() {
+  executor_.reset();  // streams, events and buffers before their backend
+}
+
+std::int64_t Trainer::global_batch() const {
+  return static_cast<std::int64_t>(config_.replicas) * executor_->num_microbatches() *
+         config_.microbatch_size;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  t->config_ = config;
+  if (config.microbatch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the micro-batch size must be at least 1, not ", config.microbatch_size));
+  }
+  if (config.replicas < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the number of replicas must be at least 1, not ", config.replicas));
+  }
+  PS_RETURN_IF_ERROR(config.model.Validate());
+
+  scheduler::Schedule schedule;
+  if (config.schedule_override) {
+    schedule = *config.schedule_override;
+  } else {
+    PS_ASSIGN_OR_RETURN(schedule, scheduler::GenerateSchedule(
+                                      config.schedule, {.num_ranks = config.stages,
+                                                        .num_microbatches = config.microbatches,
+                                                        .num_chunks = config.virtual_stages}));
+  }
+  const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
+  t->config_.stages = P;
+  t->config_.virtual_stages = schedule.num_chunks();
+  t->config_.microbatches = schedule.num_microbatches;
+  PS_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(config.model, S, config.partition));
+
+  PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
+  runtime::BackendOptions options{.kind = kind, .strict = config.strict};
+  options.num_devices = config.num_devices > 0 ? config.num_devices
+                                               : (kind == runtime::BackendKind::kHost ? P * D : 0);
+  PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(options));
+
+  const TrainerConfig& c = t->config_;
+  const std::vector<LayerRange> partition = t->partition_;
+  StageWorkFactory factory =
+      [&c, partition](int stage, int,
+                      runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    model::ChunkOptions chunk{.config = c.model,
+                              .first_layer = partition[stage].first,
+                              .last_layer = partition[stage].last,
+                              .seed = c.seed,
+                              .optimizer = c.optimizer};
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStageWork> work,
+                        MlpStageWork::Create(chunk, c.microbatch_size, device));
+    return std::unique_ptr<StageWork>(std::move(work));
+  };
+  PS_ASSIGN_OR_RETURN(
+      t->executor_, Executor::Create(schedule, *t->backend_, factory,
+                                     {.num_replicas = D,
+                                      .exact_memory_accounting = config.exact_memory_accounting}));
+
+  // Data.
+  const std::int64_t g = t->global_batch();
+  if (!config.data_path.empty()) {
+    PS_ASSIGN_OR_RETURN(t->data_, model::LoadDataset(config.data_path));
+    if (t->data_.d_in != config.model.d_in) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data file ", config.data_path, ": x has ", t->data_.d_in,
+          " features per sample but the model takes ", config.model.d_in, " (--inputs)"));
+    }
+    for (std::int32_t y : t->data_.y) {
+      if (y < 0 || y >= config.model.num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data file ", config.data_path, ": label ", y, " in y is outside [0, ",
+                         config.model.num_classes, ") (--classes=", config.model.num_classes, ")"));
+      }
+    }
+  } else {
+    PS_ASSIGN_OR_RETURN(
+        t->data_,
+        model::MakeSynthetic(
+            {.d_in = config.model.d_in,
+             .num_classes = config.model.num_classes,
+             .num_samples = config.synthetic_samples > 0 ? config.synthetic_samples : 8 * g,
+             .seed = config.seed}));
+  }
+  if (t->data_.num_samples() < g) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data set has ", t->data_.num_samples(), " samples but one step needs ", g,
+                     " (replicas x microbatches x microbatch-size = ", D, " x ",
+                     t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
+  }
+  return t;
+}
+
+std::string Trainer::PlacementSummary() const {
+  const int P = executor_->num_ranks(), D = config_.replicas;
+  const int devices = backend_->device_count();
+  const std::string backend(runtime::BackendName(backend_->kind()));
+  if (devices >= P * D) {
+    return absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D);
+  }
+  return absl::StrCat(backend, " backend: ", P * D, " (replica, rank) pairs share ", devices,
+                      " device(s) round-robin; each keeps its own streams");
+}
+
+absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* labels) {
+  const std::int64_t g = global_batch();
+  StepInputs in{
+      .inputs = std::as_bytes(std::span(x, static_cast<std::size_t>(g * config_.model.d_in))),
+      .targets = std::as_bytes(std::span(labels, static_cast<std::size_t>(g)))};
+  PS_ASSIGN_OR_RETURN(StepResult result, executor_->Step(in));
+  timelines_.push_back(result.timeline);
+  return result;
+}
+
+absl::StatusOr<StepResult> Trainer::Step() {
+  const std::int64_t g = global_batch();
+  const int d_in = config_.model.d_in;
+  const std::int64_t n = data_.num_samples();
+  std::vector<float> x(static_cast<std::size_t>(g * d_in));
+  std::vector<std::int32_t> y(static_cast<std::size_t>(g));
+  for (std::int64_t i = 0; i < g; ++i) {
+    const std::int64_t row = (cursor_ + i) % n;
+    std::copy(data_.x.begin() + row * d_in, data_.x.begin() + (row + 1) * d_in,
+              x.begin() + i * d_in);
+    y[i] = data_.y[row];
+  }
+  cursor_ = (cursor_ + g) % n;
+  return Step(x.data(), y.data());
+}
+
+absl::StatusOr<std::vector<model::HostTensor>> Trainer::ExportParameters() const {
+  std::vector<model::HostTensor> all;
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    auto& work = static_cast<MlpStageWork&>(executor_->work(0, s));
+    PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> part, work.chunk().ExportParameters());
+    for (auto& tensor : part) all.push_back(std::move(tensor));
+  }
+  return all;
+}
+
+absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& tensors) {
+  std::set<std::string> expected;
+  for (const model::ParamSpec& spec :
+       model::ParamSpecs(config_.model, 0, config_.model.num_model_layers())) {
+    expected.insert(spec.name);
+  }
+  for (const model::HostTensor& tensor : tensors) {
+    if (!expected.count(tensor.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name, "' is not a parameter of this model (", config_.model.num_layers,
+          " blocks + head; names blocks.{i}.weight/bias, head.weight/bias)"));
+    }
+  }
+  for (int d = 0; d < config_.replicas; ++d) {
+    for (int s = 0; s < executor_->num_stages(); ++s) {
+      auto& work = static_cast<MlpStageWork&>(executor_->work(d, s));
+      PS_RETURN_IF_ERROR(work.chunk().ImportParameters(tensors));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadParameters(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(model::SafetensorsFile file, model::ReadSafetensors(path));
+  absl::Status s = ImportParameters(file.tensors);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveParameters(const std::string& path) const {
+  model::SafetensorsFile file;
+  PS_ASSIGN_OR_RETURN(file.tensors, ExportParameters());
+  file.metadata["format"] = "pt";
+  file.metadata["producer"] = "pipesched";
+  return model::WriteSafetensors(path, file);
+}
+
+scheduler::CostModel Trainer::MeasuredCosts() const {
+  std::vector<const trace::Timeline*> used;
+  for (std::size_t i = timelines_.size() > 1 ? 1 : 0; i < timelines_.size(); ++i) {
+    used.push_back(&timelines_[i]);
+  }
+  return MeasuredCostModel(used, *executor_);
+}
+
+absl::StatusOr<scheduler::SimResult> Trainer::Planned() const {
+  if (timelines_.empty()) {
+    return absl::FailedPreconditionError("no step has run yet: nothing measured to plan from");
+  }
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,
+                      scheduler::Simulate(executor_->schedule(), MeasuredCosts()));
+  sim.timeline.time_unit = "us";
+  sim.timeline.name = absl::StrCat(executor_->schedule().name, " (planned from measured costs)");
+  return sim;
+}
+
+}  // namespace pipesched::stages

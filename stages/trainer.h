@@ -1,0 +1,110 @@
+// Trainer: the built-in MLP trained by the pipeline executor, the API that
+// `pipesched train` drives. It resolves the backend, generates (or takes) the schedule,
+// partitions the model into P x V chunks, places replica d / rank r on device
+// (d * P + r) mod device_count, feeds the data set a global batch per step
+// (D x M x B samples: replica d, micro-batch m gets rows (d * M + m) * B ...), and keeps
+// the measured timelines so that Planned() can replay them in the simulator.
+//
+//   auto trainer = Trainer::Create(config);   // parameters from config.seed
+//   trainer->LoadParameters("init.safetensors");  // optional
+//   for (...) { auto r = trainer->Step(); r->loss, r->step_micros, r->timeline }
+//   trainer->SaveParameters("out.safetensors");
+//   auto plan = trainer->Planned();            // scheduler::SimResult
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/chunk.h"
+#include "model/mlp.h"
+#include "model/optimizer.h"
+#include "model/safetensors.h"
+#include "model/synthetic.h"
+#include "runtime/runtime.h"
+#include "scheduler/schedule.h"
+#include "scheduler/simulator.h"
+#include "stages/executor.h"
+#include "stages/partition.h"
+
+namespace pipesched::stages {
+
+struct TrainerConfig {
+  std::string schedule = "1f1b";  // registry name, used unless schedule_override is set
+  // A schedule made elsewhere (a loaded file): its P, V and M win over the fields below.
+  std::optional<scheduler::Schedule> schedule_override;
+  int stages = 1;              // P
+  int virtual_stages = 0;      // V; 0 = the schedule's default
+  int replicas = 1;            // D
+  int microbatches = 1;        // M
+  int microbatch_size = 4;     // B samples per micro-batch
+  model::MlpConfig model;      // num_layers (L), d_hidden (H), d_in, num_classes
+  std::vector<int> partition;  // layers per chunk (the head is the last layer); empty = balanced
+  model::OptimizerConfig optimizer;
+  std::string backend = "auto";  // "auto", "host", "cuda"
+  // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
+  int num_devices = 0;
+  std::uint64_t seed = 0;  // parameter initialisation and synthetic data
+  std::string data_path;   // safetensors with x (N, d_in) F32 and y (N) I32/I64; empty = synthetic
+  std::int64_t synthetic_samples = 0;    // 0 = 8 global batches
+  bool strict = false;                   // waiting on a never-recorded event is an error
+  bool exact_memory_accounting = false;  // see ExecutorOptions
+};
+
+class Trainer {
+ public:
+  // InvalidArgument with one sentence for anything that does not fit: unknown schedule
+  // (NotFound listing the names), P, V, M the schedule rejects, more chunks than layers,
+  // a bad partition, B < 1, a data file whose shapes disagree with the model, fewer
+  // samples than one global batch; Unavailable for --backend=cuda without a GPU.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
+  ~Trainer();
+
+  // Sets every parameter from a safetensors file with the model's PyTorch-style names
+  // (blocks.{i}.weight/bias, head.weight/bias), on every replica. Errors name the file
+  // and the tensor: missing, wrong shape or dtype, or not a parameter of this model.
+  absl::Status LoadParameters(const std::string& path);
+  absl::Status ImportParameters(const std::vector<model::HostTensor>& tensors);
+  // Replica 0's parameters, in model order; synchronous.
+  absl::StatusOr<std::vector<model::HostTensor>> ExportParameters() const;
+  // Atomic write (temporary file, fsync, rename).
+  absl::Status SaveParameters(const std::string& path) const;
+
+  // One step on the next global batch of the data set (cycling through it).
+  absl::StatusOr<StepResult> Step();
+  // One step on an explicit global batch: x (D*M*B, d_in), labels (D*M*B), host memory.
+  absl::StatusOr<StepResult> Step(const float* x, const std::int32_t* labels);
+
+  // The simulator fed with the median measured per-(stage, op) durations, transfers,
+  // all-reduces and activation bytes of the steps run so far (the first step, a warm-up,
+  // is left out once there are more). FailedPrecondition before any step.
+  absl::StatusOr<scheduler::SimResult> Planned() const;
+  scheduler::CostModel MeasuredCosts() const;
+
+  const TrainerConfig& config() const { return config_; }
+  const scheduler::Schedule& schedule() const { return executor_->schedule(); }
+  const std::vector<LayerRange>& partition() const { return partition_; }
+  const model::Dataset& data() const { return data_; }
+  Executor& executor() const { return *executor_; }
+  runtime::Backend& backend() const { return *backend_; }
+  std::int64_t global_batch() const;  // D x M x B
+  // One line on placement, e.g. "host backend: 4 devices for P=2 x D=2" or
+  // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin".
+  std::string PlacementSummary() const;
+
+ private:
+  Trainer() = default;
+  TrainerConfig config_;
+  std::unique_ptr<runtime::Backend> backend_;
+  std::vector<LayerRange> partition_;
+  std::unique_ptr<Executor> executor_;
+  model::Dataset data_;
+  std::int64_t cursor_ = 0;  // next sample of data_
+  std::vector<trace::Timeline> timelines_;
+};
+
+}  // namespace pipesched::stages

@@ -1,0 +1,288 @@
+// THE CONTRACT, on the strict host backend with the built-in MLP: for every schedule x
+// P in {1,2,4} x V where it applies x D in {1,2} x M in {1,4,8}, the parameters after 3
+// steps equal those of plain single-device training (model::ReferenceTrainer: one
+// stage, the same global batch, the same micro-batch split) to 1e-5 relative; the loss
+// falls over a short run; peak activation bytes measured by the runtime equal the
+// simulator's for GPipe and 1F1B; bad configurations are one-sentence errors. Shapes are
+// tiny (hidden 8, micro-batch 2) so that the sweep also runs under TSan on 2 cores.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/reference.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "stages/trainer.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+struct Case {
+  std::string schedule;
+  int p, v, d, m;
+  std::string Name() const {
+    return schedule + " P=" + std::to_string(p) + " V=" + std::to_string(v) +
+           " D=" + std::to_string(d) + " M=" + std::to_string(m);
+  }
+};
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+    for (int p : {1, 2, 4}) {
+      for (int v : {1, 2}) {
+        for (int d : {1, 2}) {
+          for (int m : {1, 4, 8}) {
+            auto s = scheduler::GenerateSchedule(
+                info.name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+            if (!s.ok() || s->num_chunks() != v) continue;
+            cases.push_back({std::string(info.name), p, v, d, m});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+TrainerConfig TinyConfig(const Case& c) {
+  TrainerConfig config;
+  config.schedule = c.schedule;
+  config.stages = c.p;
+  config.virtual_stages = c.v;
+  config.replicas = c.d;
+  config.microbatches = c.m;
+  config.microbatch_size = 2;
+  config.model = {.d_in = 6, .d_hidden = 8, .num_classes = 4, .num_layers = 7};
+  config.optimizer.kind = model::OptimizerKind::kSgd;
+  config.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  config.backend = "host";
+  config.strict = true;
+  config.seed = 11;
+  return config;
+}
+
+// |a - r| <= atol + rtol * |r| for every element; names the first mismatch.
+void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
+                           const std::vector<model::HostTensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  std::map<std::string, const model::HostTensor*> by_name;
+  for (const auto& t : want) by_name[t.name] = &t;
+  double max_err = 0;
+  for (const auto& t : got) {
+    ASSERT_TRUE(by_name.count(t.name)) << t.name;
+    auto a = t.ToFloats().value();
+    auto r = by_name[t.name]->ToFloats().value();
+    ASSERT_EQ(a.size(), r.size()) << t.name;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double err = std::abs(static_cast<double>(a[i]) - r[i]);
+      max_err = std::max(max_err, err / (1e-3 + std::abs(r[i])));
+      ASSERT_LE(err, 1e-7 + 1e-5 * std::abs(r[i]))
+          << t.name << "[" << i << "]: pipelined " << a[i] << " vs reference " << r[i];
+    }
+  }
+}
+
+TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
+  const std::vector<Case> cases = AllCases();
+  ASSERT_GE(cases.size(), 40u);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.Name());
+    TrainerConfig config = TinyConfig(c);
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+    PS_ASSERT_OK_AND_ASSIGN(auto reference,
+                            model::ReferenceTrainer::Create({.config = config.model,
+                                                             .seed = config.seed,
+                                                             .optimizer = config.optimizer,
+                                                             .num_microbatches = c.d * c.m}));
+    const std::int64_t g = trainer->global_batch();
+    const model::Dataset& data = trainer->data();
+    for (int step = 0; step < 3; ++step) {
+      const float* x = data.x.data() + step * g * config.model.d_in;
+      const std::int32_t* y = data.y.data() + step * g;
+      PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step(x, y));
+      PS_ASSERT_OK_AND_ASSIGN(float ref_loss, reference->Step(x, y, static_cast<int>(g)));
+      EXPECT_NEAR(r.loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "step " << step;
+    }
+    PS_ASSERT_OK_AND_ASSIGN(auto got, trainer->ExportParameters());
+    PS_ASSERT_OK_AND_ASSIGN(auto want, reference->ExportParameters());
+    ExpectParametersEqual(got, want);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(ContractTest, AdamWMatchesToo) {
+  for (const std::string name : {"1f1b", "zb-v", "interleaved-1f1b"}) {
+    Case c{name, 2, name == "1f1b" ? 1 : 2, 2, 4};
+    SCOPED_TRACE(c.Name());
+    TrainerConfig config = TinyConfig(c);
+    config.optimizer.kind = model::OptimizerKind::kAdamW;
+    config.optimizer.adamw.lr = 1e-2f;
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+    PS_ASSERT_OK_AND_ASSIGN(auto reference,
+                            model::ReferenceTrainer::Create({.config = config.model,
+                                                             .seed = config.seed,
+                                                             .optimizer = config.optimizer,
+                                                             .num_microbatches = c.d * c.m}));
+    const std::int64_t g = trainer->global_batch();
+    for (int step = 0; step < 3; ++step) {
+      const float* x = trainer->data().x.data() + step * g * config.model.d_in;
+      const std::int32_t* y = trainer->data().y.data() + step * g;
+      PS_ASSERT_OK(trainer->Step(x, y));
+      PS_ASSERT_OK(reference->Step(x, y, static_cast<int>(g)));
+    }
+    ExpectParametersEqual(trainer->ExportParameters().value(),
+                          reference->ExportParameters().value());
+  }
+}
+
+TEST(ContractTest, LossFalls) {
+  TrainerConfig config = TinyConfig({"1f1b", 2, 1, 2, 4});
+  config.model = {.d_in = 8, .d_hidden = 16, .num_classes = 4, .num_layers = 3};
+  config.microbatch_size = 4;
+  config.optimizer.kind = model::OptimizerKind::kAdamW;
+  config.optimizer.adamw.lr = 1e-2f;
+  config.optimizer.adamw.weight_decay = 0;
+  config.synthetic_samples = 64;  // two global batches, seen over and over
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+  std::vector<double> losses;
+  for (int step = 0; step < 40; ++step) {
+    PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+    losses.push_back(r.loss);
+  }
+  const double first = (losses[0] + losses[1]) / 2;
+  const double last = (losses[38] + losses[39]) / 2;
+  EXPECT_LT(last, 0.6 * first) << "first " << first << " last " << last;
+}
+
+// GPipe holds M micro-batches on every rank, 1F1B holds min(P - r, M) on rank r: the
+// runtime's peak (exact accounting) equals the simulator's peak_live_bytes fed with the
+// executor's activation_bytes. One layer per chunk (L + 1 = P) for P > 1; at P = 1 the
+// single chunk has two layers and model::Chunk::BackwardInput adds its transient
+// (B, H) buffer between them for the duration of each backward, which the simulator
+// does not model: the peak is then exactly that much higher.
+TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    for (int p : {1, 2, 4}) {
+      for (int m : {1, 4, 8}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        TrainerConfig config = TinyConfig({name, p, 1, 1, m});
+        config.model.num_layers = p == 1 ? 1 : p - 1;
+        config.partition = std::vector<int>(p, 1);
+        if (p == 1) config.partition = {2};
+        config.exact_memory_accounting = true;
+        PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+        PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+        scheduler::CostModel costs;
+        for (int s = 0; s < p; ++s) {
+          costs.stages.push_back({.activation_bytes = trainer->executor().activation_bytes(s)});
+        }
+        PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim,
+                                scheduler::Simulate(trainer->schedule(), costs));
+        const std::int64_t workspace = p == 1 ? static_cast<std::int64_t>(sizeof(float)) *
+                                                    config.microbatch_size * config.model.d_hidden
+                                              : 0;
+        for (int rank = 0; rank < p; ++rank) {
+          const std::int64_t per_mb = trainer->executor().activation_bytes(rank);
+          EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes + workspace)
+              << "rank " << rank;
+          EXPECT_EQ(r.peak_activation_bytes[rank],
+                    (name == "gpipe" ? m : std::min(p - rank, m)) * per_mb + workspace)
+              << "rank " << rank;
+        }
+      }
+    }
+  }
+}
+
+TEST(ContractTest, PlannedReplaysTheMeasuredCosts) {
+  TrainerConfig config = TinyConfig({"1f1b", 2, 1, 1, 4});
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+  EXPECT_THAT(trainer->Planned(), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+  for (int i = 0; i < 3; ++i) PS_ASSERT_OK(trainer->Step());
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult plan, trainer->Planned());
+  EXPECT_EQ(plan.timeline.time_unit, "us");
+  EXPECT_EQ(plan.ranks.size(), 2u);
+  EXPECT_GT(plan.makespan, 0);
+}
+
+TEST(ContractTest, SaveAndLoadRoundTrip) {
+  TrainerConfig config = TinyConfig({"1f1b", 2, 1, 1, 2});
+  PS_ASSERT_OK_AND_ASSIGN(auto a, Trainer::Create(config));
+  PS_ASSERT_OK(a->Step());
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "contract_params.safetensors").string();
+  PS_ASSERT_OK(a->SaveParameters(path));
+  config.seed = 99;  // different initialisation, then overwritten by the file
+  config.replicas = 2;
+  PS_ASSERT_OK_AND_ASSIGN(auto b, Trainer::Create(config));
+  PS_ASSERT_OK(b->LoadParameters(path));
+  ExpectParametersEqual(b->ExportParameters().value(), a->ExportParameters().value());
+
+  // A file for another model names the tensor that does not fit.
+  config.model.d_hidden = 16;
+  PS_ASSERT_OK_AND_ASSIGN(auto c, Trainer::Create(config));
+  absl::Status s = c->LoadParameters(path);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("blocks.0"));
+  std::vector<model::HostTensor> extra = a->ExportParameters().value();
+  extra.push_back(model::HostTensor::F32("blocks.99.weight", {1}, {0.0f}));
+  EXPECT_THAT(a->ImportParameters(extra),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'blocks.99.weight' is not a parameter of this model")));
+}
+
+TEST(ContractTest, BadConfigurationsAreOneSentenceErrors) {
+  TrainerConfig config = TinyConfig({"1f1b", 4, 1, 1, 4});
+  config.model.num_layers = 2;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("2 blocks + head = 3 layers cannot fill 4 chunks")));
+  config = TinyConfig({"no-such-schedule", 2, 1, 1, 4});
+  EXPECT_THAT(Trainer::Create(config), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  config = TinyConfig({"zb-v", 2, 3, 1, 4});
+  EXPECT_THAT(Trainer::Create(config), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  config = TinyConfig({"1f1b", 2, 1, 1, 4});
+  config.microbatch_size = 0;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("micro-batch size")));
+  config = TinyConfig({"1f1b", 2, 1, 1, 4});
+  config.synthetic_samples = 3;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the data set has 3 samples but one step needs 8")));
+  config = TinyConfig({"1f1b", 2, 1, 1, 4});
+  config.partition = {3, 4};
+  EXPECT_THAT(Trainer::Create(config), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("covers 7 layers but the model has 8")));
+  // A data file whose shapes disagree with the flags.
+  model::Dataset data;
+  data.d_in = 5;
+  data.num_classes = 4;
+  data.x.assign(5 * 16, 0.5f);
+  data.y.assign(16, 1);
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "contract_data.safetensors").string();
+  PS_ASSERT_OK(model::SaveDataset(path, data));
+  config = TinyConfig({"1f1b", 2, 1, 1, 4});
+  config.data_path = path;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x has 5 features per sample but the model takes 6")));
+  if (!runtime::CudaAvailable()) {
+    config = TinyConfig({"1f1b", 2, 1, 1, 4});
+    config.backend = "cuda";
+    EXPECT_THAT(Trainer::Create(config), StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::stages

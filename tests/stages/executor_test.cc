@@ -1,0 +1,288 @@
+// Executor with the toy StageWork (tests/stages/toy_stage_work.h) on the strict host
+// backend: every schedule x P x D x M trains exactly like plain sequential training;
+// the measured timeline has one span per action and respects the dependencies; peak
+// activation memory equals the simulator's; failures and bad configurations are errors,
+// never hangs.
+#include "stages/executor.h"
+
+#include <cmath>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/runtime.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "stages/toy_stage_work.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+using testing::ToyOptions;
+using testing::ToyReference;
+using testing::ToyStage;
+
+std::unique_ptr<runtime::Backend> HostBackend(int devices) {
+  auto backend = runtime::CreateBackend(
+      {.kind = runtime::BackendKind::kHost, .num_devices = devices, .strict = true});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::move(backend).value();
+}
+
+StageWorkFactory ToyFactory(int num_stages, ToyOptions options) {
+  return
+      [num_stages, options](int stage, int,
+                            runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+        return std::make_unique<ToyStage>(stage, num_stages, options, device);
+      };
+}
+
+// Deterministic data for step k: G micro-batches of n values.
+void ToyData(int step, int g, std::size_t n, std::vector<float>& x, std::vector<float>& t) {
+  x.resize(g * n);
+  t.resize(g * n);
+  for (std::size_t i = 0; i < g * n; ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(step));
+    t[i] = 0.5f * std::cos(0.11f * static_cast<float>(i)) - 0.2f;
+  }
+}
+
+StepInputs AsInputs(const std::vector<float>& x, const std::vector<float>& t) {
+  return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
+}
+
+struct Case {
+  std::string schedule;
+  int p, v, d, m;
+  std::string Name() const {
+    return schedule + " P=" + std::to_string(p) + " V=" + std::to_string(v) +
+           " D=" + std::to_string(d) + " M=" + std::to_string(m);
+  }
+};
+
+// Every schedule x P x V x D x M that the generator accepts.
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+    for (int p : {1, 2, 4}) {
+      for (int v : {1, 2}) {
+        for (int d : {1, 2}) {
+          for (int m : {1, 4, 8}) {
+            auto s = scheduler::GenerateSchedule(
+                info.name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+            if (!s.ok() || s->num_chunks() != v) continue;
+            cases.push_back({std::string(info.name), p, v, d, m});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(ExecutorToyTest, EveryScheduleTrainsLikeSequentialTraining) {
+  const std::vector<Case> cases = AllCases();
+  ASSERT_GE(cases.size(), 40u);
+  ToyOptions options{.features = 3, .batch = 2, .lr = 0.05f};
+  const std::size_t n = 6;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.Name());
+    PS_ASSERT_OK_AND_ASSIGN(
+        scheduler::Schedule schedule,
+        scheduler::GenerateSchedule(
+            c.schedule, {.num_ranks = c.p, .num_microbatches = c.m, .num_chunks = c.v}));
+    const int stages = schedule.num_stages();
+    auto backend = HostBackend(c.p * c.d);
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex,
+        Executor::Create(schedule, *backend, ToyFactory(stages, options), {.num_replicas = c.d}));
+    ToyReference ref(stages, options);
+    std::vector<float> x, t;
+    for (int step = 0; step < 3; ++step) {
+      ToyData(step, c.d * c.m, n, x, t);
+      PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+      ref.Step(x, t, c.d * c.m);
+      EXPECT_TRUE(std::isfinite(r.loss));
+    }
+    for (int d = 0; d < c.d; ++d) {
+      for (int s = 0; s < stages; ++s) {
+        auto& toy = static_cast<ToyStage&>(ex->work(d, s));
+        EXPECT_NEAR(toy.a(), ref.a[s], 1e-5 * std::abs(ref.a[s]) + 1e-7) << "stage " << s;
+        EXPECT_NEAR(toy.b(), ref.b[s], 1e-5 * std::abs(ref.b[s]) + 1e-7) << "stage " << s;
+      }
+    }
+    ex.reset();
+  }
+}
+
+TEST(ExecutorToyTest, TimelineHasEverySpanInDependencyOrder) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  auto backend = HostBackend(4);
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto ex, Executor::Create(schedule, *backend, ToyFactory(2, {}), {.num_replicas = 2}));
+  std::vector<float> x, t;
+  ToyData(0, 8, 8, x, t);
+  PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+  const trace::Timeline& tl = r.timeline;
+  EXPECT_EQ(tl.time_unit, "us");
+  EXPECT_EQ(tl.num_ranks, 4);
+  EXPECT_THAT(tl.name, HasSubstr("(measured)"));
+  std::map<std::string, int> count;
+  std::map<std::tuple<int, int, int, std::string>, trace::Span> by_key;  // row, stage, mb, op
+  auto at = [&by_key](int row, int stage, int mb, const char* op) {
+    return by_key[std::make_tuple(row, stage, mb, std::string(op))];
+  };
+  for (const trace::Span& s : tl.spans) {
+    ++count[s.op];
+    by_key[std::make_tuple(s.rank, s.stage, s.microbatch, s.op)] = s;
+    EXPECT_LE(s.start, s.end);
+    EXPECT_GE(s.start, 0);
+  }
+  // 2 replicas x (2 stages x 4 mb F and B) + 2 x 4 transfers each way + 2 x 2 all-reduces.
+  EXPECT_EQ(count["F"], 16);
+  EXPECT_EQ(count["B"], 16);
+  EXPECT_EQ(count["RECV_F"], 8);
+  EXPECT_EQ(count["SEND_B"], 8);
+  EXPECT_EQ(count["ALLREDUCE"], 4);
+  for (int d = 0; d < 2; ++d) {
+    for (int m = 0; m < 4; ++m) {
+      const int r0 = d * 2, r1 = d * 2 + 1;
+      EXPECT_LE(at(r0, 0, m, "F").end, at(r1, 1, m, "RECV_F").start + 1e-3);
+      EXPECT_LE(at(r1, 1, m, "RECV_F").end, at(r1, 1, m, "F").start + 1e-3);
+      EXPECT_LE(at(r1, 1, m, "B").end, at(r1, 1, m, "SEND_B").start + 1e-3);
+      EXPECT_LE(at(r1, 1, m, "SEND_B").end, at(r0, 0, m, "B").start + 1e-3);
+    }
+    EXPECT_LE(at(d * 2, 0, 3, "B").end, at(d * 2, 0, -1, "ALLREDUCE").start + 1e-3);
+  }
+  // Compute spans of one row never overlap (one compute stream per rank).
+  std::map<int, std::vector<std::pair<double, double>>> compute;
+  for (const trace::Span& s : tl.spans) {
+    if (s.lane == trace::kComputeLane) compute[s.rank].push_back({s.start, s.end});
+  }
+  for (auto& [row, spans] : compute) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-3) << "row " << row;
+    }
+  }
+  EXPECT_GT(r.step_micros, 0);
+  EXPECT_GT(ex->actions_per_step(), 0);
+}
+
+// With exact accounting, the runtime's peak bytes per rank equal the simulator's
+// peak_live_bytes for the executor's activation_bytes: GPipe holds M micro-batches,
+// 1F1B holds min(P - r, M) on rank r.
+TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
+    for (int p : {1, 2, 4}) {
+      for (int m : {1, 4, 8}) {
+        auto schedule = scheduler::GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m});
+        if (!schedule.ok()) continue;
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const int stages = schedule->num_stages();
+        auto backend = HostBackend(p);
+        PS_ASSERT_OK_AND_ASSIGN(auto ex,
+                                Executor::Create(*schedule, *backend, ToyFactory(stages, {}),
+                                                 {.exact_memory_accounting = true}));
+        scheduler::CostModel costs;
+        for (int s = 0; s < stages; ++s) {
+          costs.stages.push_back({.activation_bytes = ex->activation_bytes(s)});
+        }
+        PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim, scheduler::Simulate(*schedule, costs));
+        std::vector<float> x, t;
+        ToyData(0, m, 8, x, t);
+        for (int step = 0; step < 2; ++step) {
+          PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+          for (int rank = 0; rank < p; ++rank) {
+            EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes)
+                << "rank " << rank;
+            if (name == "1f1b" && schedule->num_chunks() == 1) {
+              EXPECT_EQ(r.peak_activation_bytes[rank],
+                        std::min(p - rank, m) * ex->activation_bytes(rank));
+            }
+            if (name == "gpipe") {
+              EXPECT_EQ(r.peak_activation_bytes[rank], m * ex->activation_bytes(rank));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ExecutorToyTest, AFailingStageFailsTheStepWithoutHanging) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  auto backend = HostBackend(4);
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto ex,
+      Executor::Create(schedule, *backend, ToyFactory(2, {.fail_forward_of_microbatch = 2}),
+                       {.num_replicas = 2}));
+  std::vector<float> x, t;
+  ToyData(0, 8, 8, x, t);
+  EXPECT_THAT(ex->Step(AsInputs(x, t)),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("toy F of stage")));
+  EXPECT_EQ(backend->device(0).memory_stats().current_bytes,
+            backend->device(0).memory_stats().current_bytes);  // no crash on teardown
+}
+
+TEST(ExecutorToyTest, BadConfigurationsAreErrors) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  EXPECT_THAT(Executor::Create(schedule, *backend, ToyFactory(2, {}), {.num_replicas = 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1, not 0")));
+  // Stage 0 outputs 3 x 2 floats, stage 1 expects 4 x 2.
+  StageWorkFactory mismatched =
+      [](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<ToyStage>(stage, 2, ToyOptions{.features = stage == 0 ? 3 : 4}, device);
+  };
+  EXPECT_THAT(
+      Executor::Create(schedule, *backend, mismatched),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("stage 0 outputs 24 bytes per micro-batch but stage 1 expects 32")));
+  scheduler::Schedule broken = schedule;
+  broken.programs[1].pop_back();
+  EXPECT_FALSE(Executor::Create(broken, *backend, ToyFactory(2, {})).ok());
+
+  PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, ToyFactory(2, {})));
+  std::vector<float> x(3), t(3);
+  EXPECT_THAT(ex->Step(AsInputs(x, t)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes of inputs")));
+}
+
+TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("zb-h1", {.num_ranks = 2, .num_microbatches = 4}));
+  auto backend = HostBackend(2);
+  PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, ToyFactory(2, {})));
+  std::vector<float> x, t;
+  ToyData(0, 4, 8, x, t);
+  PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+  scheduler::CostModel costs = MeasuredCostModel({&r.timeline}, *ex);
+  ASSERT_EQ(costs.stages.size(), 2u);
+  for (const scheduler::StageCosts& c : costs.stages) {
+    EXPECT_GT(c.f, 0);
+    EXPECT_GT(c.i, 0);
+    EXPECT_GT(c.w, 0);
+    EXPECT_DOUBLE_EQ(c.b, c.i + c.w);
+    EXPECT_GT(c.activation_bytes, 0);
+  }
+  ASSERT_EQ(costs.comm.size(), 1u);
+  EXPECT_GT(costs.comm[0], 0);
+  PS_EXPECT_OK(scheduler::Simulate(ex->schedule(), costs));
+}
+
+}  // namespace
+}  // namespace pipesched::stages
