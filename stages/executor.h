@@ -97,7 +97,9 @@ class Executor {
 
   // One training step: zero gradients, every action of the schedule on every replica,
   // all-reduces, optimizer steps; blocks until all of it has run. InvalidArgument when
-  // the inputs have the wrong size; the first error of any stream otherwise.
+  // the inputs have the wrong size; the first error of any stream otherwise. A stream
+  // that failed stays failed (runtime semantics): after a failed step, make a new
+  // Executor.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
   // The schedule as run (with the ALLREDUCE actions placed when D > 1).
