@@ -73,9 +73,10 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
   CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
   if (command == nullptr) {
     std::string names;
-    for (const Command& c : AllCommands()) absl::StrAppend(&names, names.empty() ? "" : ", ", Absl(c.name));
-    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
-                                "unknown command '", name, "'; commands are: ", names)));
+    for (const Command& c : AllCommands())
+      absl::StrAppend(&names, names.empty() ? "" : ", ", Absl(c.name));
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat("unknown command '", name,
+                                                                    "'; commands are: ", names)));
   }
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];

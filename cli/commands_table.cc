@@ -7,10 +7,12 @@ int RunSchedules(const CommandContext& ctx);
 int RunSimulate(const CommandContext& ctx);
 int RunValidate(const CommandContext& ctx);
 int RunVersion(const CommandContext& ctx);
+int RunTrain(const CommandContext& ctx);
 
 namespace {
-constexpr std::string_view kCostFlags[] = {"cost_f", "cost_b", "cost_i", "cost_w", "cost_comm",
-                                           "cost_allreduce", "activation_bytes", "costs"};
+constexpr std::string_view kCostFlags[] = {"cost_f",           "cost_b",    "cost_i",
+                                           "cost_w",           "cost_comm", "cost_allreduce",
+                                           "activation_bytes", "costs"};
 std::vector<std::string_view> With(std::vector<std::string_view> flags,
                                    std::initializer_list<std::string_view> more = {}) {
   flags.insert(flags.end(), std::begin(kCostFlags), std::end(kCostFlags));
@@ -21,7 +23,10 @@ std::vector<std::string_view> With(std::vector<std::string_view> flags,
 
 const std::vector<Command>& AllCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
-      {"schedules", "schedules", "list the schedule generators and their constraints", {},
+      {"schedules",
+       "schedules",
+       "list the schedule generators and their constraints",
+       {},
        &RunSchedules},
       {"simulate",
        "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
@@ -33,10 +38,44 @@ const std::vector<Command>& AllCommands() {
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
              "schedule_json", "grid", "color"}),
        &RunSimulate},
-      {"validate",
-       "validate FILE [--costs=FILE.json --cost-*=...] [--json=STATS.json] [--nogrid]",
+      {"validate", "validate FILE [--costs=FILE.json --cost-*=...] [--json=STATS.json] [--nogrid]",
        "check a PyTorch CSV or pipesched JSON schedule file; exit 0 only when valid",
        With({"json", "grid", "color"}), &RunValidate},
+      {"train",
+       "train --schedule=NAME --stages=P [--virtual=V] --replicas=D --microbatches=M\n"
+       "      --microbatch-size=B --layers=L --hidden=H [--inputs=64 --classes=10] --steps=N\n"
+       "      [--lr=0.05 --optimizer=sgd|adamw --momentum=0.9 --weight-decay=0]\n"
+       "      [--backend=auto|host|cuda] [--devices=N] [--seed=S] [--partition=3,3,3]\n"
+       "      [--from=SCHEDULE_FILE] [--data=F.safetensors] [--init=F.safetensors]\n"
+       "      [--save=F.safetensors] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
+       "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
+       {"schedule",
+        "stages",
+        "virtual",
+        "microbatches",
+        "from",
+        "replicas",
+        "microbatch_size",
+        "layers",
+        "hidden",
+        "inputs",
+        "classes",
+        "partition",
+        "steps",
+        "lr",
+        "optimizer",
+        "momentum",
+        "weight_decay",
+        "backend",
+        "devices",
+        "seed",
+        "data",
+        "init",
+        "save",
+        "trace",
+        "svg",
+        "json"},
+       &RunTrain},
       {"version", "version", "print the version", {}, &RunVersion},
   };
   return *commands;

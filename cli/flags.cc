@@ -111,3 +111,26 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
 }
 
 }  // namespace pipesched::cli
+
+// Training (`pipesched train`, `pipesched bench`).
+ABSL_FLAG(int32_t, replicas, 1, "data-parallel replicas D of the pipeline");
+ABSL_FLAG(int32_t, microbatch_size, 16, "samples per micro-batch B");
+ABSL_FLAG(int32_t, layers, 8, "hidden blocks L of the MLP");
+ABSL_FLAG(int32_t, hidden, 256, "hidden width H");
+ABSL_FLAG(int32_t, inputs, 64, "input features");
+ABSL_FLAG(int32_t, classes, 10, "output classes");
+ABSL_FLAG(std::string, partition, "",
+          "blocks per chunk, e.g. 3,3,3 (the head counts); empty = balanced by FLOPs");
+ABSL_FLAG(int32_t, steps, 10, "training steps");
+ABSL_FLAG(double, lr, 0.05, "learning rate");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd|adamw");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(double, weight_decay, 0.0, "weight decay (decoupled for AdamW)");
+ABSL_FLAG(std::string, backend, "auto", "auto|host|cuda");
+ABSL_FLAG(int32_t, devices, 0,
+          "devices to use (host: emulated devices); 0 = one per (replica, rank) on host, all GPUs "
+          "on CUDA");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the parameters and the synthetic data");
+ABSL_FLAG(std::string, data, "", "safetensors file with x (N, inputs) F32 and y (N) I32/I64");
+ABSL_FLAG(std::string, init, "", "load the parameters from a safetensors file");
+ABSL_FLAG(std::string, save, "", "write the parameters to a safetensors file (atomic)");

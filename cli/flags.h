@@ -48,3 +48,22 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
                                       const std::vector<std::string_view>& allowed_for_command);
 
 }  // namespace pipesched::cli
+
+ABSL_DECLARE_FLAG(int32_t, replicas);
+ABSL_DECLARE_FLAG(int32_t, microbatch_size);
+ABSL_DECLARE_FLAG(int32_t, layers);
+ABSL_DECLARE_FLAG(int32_t, hidden);
+ABSL_DECLARE_FLAG(int32_t, inputs);
+ABSL_DECLARE_FLAG(int32_t, classes);
+ABSL_DECLARE_FLAG(std::string, partition);
+ABSL_DECLARE_FLAG(int32_t, steps);
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(double, weight_decay);
+ABSL_DECLARE_FLAG(std::string, backend);
+ABSL_DECLARE_FLAG(int32_t, devices);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(std::string, init);
+ABSL_DECLARE_FLAG(std::string, save);

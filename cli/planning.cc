@@ -28,16 +28,17 @@ constexpr int64_t kMaxActions = int64_t{64} << 20;
 absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi,
                         std::string_view what) {
   if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", value, " is out of range: ",
-                                                   Absl(what), " must be in [", lo, ", ", hi, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", value,
+                                                   " is out of range: ", Absl(what),
+                                                   " must be in [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckCost(std::string_view flag, double value) {
   if (!(value >= 0) || value > 1e15) {
-    return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", value,
-                                                   " is not a valid time; use a number >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", Absl(flag), "=", value, " is not a valid time; use a number >= 0"));
   }
   return absl::OkStatus();
 }
@@ -49,8 +50,8 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   if (!from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
       if (FlagGiven(ctx, f)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
       }
     }
     return scheduler::LoadScheduleFile(from);
@@ -68,10 +69,9 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
         " actions; the planner handles up to ", kMaxActions, ": lower --microbatches or --stages"));
   }
   std::string name = absl::GetFlag(FLAGS_schedule);
-  PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
-                      scheduler::GenerateSchedule(name, {.num_ranks = p,
-                                                         .num_microbatches = m,
-                                                         .num_chunks = v}));
+  PS_ASSIGN_OR_RETURN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
@@ -129,11 +129,11 @@ std::optional<double> FormulaFor(const scheduler::Schedule& schedule,
                                  const scheduler::CostModel& costs) {
   // Closed forms assume uniform stages and free transfers.
   if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0) return std::nullopt;
-  return scheduler::ClosedFormBubbleFraction(
-      schedule.name, {.num_ranks = schedule.num_ranks(),
-                      .num_chunks = schedule.num_chunks(),
-                      .num_microbatches = schedule.num_microbatches,
-                      .costs = costs.uniform});
+  return scheduler::ClosedFormBubbleFraction(schedule.name,
+                                             {.num_ranks = schedule.num_ranks(),
+                                              .num_chunks = schedule.num_chunks(),
+                                              .num_microbatches = schedule.num_microbatches,
+                                              .costs = costs.uniform});
 }
 
 std::string HumanBytes(int64_t bytes) {

@@ -14,7 +14,8 @@ int RunSchedules(const CommandContext& ctx) {
   std::ostream& out = *ctx.out;
   for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
     out << std::left << std::setw(18) << info.name << info.summary << "\n"
-        << std::setw(18) << "" << "constraints: " << info.constraints << "\n";
+        << std::setw(18) << ""
+        << "constraints: " << info.constraints << "\n";
   }
   return kExitOk;
 }

@@ -17,13 +17,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
+struct RunResult {
   int code;
   std::string out;
   std::string err;
 };
 
-Result RunCli(std::vector<std::string> args) {
+RunResult RunCli(std::vector<std::string> args) {
   absl::FlagSaver saver;  // flags are process-global: each run starts from the defaults
   args.insert(args.begin(), "pipesched");
   std::vector<char*> argv;
@@ -54,7 +54,7 @@ int CountLines(const std::string& s) {
 }
 
 TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
-  Result r = RunCli({"schedules"});
+  RunResult r = RunCli({"schedules"});
   EXPECT_EQ(r.code, 0);
   for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-v"}) {
     EXPECT_THAT(r.out, HasSubstr(name));
@@ -63,7 +63,7 @@ TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
 }
 
 TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
-  Result r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8"});
+  RunResult r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8"});
   ASSERT_EQ(r.code, 0) << r.err;
   // (P-1)/(M+P-1) = 3/11 = 0.2727 both ways; makespan (M+P-1)(F+B) = 33.
   EXPECT_THAT(r.out, HasSubstr("makespan 33"));
@@ -72,8 +72,8 @@ TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
 
 TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
   std::string json_path = TempPath("stats.json");
-  Result r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
-                  "--json=" + json_path, "--nogrid"});
+  RunResult r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
+                        "--json=" + json_path, "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
   EXPECT_EQ(j["schedule"], "gpipe");
@@ -88,8 +88,8 @@ TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
 
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
   std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
-  Result r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--svg=" + svg,
-                  "--trace=" + trace, "--csv=" + csv, "--nogrid"});
+  RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",
+                        "--svg=" + svg, "--trace=" + trace, "--csv=" + csv, "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(Slurp(svg), HasSubstr("<svg"));
   EXPECT_NO_THROW(nlohmann::json::parse(Slurp(trace)));
@@ -99,7 +99,7 @@ TEST(CliTest, SimulateWritesPicturesAndCsv) {
 
 TEST(CliTest, ValidateAcceptsPytorchFiles) {
   for (const char* f : {"interop/pytorch/2-rank.csv", "interop/pytorch/8-rank.csv"}) {
-    Result r = RunCli({"validate", Shared(f), "--nogrid"});
+    RunResult r = RunCli({"validate", Shared(f), "--nogrid"});
     EXPECT_EQ(r.code, 0) << f << ": " << r.err;
     EXPECT_THAT(r.out, HasSubstr(": valid"));
   }
@@ -109,7 +109,7 @@ TEST(CliTest, ValidateRejectsADeadlockWithTheBlockedActions) {
   std::string path = TempPath("deadlock.csv");
   // Rank 0 waits for 1B0 before running 0F1; rank 1 runs 1F1 before 1B0... that needs 0F1.
   std::ofstream(path) << "0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n";
-  Result r = RunCli({"validate", path});
+  RunResult r = RunCli({"validate", path});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("deadlock"));
   EXPECT_THAT(r.err, HasSubstr("rank 0"));
@@ -124,7 +124,7 @@ struct BadInput {
 class CliBadInputTest : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInputTest, OneLineErrorAndExitTwo) {
-  Result r = RunCli(GetParam().args);
+  RunResult r = RunCli(GetParam().args);
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(GetParam().message));
   EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: "));
@@ -161,16 +161,75 @@ TEST(CliTest, MalformedFilesAreBadInput) {
   } const cases[] = {
       {"", "empty"},
       {"0F0,0X0\n", "0X0"},
-      {"0F0,0B0\n1F0\n", "1B0"},                // missing action
-      {"0F0,0F0,0B0\n", "0F0"},                 // duplicate
-      {"1F0,1B0\n0F0,0B0\n", "rank"},           // stage on the wrong rank for loop or v
+      {"0F0,0B0\n1F0\n", "1B0"},       // missing action
+      {"0F0,0F0,0B0\n", "0F0"},        // duplicate
+      {"1F0,1B0\n0F0,0B0\n", "rank"},  // stage on the wrong rank for loop or v
   };
   int i = 0;
   for (const Case& c : cases) {
     std::string path = WriteTemp("bad" + std::to_string(i++) + ".csv", c.content);
-    Result r = RunCli({"validate", path});
+    RunResult r = RunCli({"validate", path});
     EXPECT_EQ(r.code, 2) << c.content;
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.content;
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::cli
+
+namespace pipesched::cli {
+namespace {
+
+TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
+  std::string json_path = TempPath("train.json");
+  std::string save_path = TempPath("train.safetensors");
+  RunResult r =
+      RunCli({"train", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--microbatch-size=4",
+              "--layers=3", "--hidden=16", "--inputs=8", "--classes=4", "--steps=30", "--lr=0.2",
+              "--backend=host", "--json=" + json_path, "--save=" + save_path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step 30/30"));
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction: measured"));
+  EXPECT_THAT(r.out, HasSubstr("wrote " + save_path));
+  nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
+  ASSERT_EQ(j["losses"].size(), 30u);
+  EXPECT_LT(j["losses"][29].get<double>(), 0.9 * j["losses"][0].get<double>());
+  EXPECT_EQ(j["global_batch"], 16);
+  EXPECT_EQ(j["ranks"].size(), 2u);
+  double planned = j["planned_bubble_fraction"].get<double>();
+  EXPECT_GE(planned, 0.0);
+  EXPECT_LT(planned, 1.0);
+  // Resuming from the saved parameters starts where training ended.
+  RunResult again =
+      RunCli({"train", "--schedule=gpipe", "--stages=2", "--microbatches=4", "--microbatch-size=4",
+              "--layers=3", "--hidden=16", "--inputs=8", "--classes=4", "--steps=1",
+              "--backend=host", "--init=" + save_path, "--json=" + json_path});
+  ASSERT_EQ(again.code, 0) << again.err;
+  nlohmann::json k = nlohmann::json::parse(Slurp(json_path));
+  EXPECT_LT(k["losses"][0].get<double>(), j["losses"][0].get<double>());
+}
+
+TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } const cases[] = {
+      {{"train", "--stages=4", "--layers=2"}, "cannot fill"},
+      {{"train", "--optimizer=lamb"}, "--optimizer=lamb is not one of sgd, adamw"},
+      {{"train", "--backend=tpu"}, "--backend=tpu is not one of auto, host, cuda"},
+      {{"train", "--lr=0"}, "--lr=0 must be a positive number"},
+      {{"train", "--steps=0"}, "--steps=0 is out of range"},
+      {{"train", "--replicas=0"}, "--replicas=0 is out of range"},
+      {{"train", "--partition=2,x"}, "'x' is not a positive layer count"},
+      {{"train", "--init=/nonexistent.safetensors", "--stages=1", "--steps=1"},
+       "/nonexistent.safetensors"},
+      {{"train", "--data=/nonexistent.safetensors", "--stages=1"}, "/nonexistent.safetensors"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = RunCli(c.args);
+    EXPECT_EQ(r.code, 2) << c.args.back() << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
   }
 }
 

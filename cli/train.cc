@@ -1,0 +1,229 @@
+// `pipesched train`: the built-in MLP trained by the pipeline executor; per-step loss and
+// throughput, then the measured bubble next to the simulator's plan for the same costs.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "cli/training.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/formats.h"
+#include "trace/chrome_trace.h"
+#include "trace/stats.h"
+#include "trace/svg.h"
+
+namespace pipesched::cli {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string ProgressBar(int done, int total, int width = 24) {
+  int filled = total > 0 ? done * width / total : width;
+  return absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "]");
+}
+
+absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx) {
+  PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, TrainerConfigFromFlags(ctx));
+  if (std::string from = absl::GetFlag(FLAGS_from); !from.empty()) {
+    for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
+      if (FlagGiven(ctx, f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--from=", from, " takes P, V and M from the file; drop --", std::string(f)));
+      }
+    }
+    PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(from));
+    config.schedule_override = std::move(file.schedule);
+  } else {
+    config.schedule = absl::GetFlag(FLAGS_schedule);
+    config.stages = absl::GetFlag(FLAGS_stages);
+    config.microbatches = absl::GetFlag(FLAGS_microbatches);
+    config.virtual_stages = absl::GetFlag(FLAGS_virtual);
+    if (config.stages < 1 || config.stages > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--stages=", config.stages, " is out of range: use 1 to 1024"));
+    }
+    if (config.microbatches < 1 || config.microbatches > 65536) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--microbatches=", config.microbatches, " is out of range: use 1 to 65536"));
+    }
+    if (config.virtual_stages < 0 || config.virtual_stages > 64) {
+      return absl::InvalidArgumentError(absl::StrCat("--virtual=", config.virtual_stages,
+                                                     " is out of range: use 0 (default) to 64"));
+    }
+  }
+  return config;
+}
+
+struct StepRecord {
+  double loss;
+  double micros;
+  double measured_bubble;
+};
+
+absl::Status Train(const CommandContext& ctx) {
+  std::ostream& out = *ctx.out;
+  PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
+  int steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 1 || steps > 10'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps=", steps, " is out of range: use 1 to 10000000"));
+  }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
+  if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
+    PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
+  }
+  const scheduler::Schedule& schedule = trainer->schedule();
+  const int p = schedule.num_ranks();
+  std::vector<std::string> chunks;
+  for (const stages::LayerRange& r : trainer->partition()) {
+    chunks.push_back(absl::StrCat(r.last - r.first));
+  }
+  out << absl::StrFormat(
+      "train %s  P=%d V=%d D=%d M=%d B=%d  global batch %d\n"
+      "model: %d inputs, %d blocks of width %d, %d classes; layers per chunk [%s]\n%s\n",
+      schedule.name, p, schedule.num_chunks(), config.replicas, schedule.num_microbatches,
+      config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
+      config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
+      trainer->PlacementSummary());
+
+  std::vector<StepRecord> records;
+  stages::StepResult last;
+  for (int step = 1; step <= steps; ++step) {
+    PS_ASSIGN_OR_RETURN(stages::StepResult result, trainer->Step());
+    if (!std::isfinite(result.loss)) {
+      return absl::InternalError(absl::StrCat("step ", step, ": the loss is ", result.loss,
+                                              "; lower --lr or check the data's labels"));
+    }
+    trace::BubbleStats measured = trace::ComputeBubbleStats(result.timeline, p);
+    records.push_back({result.loss, result.step_micros, measured.bubble_fraction});
+    double samples_per_s = trainer->global_batch() / (result.step_micros * 1e-6);
+    if (ctx.out_is_terminal) {
+      out << absl::StrFormat("\rstep %d/%d %s loss %.4f  %.0f samples/s  %.2f ms   ", step, steps,
+                             ProgressBar(step, steps), result.loss, samples_per_s,
+                             result.step_micros / 1000)
+          << (step == steps ? "\n" : "") << std::flush;
+    } else {
+      out << absl::StrFormat("step %d/%d  loss %.4f  %.0f samples/s  %.2f ms\n", step, steps,
+                             result.loss, samples_per_s, result.step_micros / 1000);
+    }
+    last = std::move(result);
+  }
+
+  // Steady state: leave the first step (warm-up) out when there are more.
+  std::vector<double> micros, bubbles;
+  for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) {
+    micros.push_back(records[i].micros);
+    bubbles.push_back(records[i].measured_bubble);
+  }
+  double median_micros = Median(micros);
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult planned, trainer->Planned());
+  trace::BubbleStats measured = trace::ComputeBubbleStats(last.timeline, p);
+  out << absl::StrFormat("median step %.3f ms, %.0f samples/s; loss %.4f -> %.4f\n",
+                         median_micros / 1000, trainer->global_batch() / (median_micros * 1e-6),
+                         records.front().loss, records.back().loss);
+  out << absl::StrFormat(
+      "bubble fraction: measured %.4f (median over steps), planned %.4f (simulator fed with "
+      "the measured action times)\n",
+      Median(bubbles), planned.bubble_fraction);
+  out << absl::StrFormat("%-6s %14s %14s %10s %10s\n", "rank", "busy us", "idle us", "measured",
+                         "planned");
+  for (int r = 0; r < p; ++r) {
+    double planned_rank = planned.makespan > 0 ? planned.ranks[r].idle / planned.makespan : 0;
+    double measured_rank = measured.makespan > 0 ? measured.rows[r].idle / measured.makespan : 0;
+    out << absl::StrFormat("%-6d %14.1f %14.1f %10.4f %10.4f\n", r, measured.rows[r].busy,
+                           measured.rows[r].idle, measured_rank, planned_rank);
+  }
+
+  // Draw planned and measured on one axis: shift the measured step to start at 0.
+  trace::Timeline measured_tl = last.timeline;
+  for (trace::Span& s : measured_tl.spans) {
+    s.start -= measured.start;
+    s.end -= measured.start;
+  }
+  measured_tl.name = absl::StrCat(schedule.name, " (measured, last step)");
+  planned.timeline.name = absl::StrCat(schedule.name, " (planned from measured costs)");
+  planned.timeline.time_unit = "us";
+  std::vector<const trace::Timeline*> timelines = {&planned.timeline, &measured_tl};
+  auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
+    out << "wrote " << path << "\n";
+    return absl::OkStatus();
+  };
+  if (std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
+    PS_RETURN_IF_ERROR(write(path, trace::ToChromeTrace(timelines)));
+  }
+  if (std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
+    trace::SvgOptions options;
+    options.title =
+        absl::StrFormat("%s  P=%d V=%d D=%d M=%d: planned vs measured", schedule.name, p,
+                        schedule.num_chunks(), config.replicas, schedule.num_microbatches);
+    options.subtitle =
+        absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%%",
+                        100 * planned.bubble_fraction, 100 * measured.bubble_fraction);
+    PS_RETURN_IF_ERROR(write(path, trace::ToSvg(timelines, options)));
+  }
+  if (std::string path = absl::GetFlag(FLAGS_save); !path.empty()) {
+    PS_RETURN_IF_ERROR(trainer->SaveParameters(path));
+    out << "wrote " << path << "\n";
+  }
+  if (std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    nlohmann::json j;
+    j["schedule"] = schedule.name;
+    j["stages"] = p;
+    j["virtual"] = schedule.num_chunks();
+    j["replicas"] = config.replicas;
+    j["microbatches"] = schedule.num_microbatches;
+    j["microbatch_size"] = config.microbatch_size;
+    j["global_batch"] = trainer->global_batch();
+    j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
+    nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),
+                   bubble = nlohmann::json::array();
+    for (const StepRecord& r : records) {
+      losses.push_back(r.loss);
+      step_ms.push_back(r.micros / 1000);
+      bubble.push_back(r.measured_bubble);
+    }
+    j["losses"] = losses;
+    j["step_ms"] = step_ms;
+    j["measured_bubble_fraction_per_step"] = bubble;
+    j["median_step_ms"] = median_micros / 1000;
+    j["samples_per_second"] = trainer->global_batch() / (median_micros * 1e-6);
+    j["measured_bubble_fraction"] = Median(bubbles);
+    j["planned_bubble_fraction"] = planned.bubble_fraction;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < p; ++r) {
+      ranks.push_back({{"measured_busy_us", measured.rows[r].busy},
+                       {"measured_idle_us", measured.rows[r].idle},
+                       {"planned_busy_us", planned.ranks[r].busy},
+                       {"planned_idle_us", planned.ranks[r].idle}});
+    }
+    j["ranks"] = ranks;
+    PS_RETURN_IF_ERROR(write(path, j.dump(2) + "\n"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunTrain(const CommandContext& ctx) {
+  if (!ctx.positional.empty()) {
+    return ReportError(
+        ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
+                                                     "'; train takes only --flags")));
+  }
+  absl::Status s = Train(ctx);
+  return s.ok() ? kExitOk : ReportError(ctx, s);
+}
+
+}  // namespace pipesched::cli

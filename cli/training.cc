@@ -1,0 +1,89 @@
+#include "cli/training.h"
+
+#include <cmath>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
+#include "cli/flags.h"
+
+namespace pipesched::cli {
+namespace {
+
+absl::Status Positive(std::string_view flag, int64_t value, int64_t max) {
+  if (value < 1 || value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", std::string(flag), "=", value, " is out of range: use 1 to ", max));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx) {
+  stages::TrainerConfig config;
+  config.replicas = absl::GetFlag(FLAGS_replicas);
+  config.microbatch_size = absl::GetFlag(FLAGS_microbatch_size);
+  config.model.num_layers = absl::GetFlag(FLAGS_layers);
+  config.model.d_hidden = absl::GetFlag(FLAGS_hidden);
+  config.model.d_in = absl::GetFlag(FLAGS_inputs);
+  config.model.num_classes = absl::GetFlag(FLAGS_classes);
+  PS_RETURN_IF_ERROR(Positive("replicas", config.replicas, 1024));
+  PS_RETURN_IF_ERROR(Positive("microbatch-size", config.microbatch_size, 1 << 20));
+  PS_RETURN_IF_ERROR(Positive("layers", config.model.num_layers, 4096));
+  PS_RETURN_IF_ERROR(Positive("hidden", config.model.d_hidden, 1 << 16));
+  PS_RETURN_IF_ERROR(Positive("inputs", config.model.d_in, 1 << 16));
+  PS_RETURN_IF_ERROR(Positive("classes", config.model.num_classes, 1 << 20));
+  if (std::string p = absl::GetFlag(FLAGS_partition); !p.empty()) {
+    for (absl::string_view part : absl::StrSplit(p, ',')) {
+      int n = 0;
+      if (!absl::SimpleAtoi(part, &n) || n < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--partition=", p, ": '", part,
+                         "' is not a positive layer count; write one count per chunk, e.g. 3,3,3"));
+      }
+      config.partition.push_back(n);
+    }
+  }
+  absl::StatusOr<model::OptimizerKind> kind =
+      model::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer), " is not one of sgd, adamw"));
+  }
+  config.optimizer.kind = *kind;
+  double lr = absl::GetFlag(FLAGS_lr);
+  double momentum = absl::GetFlag(FLAGS_momentum);
+  double wd = absl::GetFlag(FLAGS_weight_decay);
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be a positive number"));
+  }
+  if (!(momentum >= 0 && momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--momentum=", momentum, " must be in [0, 1)"));
+  }
+  if (!(wd >= 0) || !std::isfinite(wd)) {
+    return absl::InvalidArgumentError(absl::StrCat("--weight-decay=", wd, " must be >= 0"));
+  }
+  config.optimizer.sgd.lr = static_cast<float>(lr);
+  config.optimizer.sgd.momentum = static_cast<float>(momentum);
+  config.optimizer.sgd.weight_decay = static_cast<float>(wd);
+  config.optimizer.adamw.lr = static_cast<float>(lr);
+  if (FlagGiven(ctx, "weight_decay")) config.optimizer.adamw.weight_decay = static_cast<float>(wd);
+  config.backend = absl::GetFlag(FLAGS_backend);
+  if (config.backend != "auto" && config.backend != "host" && config.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", config.backend, " is not one of auto, host, cuda"));
+  }
+  config.num_devices = absl::GetFlag(FLAGS_devices);
+  if (config.num_devices < 0 || config.num_devices > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--devices=", config.num_devices,
+                                                   " is out of range: use 0 (automatic) to 4096"));
+  }
+  config.seed = absl::GetFlag(FLAGS_seed);
+  config.data_path = absl::GetFlag(FLAGS_data);
+  return config;
+}
+
+}  // namespace pipesched::cli
