@@ -1,0 +1,49 @@
+// libFuzzer target: bytes -> ParseSafetensors -> every tensor's accessors -> Serialize ->
+// ParseSafetensors again. Holds the reader to: no crash, each tensor's bytes match its
+// shape and dtype, and a file it accepts and the writer re-serializes reads back the same.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "fuzz/fuzz_check.h"
+#include "model/safetensors.h"
+
+namespace pipesched::model {
+namespace {
+
+void FuzzOne(std::string_view bytes) {
+  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes, "fuzz-input");
+  if (!file.ok()) return;
+  for (const HostTensor& t : file->tensors) {
+    PS_FUZZ_CHECK(static_cast<std::int64_t>(t.bytes.size()) == t.numel() * DTypeSize(t.dtype),
+                  t.name);
+    PS_FUZZ_CHECK(file->Find(t.name).ok(), t.name);
+    if (t.dtype == DType::kF32) {
+      absl::StatusOr<std::vector<float>> v = t.ToFloats();
+      PS_FUZZ_CHECK(v.ok() && static_cast<std::int64_t>(v->size()) == t.numel(), t.name);
+    } else {
+      (void)t.ToInt32s();  // may reject I64 values beyond int32, never crash
+    }
+  }
+
+  absl::StatusOr<std::string> out = SerializeSafetensors(*file);
+  if (!out.ok()) return;  // e.g. a name the writer refuses
+  absl::StatusOr<SafetensorsFile> again = ParseSafetensors(*out, "fuzz-reserialized");
+  PS_FUZZ_CHECK(again.ok(), again.status());
+  PS_FUZZ_CHECK(again->tensors.size() == file->tensors.size(), "tensor count differs");
+  for (std::size_t i = 0; i < file->tensors.size(); ++i) {
+    const HostTensor& a = file->tensors[i];
+    const HostTensor& b = again->tensors[i];
+    PS_FUZZ_CHECK(
+        a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes, a.name);
+  }
+  PS_FUZZ_CHECK(again->metadata == file->metadata, "metadata differs");
+}
+
+}  // namespace
+}  // namespace pipesched::model
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  pipesched::model::FuzzOne(std::string_view(reinterpret_cast<const char*>(data), size));
+  return 0;
+}
