@@ -1,10 +1,13 @@
 // AllReducer factory and the host in-process collective (comm/all_reduce.h).
 #include "comm/all_reduce.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,18 +17,24 @@ namespace pipesched::comm {
 namespace internal {
 namespace {
 
-// How long a stream waits at the rendezvous for the other participants before it gives
-// up with an error instead of hanging (a participant whose stream failed earlier may
-// never arrive).
-constexpr std::chrono::seconds kRendezvousTimeout(120);
+struct Rendezvous;
+
+// Shared by a reducer and its calls in flight: Abort wakes every live rendezvous.
+struct AbortState {
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::vector<std::weak_ptr<Rendezvous>> live;
+};
 
 // One all-reduce call: the D participants meet here on their streams' worker threads.
 struct Rendezvous {
-  explicit Rendezvous(int size, std::size_t count) : data(size, nullptr), count(count) {}
+  Rendezvous(int size, std::size_t count, std::shared_ptr<AbortState> abort)
+      : data(size, nullptr), count(count), abort(std::move(abort)) {}
   std::mutex mu;
   std::condition_variable cv;
   std::vector<float*> data;
   std::size_t count;
+  std::shared_ptr<AbortState> abort;
   int arrived = 0;
   bool done = false;
   bool failed = false;
@@ -33,7 +42,7 @@ struct Rendezvous {
 
 class HostAllReducer final : public AllReducer {
  public:
-  explicit HostAllReducer(int size) : size_(size) {}
+  HostAllReducer(int size, const AllReducerOptions& options) : size_(size), options_(options) {}
   std::string_view name() const override { return "host"; }
   int size() const override { return size_; }
 
@@ -47,20 +56,48 @@ class HostAllReducer final : public AllReducer {
         return absl::InvalidArgumentError("all-reduce part without stream or buffer");
       }
     }
-    auto rendezvous = std::make_shared<Rendezvous>(size_, count);
+    if (abort_->aborted.load(std::memory_order_acquire)) {
+      return absl::CancelledError("host all-reduce: aborted");
+    }
+    auto rendezvous = std::make_shared<Rendezvous>(size_, count, abort_);
+    {
+      std::lock_guard<std::mutex> lock(abort_->mu);
+      std::erase_if(abort_->live, [](const std::weak_ptr<Rendezvous>& r) { return r.expired(); });
+      abort_->live.push_back(rendezvous);
+    }
     const std::int64_t call = next_call_++;
+    const double timeout = options_.timeout_seconds;
     for (int i = 0; i < size_; ++i) {
       float* data = parts[i].data;
-      absl::Status s = parts[i].stream->EnqueueHost(
-          [rendezvous, i, data, call]() { return Arrive(*rendezvous, i, data, call); });
+      absl::Status s = parts[i].stream->EnqueueHost([rendezvous, i, data, call, timeout]() {
+        return Arrive(*rendezvous, i, data, call, timeout);
+      });
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
 
+  void Abort() override {
+    std::lock_guard<std::mutex> lock(abort_->mu);
+    abort_->aborted.store(true, std::memory_order_release);
+    for (const std::weak_ptr<Rendezvous>& weak : abort_->live) {
+      if (std::shared_ptr<Rendezvous> r = weak.lock()) {
+        { std::lock_guard<std::mutex> r_lock(r->mu); }
+        r->cv.notify_all();
+      }
+    }
+    abort_->live.clear();
+  }
+
  private:
-  static absl::Status Arrive(Rendezvous& r, int participant, float* data, std::int64_t call) {
+  static absl::Status Arrive(Rendezvous& r, int participant, float* data, std::int64_t call,
+                             double timeout_seconds) {
     std::unique_lock<std::mutex> lock(r.mu);
+    if (r.failed || r.abort->aborted.load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat("host all-reduce call ", call, ": participant ",
+                                               participant,
+                                               " arrived after the call was given up"));
+    }
     r.data[participant] = data;
     if (++r.arrived == static_cast<int>(r.data.size())) {
       // Sum in participant order so that every replica ends with the same bits.
@@ -78,33 +115,45 @@ class HostAllReducer final : public AllReducer {
       r.cv.notify_all();
       return absl::OkStatus();
     }
-    if (!r.cv.wait_for(lock, kRendezvousTimeout, [&r] { return r.done || r.failed; })) {
-      r.failed = true;
-      r.cv.notify_all();
+    auto over = [&r] {
+      return r.done || r.failed || r.abort->aborted.load(std::memory_order_acquire);
+    };
+    bool timed_out = false;
+    if (timeout_seconds > 0) {
+      timed_out = !r.cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds), over);
+    } else {
+      r.cv.wait(lock, over);
     }
-    if (!r.done) {
+    if (r.done) return absl::OkStatus();
+    r.failed = true;  // participants still to come fail at once
+    r.cv.notify_all();
+    const std::string waited =
+        absl::StrCat("host all-reduce call ", call, ": participant ", participant, " waited but only ",
+                     r.arrived, " of ", r.data.size(), " participants arrived");
+    if (timed_out) {
       return absl::DeadlineExceededError(
-          absl::StrCat("host all-reduce call ", call, ": participant ", participant, " waited ",
-                       kRendezvousTimeout.count(), " s but only ", r.arrived, " of ", r.data.size(),
-                       " participants arrived (did another participant's stream fail earlier?)"));
+          absl::StrCat(waited, " within ", timeout_seconds,
+                       " s (did another participant's stream fail earlier?)"));
     }
-    return absl::OkStatus();
+    return absl::CancelledError(absl::StrCat(waited, "; aborted"));
   }
 
   const int size_;
+  const AllReducerOptions options_;
+  std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
   std::int64_t next_call_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<AllReducer> CreateHostAllReducer(int size) {
-  return std::make_unique<HostAllReducer>(size);
+std::unique_ptr<AllReducer> CreateHostAllReducer(int size, const AllReducerOptions& options) {
+  return std::make_unique<HostAllReducer>(size, options);
 }
 
 }  // namespace internal
 
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
-    const std::vector<runtime::Device*>& devices) {
+    const std::vector<runtime::Device*>& devices, const AllReducerOptions& options) {
   if (devices.empty()) {
     return absl::InvalidArgumentError("an all-reduce needs at least one participant");
   }
@@ -115,7 +164,7 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
   }
   switch (devices[0]->kind()) {
     case runtime::BackendKind::kHost:
-      return internal::CreateHostAllReducer(static_cast<int>(devices.size()));
+      return internal::CreateHostAllReducer(static_cast<int>(devices.size()), options);
     case runtime::BackendKind::kCuda:
 #ifdef PIPESCHED_HAS_CUDA
       return internal::CreateNcclAllReducer(devices);

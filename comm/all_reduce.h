@@ -9,7 +9,8 @@
 // Implementations:
 //   host: an in-process rendezvous; the last stream to arrive sums the D buffers in
 //         participant order (so every replica gets bit-identical values), scales by 1/D
-//         and releases the others.
+//         and releases the others. A participant gives up with DeadlineExceeded after
+//         AllReducerOptions::timeout_seconds, or with Cancelled at once on Abort().
 //   CUDA: NCCL communicators over the participants' GPUs (ncclCommInitAll), ncclAvg,
 //         the D calls grouped; participants that share a GPU are first summed onto one
 //         leader by a local kernel (NCCL allows one rank per GPU), and the leaders'
@@ -44,13 +45,32 @@ class AllReducer {
   // Averages `count` floats across the participants in place: afterwards every
   // parts[i].data holds the mean of the D inputs. parts.size() == size(), parts[i] on
   // participant i's device. Enqueued on each parts[i].stream; returns immediately.
+  // InvalidArgument when parts.size() != size() or a part has no stream or buffer; NCCL
+  // and CUDA errors as base/cuda_check.h maps them. Errors while the reduction runs
+  // poison the participants' streams (their Synchronize() reports them).
   virtual absl::Status AllReduceAverage(std::span<const ReducePart> parts, std::size_t count) = 0;
+
+  // For a watchdog that gave up on a step (returns immediately; the reducer is unusable
+  // afterwards). Host: participants waiting at a rendezvous return Cancelled, later calls
+  // fail. NCCL: ncclCommAbort on every communicator, so kernels stuck waiting for a peer
+  // exit.
+  virtual void Abort() {}
+  // Non-blocking: an error the communicator reported asynchronously (NCCL:
+  // ncclCommGetAsyncError on each communicator), OK otherwise.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
+};
+
+struct AllReducerOptions {
+  // Host: how long a participant waits at the rendezvous for the others before failing
+  // with DeadlineExceeded (a participant whose stream failed earlier may never arrive);
+  // 0 = until Abort(). The executor passes its step timeout.
+  double timeout_seconds = 120;
 };
 
 // One communicator over `devices` (participant i on devices[i]; devices may repeat).
 // InvalidArgument for an empty list or devices of different backends; Unavailable for
 // CUDA devices when built without CUDA or NCCL.
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
-    const std::vector<runtime::Device*>& devices);
+    const std::vector<runtime::Device*>& devices, const AllReducerOptions& options = {});
 
 }  // namespace pipesched::comm

@@ -11,7 +11,7 @@
 
 namespace pipesched::comm::internal {
 
-std::unique_ptr<AllReducer> CreateHostAllReducer(int size);
+std::unique_ptr<AllReducer> CreateHostAllReducer(int size, const AllReducerOptions& options = {});
 
 #ifdef PIPESCHED_HAS_CUDA
 std::unique_ptr<Transport> CreateCudaPeerTransport();

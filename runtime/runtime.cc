@@ -46,6 +46,10 @@ const BackendEntry* Find(BackendKind kind) {
 
 }  // namespace
 
+absl::Status Stream::status() const { return absl::OkStatus(); }
+void Stream::Abort(const absl::Status&) {}
+bool Stream::aborted() const { return false; }
+
 Buffer::Buffer(Buffer&& other) noexcept
     : device_(std::exchange(other.device_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),

@@ -15,10 +15,19 @@
 // Threading: one Stream or Event may be used from one host thread at a time; different
 // Streams and Events may be driven from different threads.
 //
+// Errors: nothing throws; every call returns absl::Status. Passing an object of another
+// backend (a CUDA stream to a host device) is InvalidArgument. CUDA failures map as in
+// base/cuda_check.h: ResourceExhausted (out of memory), Unavailable (no usable device),
+// InvalidArgument (bad handle or value), Internal (anything else). Work that fails while
+// it runs poisons its stream: the stream's Synchronize(), and its later EnqueueHost and
+// CopyAsync calls, return that first error (see Stream::EnqueueHost).
+//
 // Changes since the first seam (all source-compatible for callers):
 //   - CreateEvent takes an optional `name` used in error messages;
 //   - Event::name(), Stream::EnqueueBusyWait(microseconds), CudaDeviceCount();
-//   - BackendOptions::memory_capacity_bytes; BackendOptions::strict applies to CUDA too.
+//   - BackendOptions::memory_capacity_bytes; BackendOptions::strict applies to CUDA too;
+//   - Stream::status(), Stream::Abort(reason), Stream::aborted() for watchdogs (default
+//     implementations: OK, no-op, false), so that a stuck step can be abandoned.
 #pragma once
 
 #include <cstddef>
@@ -69,6 +78,8 @@ class Buffer {
   // Frees the memory once all work enqueued on `stream` so far is done (stream-ordered;
   // enqueued on `stream`; returns immediately). The Buffer is empty afterwards; freeing
   // an empty Buffer is a no-op. memory_stats() drops when the free is reached.
+  // InvalidArgument when `stream` belongs to another backend (the Buffer keeps its memory
+  // and frees it in its destructor).
   absl::Status FreeAsync(Stream& stream);
 
  private:
@@ -88,15 +99,19 @@ class Event {
   // The name given to CreateEvent, else "event#<n>"; used in error messages.
   virtual const std::string& name() const = 0;
   // Captures all work enqueued on `stream` so far. Enqueued on `stream`; returns
-  // immediately. `stream` must be on the event's device (as in CUDA): InvalidArgument
-  // otherwise.
+  // immediately. `stream` must be on the event's device (as in CUDA) and backend:
+  // InvalidArgument otherwise.
   virtual absl::Status Record(Stream& stream) = 0;
   // True when the most recent record has completed (or the event was never recorded).
+  // Does not block. CUDA errors only.
   virtual absl::StatusOr<bool> Query() = 0;
-  // Blocks the host until the most recent record has completed.
+  // Blocks the host until the most recent record has completed (at once if never
+  // recorded). CUDA errors only: the error of failed work on the recording stream is
+  // reported by that stream's Synchronize(), not here.
   virtual absl::Status Synchronize() = 0;
   // Milliseconds between `start`'s and this event's most recent records; both must
-  // have completed and been created with timing. FailedPrecondition otherwise.
+  // have completed and been created with timing. FailedPrecondition otherwise;
+  // InvalidArgument when `start` belongs to another backend.
   virtual absl::StatusOr<double> ElapsedMillis(const Event& start) const = 0;
   // Microseconds since the backend's epoch (its creation) at which the most recent record
   // completed; lets the executor place spans of different devices on one time axis.
@@ -111,6 +126,7 @@ class Stream {
  public:
   virtual ~Stream() = default;
   virtual Device& device() const = 0;
+  // The name given to CreateStream; error messages of work on this stream start with it.
   virtual const std::string& name() const = 0;
   // Later work on this stream waits for `event`'s most recent record at the time of this
   // call (a later re-record does not affect it). `event` may belong to another device of
@@ -125,15 +141,40 @@ class Stream {
   // stream for good: it is reported, prefixed with the stream's name, by Synchronize()
   // and by later EnqueueHost / CopyAsync calls, and later host functions on the stream
   // are skipped (event records, waits and frees still happen, so other streams waiting
-  // on this one do not hang).
+  // on this one do not hang). Enqueued on this stream; returns immediately.
+  // InvalidArgument for an empty `fn`; the stream's first error once it is poisoned.
   virtual absl::Status EnqueueHost(std::function<absl::Status()> fn) = 0;
   // Occupies the stream for `microseconds` (host: the worker sleeps; CUDA: a one-thread
   // kernel spins on the GPU's global timer). Synthetic stage durations and tests.
-  // Enqueued on this stream; returns immediately.
+  // Enqueued on this stream; returns immediately. InvalidArgument for a negative or NaN
+  // duration.
   virtual absl::Status EnqueueBusyWait(double microseconds) = 0;
   // Blocks the host until all enqueued work is done; returns the first error of work
-  // run on this stream, if any.
+  // run on this stream, if any (and keeps returning it: a failed stream stays failed).
   virtual absl::Status Synchronize() = 0;
+  // The first error of work run on this stream so far (OK if none); never blocks. Lets a
+  // watchdog that polls events notice a failed stream without synchronizing.
+  virtual absl::Status status() const;
+  // Abandons the stream's pending work, for a watchdog that gave up on a step; returns
+  // immediately. The stream is poisoned with `reason` (unless it failed already): host
+  // functions and busy waits not yet started are skipped and waits on events no longer
+  // wait, while event records and frees still happen, so the stream drains quickly and
+  // nothing waiting on its events hangs. The stream stays unusable (later EnqueueHost
+  // returns the error).
+  //   Host backend: a wait or a busy wait in progress ends at once. A host function in
+  //   progress cannot be interrupted: it may poll aborted() and return early. If it has
+  //   not returned when the stream is destroyed, the destructor waits for it up to
+  //   kAbortGraceMillis, then runs the remaining records and frees itself and detaches
+  //   the worker thread, which exits when the function returns (the function must not
+  //   touch memory freed meanwhile; a function that never returns keeps its thread).
+  //   CUDA: host functions not yet started are skipped; device work (kernels, copies,
+  //   event waits) cannot be cancelled; a communicator stuck in a collective is
+  //   aborted through its comm::AllReducer::Abort.
+  virtual void Abort(const absl::Status& reason);
+  // True once Abort was called. Safe to call from any thread, including from a host
+  // function running on this stream (a cooperative cancellation token).
+  virtual bool aborted() const;
+  static constexpr int kAbortGraceMillis = 2000;
   // The raw handle: cudaStream_t on CUDA, nullptr on the host backend.
   virtual void* native_handle() const = 0;
 };
@@ -145,11 +186,12 @@ class Device {
   virtual int index() const = 0;
   virtual std::string description() const = 0;  // "host:0", "cuda:0 (NVIDIA H200)"
 
-  // Streams are non-blocking on CUDA; a host stream is one worker thread.
+  // Streams are non-blocking on CUDA; a host stream is one worker thread. `name` prefixes
+  // the errors of its work. CUDA errors only; the host backend does not fail.
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream(std::string_view name) = 0;
   // `timing`: the event can be used with ElapsedMillis / TimestampMicros (CUDA events
   // are created with cudaEventDisableTiming otherwise, which makes them cheaper).
-  // `name`: shown in error messages, e.g. "F(1,3) done".
+  // `name`: shown in error messages, e.g. "F(1,3) done". CUDA errors only.
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent(bool timing = false,
                                                              std::string_view name = {}) = 0;
 
@@ -157,16 +199,18 @@ class Device {
   // (and by other streams once they wait on an event recorded after it). Counted in
   // memory_stats() from this call on. Host memory is 64-byte aligned; 0 bytes gives an
   // empty Buffer. ResourceExhausted naming the device, the size requested and the bytes
-  // free when it cannot be satisfied (BackendOptions::memory_capacity_bytes or the GPU).
+  // free when it cannot be satisfied (BackendOptions::memory_capacity_bytes or the GPU);
+  // InvalidArgument when `stream` belongs to another backend. Returns immediately.
   virtual absl::StatusOr<Buffer> Allocate(std::size_t bytes, Stream& stream) = 0;
 
   // Copies `bytes` from `src` (any device of the same backend) to `dst`. Enqueued on
-  // `stream`; returns immediately.
+  // `stream`; returns immediately. InvalidArgument when `src_device` or `stream` belongs
+  // to another backend or a pointer is null; the stream's first error once it is poisoned.
   virtual absl::Status CopyAsync(void* dst, const void* src, std::size_t bytes,
                                  const Device& src_device, Stream& stream) = 0;
   // Synchronous host <-> device copies, for setup and checking, never inside a step.
   // They are not ordered with any stream: synchronize the streams that write `src` or
-  // read `dst` first.
+  // read `dst` first. Host: never fail. CUDA: the copy's error.
   virtual absl::Status CopyToHost(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) = 0;
 
@@ -204,8 +248,9 @@ class Backend {
   virtual Device& device(int index) = 0;
 };
 
-// Creates a backend. CUDA: Unavailable when no GPU is usable (any cudaGetDeviceCount
-// error counts as none), or when built without CUDA.
+// Creates a backend. InvalidArgument for num_devices < 0 (host: < 1) or a negative
+// memory_capacity_bytes. CUDA: Unavailable when no GPU is usable (any
+// cudaGetDeviceCount error counts as none), or when built without CUDA.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
 // True when the CUDA backend was compiled in and at least one GPU is usable.

@@ -2,13 +2,18 @@
 #include "stages/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "scheduler/lower.h"
 #include "scheduler/validate.h"
@@ -38,6 +43,10 @@ struct Executor::Rank {
   runtime::Device* device = nullptr;
   std::unique_ptr<runtime::Stream> compute, send, recv, comm;
   std::unique_ptr<runtime::Event> freed;  // exact_memory_accounting: after the last work
+  std::unique_ptr<runtime::Event> drained[4];  // watchdog: end of step of each stream
+  std::vector<runtime::Stream*> streams() const {
+    return {compute.get(), send.get(), recv.get(), comm.get()};
+  }
   bool free_pending = false;
   std::vector<int> same_device;  // indices into ranks_ on the same device, self included
 };
@@ -61,8 +70,9 @@ struct Executor::Issue {
 };
 
 Executor::~Executor() {
-  // Work may still be queued after a failed step: let it drain before buffers go.
-  (void)SynchronizeAll();
+  // Work may still be queued after a failed step: let it drain before buffers go (an
+  // aborted step drained already, or left a stuck host function behind: no waiting).
+  if (!aborted_) (void)SynchronizeAll();
   slots_.clear();
   inputs_.clear();
   targets_.clear();
@@ -115,6 +125,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of data-parallel replicas must be at least 1, not ", options.num_replicas));
   }
+  if (!(options.step_timeout_seconds >= 0) || !std::isfinite(options.step_timeout_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the step timeout must be >= 0 seconds (0 = none), not ", options.step_timeout_seconds));
+  }
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->options_ = options;
@@ -138,6 +152,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       PS_ASSIGN_OR_RETURN(rank->recv, rank->device->CreateStream(tag + " recv"));
       PS_ASSIGN_OR_RETURN(rank->comm, rank->device->CreateStream(tag + " comm"));
       PS_ASSIGN_OR_RETURN(rank->freed, rank->device->CreateEvent(false, tag + " freed"));
+      for (int i = 0; i < 4; ++i) {
+        PS_ASSIGN_OR_RETURN(rank->drained[i], rank->device->CreateEvent(
+                                                  false, absl::StrCat(tag, " end of step ", i)));
+      }
       ex->ranks_.push_back(std::move(rank));
     }
   }
@@ -241,7 +259,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     for (int s = 0; s < S; ++s) {
       std::vector<runtime::Device*> devices;
       for (int d = 0; d < D; ++d) devices.push_back(ex->rank_of(d, s).device);
-      PS_ASSIGN_OR_RETURN(auto reducer, comm::CreateAllReducer(devices));
+      PS_ASSIGN_OR_RETURN(auto reducer,
+                          comm::CreateAllReducer(
+                              devices, {.timeout_seconds = options.step_timeout_seconds}));
       ex->reducers_.push_back(std::move(reducer));
     }
   }
@@ -367,7 +387,7 @@ absl::Status Executor::BeforeDeviceWork(int replica, int rank) {
   for (int j : ranks_[replica * num_ranks() + rank]->same_device) {
     Rank& other = *ranks_[j];
     if (!other.free_pending) continue;
-    PS_RETURN_IF_ERROR(other.freed->Synchronize());
+    PS_RETURN_IF_ERROR(AwaitEvent(*other.freed));
     other.free_pending = false;
   }
   return absl::OkStatus();
@@ -518,6 +538,257 @@ absl::Status Executor::IssueAction(const Issue& issue) {
   return absl::OkStatus();
 }
 
+// ---- Hang watchdog ----------------------------------------------------------------
+// The host never synchronizes a stream during a step: it polls events. "Progress" is any
+// action's end event (or a stream's end-of-step event) completing since the last poll; a
+// failed stream (Stream::status) or an NCCL asynchronous error ends the step at once.
+// Actions on one rank's compute stream complete in program order, so each row keeps a
+// cursor; an ALLREDUCE (comm stream) may complete after later compute actions and is
+// skipped over while pending.
+
+namespace {
+
+using WatchClock = std::chrono::steady_clock;
+
+double SecondsSince(WatchClock::time_point t) {
+  return std::chrono::duration<double>(WatchClock::now() - t).count();
+}
+
+// Sleeps between polls: 0, 10 us, 20 us, ... up to 1 ms; reset on progress.
+void Backoff(std::chrono::microseconds& wait) {
+  if (wait.count() > 0) std::this_thread::sleep_for(wait);
+  wait = std::min(std::chrono::microseconds(1000), std::max(wait * 2, std::chrono::microseconds(10)));
+}
+
+bool Completed(runtime::Event* event) {
+  absl::StatusOr<bool> done = event->Query();
+  return !done.ok() || *done;  // a query error counts as done: the stream's status reports it
+}
+
+}  // namespace
+
+runtime::Event* Executor::EndEvent(int replica, const Action& a) const {
+  switch (a.op) {
+    case Op::kF:
+      return slot(replica, a.stage, a.microbatch).f_end.get();
+    case Op::kB:
+    case Op::kI:
+      return slot(replica, a.stage, a.microbatch).b_end.get();
+    case Op::kW:
+      return slot(replica, a.stage, a.microbatch).w_end.get();
+    case Op::kAllReduce:
+      return num_replicas() > 1 ? allreduce_end_[replica * num_stages() + a.stage].get() : nullptr;
+    default:
+      return nullptr;  // lowered SEND/RECV markers: the executor's own transfers
+  }
+}
+
+absl::Status Executor::AwaitEvent(runtime::Event& event) {
+  const auto start = WatchClock::now();
+  std::chrono::microseconds wait(0);
+  while (!Completed(&event)) {
+    const double waited = SecondsSince(start);
+    if (options_.step_timeout_seconds > 0 && waited >= options_.step_timeout_seconds) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "step timed out: event '%s' did not complete within %.3g s (step timeout)", event.name(),
+          waited));
+    }
+    Backoff(wait);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::AwaitStep() {
+  const int D = num_replicas(), P = num_ranks();
+  for (auto& rk : ranks_) {
+    const std::vector<runtime::Stream*> streams = rk->streams();
+    for (int i = 0; i < 4; ++i) {
+      absl::Status recorded = rk->drained[i]->Record(*streams[i]);
+      if (!recorded.ok()) return AbortStep(recorded);
+    }
+  }
+  // done[row][k]: action k of the row's rank program has completed; cursor[row]: the
+  // first that has not.
+  std::vector<std::vector<bool>> done(static_cast<std::size_t>(D) * P);
+  std::vector<std::size_t> cursor(done.size(), 0);
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < P; ++r) done[d * P + r].assign(schedule_.programs[r].size(), false);
+  }
+  std::vector<std::array<bool, 4>> drained(ranks_.size(), {false, false, false, false});
+  auto last_progress = WatchClock::now();
+  std::chrono::microseconds wait(0);
+  for (;;) {
+    for (auto& rk : ranks_) {
+      for (runtime::Stream* stream : rk->streams()) {
+        absl::Status status = stream->status();
+        if (!status.ok()) return AbortStep(status);
+      }
+    }
+    for (auto& reducer : reducers_) {
+      absl::Status status = reducer->AsyncError();
+      if (!status.ok()) return AbortStep(status);
+    }
+    bool progress = false;
+    for (int d = 0; d < D; ++d) {
+      for (int r = 0; r < P; ++r) {
+        const std::vector<Action>& program = schedule_.programs[r];
+        std::vector<bool>& row_done = done[d * P + r];
+        std::size_t& c = cursor[d * P + r];
+        for (std::size_t k = c; k < program.size(); ++k) {
+          if (row_done[k]) continue;
+          runtime::Event* end = EndEvent(d, program[k]);
+          if (end == nullptr || Completed(end)) {
+            row_done[k] = true;
+            progress = progress || end != nullptr;
+          } else if (program[k].op != Op::kAllReduce) {
+            break;  // later compute actions of this rank cannot have completed
+          }
+        }
+        while (c < program.size() && row_done[c]) ++c;
+      }
+    }
+    bool all_drained = true;
+    for (std::size_t j = 0; j < ranks_.size(); ++j) {
+      for (int i = 0; i < 4; ++i) {
+        if (drained[j][i]) continue;
+        drained[j][i] = Completed(ranks_[j]->drained[i].get());
+        progress = progress || drained[j][i];
+        all_drained = all_drained && drained[j][i];
+      }
+    }
+    if (all_drained) return absl::OkStatus();
+    if (progress) {
+      last_progress = WatchClock::now();
+      wait = std::chrono::microseconds(0);
+    } else if (const double stalled = SecondsSince(last_progress);
+               options_.step_timeout_seconds > 0 && stalled >= options_.step_timeout_seconds) {
+      return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
+    }
+    Backoff(wait);
+  }
+}
+
+std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
+                               double stalled_seconds) const {
+  const int D = num_replicas(), P = num_ranks(), S = num_stages();
+  auto row_name = [&](int d, int r) {
+    return D > 1 ? absl::StrCat("rank ", r, " replica ", d) : absl::StrCat("rank ", r);
+  };
+  auto is_done = [&](runtime::Event* event) { return Completed(event); };
+  auto producer = [&](int d, int stage, int mb, Op op) {
+    return absl::StrCat(row_name(d, schedule_.placement.RankOf(stage)), " has not finished ",
+                        scheduler::ToString(Action{stage, mb, op}));
+  };
+  // What `a` (the first unfinished action of row (d, r)) waits for.
+  auto explain = [&](int d, const Action& a) -> std::string {
+    const std::string name = scheduler::ToString(a);
+    if (a.op == Op::kAllReduce) {
+      runtime::Event* start = allreduce_start_[d * S + a.stage].get();
+      if (is_done(start)) {
+        std::vector<std::string> missing;
+        for (int e = 0; e < D; ++e) {
+          if (!is_done(allreduce_start_[e * S + a.stage].get())) {
+            missing.push_back(absl::StrCat(e));
+          }
+        }
+        return absl::StrCat(name, " waits in the all-reduce for ",
+                            missing.empty() ? std::string("the other replicas to finish it")
+                                            : absl::StrCat("replica(s) ", absl::StrJoin(missing, ", "),
+                                                           " to arrive"));
+      }
+      const Slot& last = slot(d, a.stage, last_backward_mb_[a.stage]);
+      runtime::Event* grad = last_backward_is_w_[a.stage] ? last.w_end.get() : last.b_end.get();
+      return absl::StrCat(name, " waits for event '", grad->name(), "' (the stage's last backward)");
+    }
+    const Slot& sl = slot(d, a.stage, a.microbatch);
+    runtime::Event* start = a.op == Op::kF   ? sl.f_start.get()
+                            : a.op == Op::kW ? sl.w_start.get()
+                                             : sl.b_start.get();
+    if (is_done(start)) {
+      return absl::StrCat(name,
+                          " started and has not finished (its stage callback or kernel has not "
+                          "returned)");
+    }
+    if (a.op == Op::kF && a.stage > 0 && !is_done(sl.recv_end.get())) {
+      const Slot& prev = slot(d, a.stage - 1, a.microbatch);
+      if (!is_done(prev.f_end.get())) {
+        return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
+                            ": event '", prev.f_end->name(), "' not reached (",
+                            producer(d, a.stage - 1, a.microbatch, Op::kF), ")");
+      }
+      return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
+                          " (event '", sl.recv_end->name(), "' not reached: the copy has not run)");
+    }
+    if ((a.op == Op::kB || a.op == Op::kI) && a.stage + 1 < S) {
+      const Slot& next = slot(d, a.stage + 1, a.microbatch);
+      if (!is_done(next.send_end.get())) {
+        if (!is_done(next.b_end.get())) {
+          const Op op = next.split ? Op::kI : Op::kB;
+          return absl::StrCat(name, " waits for transfer SEND_B of micro-batch ", a.microbatch,
+                              ": event '", next.b_end->name(), "' not reached (",
+                              producer(d, a.stage + 1, a.microbatch, op), ")");
+        }
+        return absl::StrCat(name, " waits for transfer SEND_B of micro-batch ", a.microbatch,
+                            " (event '", next.send_end->name(),
+                            "' not reached: the copy has not run)");
+      }
+    }
+    return absl::StrCat(name, " has not started: earlier work on its compute stream has not "
+                              "finished (event '", start->name(), "' not reached)");
+  };
+  std::string out = absl::StrFormat(
+      "step timed out: no action finished for %.3g s (step timeout %.3g s); the step was "
+      "aborted. Blocked, per rank:",
+      stalled_seconds, options_.step_timeout_seconds);
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < P; ++r) {
+      const std::vector<Action>& program = schedule_.programs[r];
+      const std::vector<bool>& row_done = done[d * P + r];
+      std::vector<std::string> blocked;
+      for (std::size_t k = 0; k < program.size(); ++k) {
+        if (row_done[k] || EndEvent(d, program[k]) == nullptr) continue;
+        blocked.push_back(explain(d, program[k]));
+        if (program[k].op != Op::kAllReduce) break;
+      }
+      absl::StrAppend(&out, "\n  ", row_name(d, r), ": ",
+                      blocked.empty() ? std::string("all actions finished; a stream has not "
+                                                    "reached its end of step (optimizer step)")
+                                      : absl::StrJoin(blocked, "; "));
+    }
+  }
+  return out;
+}
+
+absl::Status Executor::AbortStep(absl::Status why) {
+  aborted_ = true;
+  for (auto& reducer : reducers_) reducer->Abort();
+  for (auto& rk : ranks_) {
+    for (runtime::Stream* stream : rk->streams()) stream->Abort(why);
+  }
+  // Aborted streams drain at once (records and frees only) unless a host function does
+  // not return: wait for them a bounded time, polling, then leave them to their
+  // destructors (runtime::Stream::Abort).
+  const auto start = WatchClock::now();
+  std::vector<runtime::Event*> pending;
+  for (auto& rk : ranks_) {
+    const std::vector<runtime::Stream*> streams = rk->streams();
+    for (int i = 0; i < 4; ++i) {
+      if (rk->drained[i]->Record(*streams[i]).ok()) pending.push_back(rk->drained[i].get());
+    }
+  }
+  std::chrono::microseconds wait(0);
+  while (!pending.empty()) {
+    std::erase_if(pending, [](runtime::Event* e) { return Completed(e); });
+    if (pending.empty()) break;
+    if (SecondsSince(start) * 1000 >= runtime::Stream::kAbortGraceMillis) {
+      abandoned_ = true;
+      break;
+    }
+    Backoff(wait);
+  }
+  return why;
+}
+
 absl::Status Executor::SynchronizeAll() {
   absl::Status first = absl::OkStatus();
   for (auto& rk : ranks_) {
@@ -568,7 +839,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     }
     return absl::OkStatus();
   }();
-  absl::Status synced = SynchronizeAll();
+  absl::Status synced = issued.ok() ? AwaitStep() : AbortStep(issued);
   const auto t1 = std::chrono::steady_clock::now();
   for (auto& rk : ranks_) rk->free_pending = false;
   if (!issued.ok() || !synced.ok()) {

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,6 +58,12 @@ struct ExecutorOptions {
   // follows stream order exactly (and equals the simulator's). Slower: for measuring
   // memory, not for training speed.
   bool exact_memory_accounting = false;
+  // Hang watchdog: a step in which no action (nor a stream's end of step) completes for
+  // this long is aborted with DeadlineExceeded naming, per rank, the action it is blocked
+  // on and the event or transfer that action waits for; its streams and all-reducers are
+  // aborted (runtime::Stream::Abort, comm::AllReducer::Abort) and the Executor is unusable
+  // afterwards. 0 = wait forever. Also bounds the host all-reduce's rendezvous.
+  double step_timeout_seconds = 60;
 };
 
 // Makes the StageWork of virtual stage `stage` of replica `replica` on `device`.
@@ -96,9 +103,12 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // One training step: zero gradients, every action of the schedule on every replica,
-  // all-reduces, optimizer steps; blocks until all of it has run. InvalidArgument when
-  // the inputs have the wrong size; the first error of any stream otherwise. A stream
-  // that failed stays failed (runtime semantics): after a failed step, make a new
+  // all-reduces, optimizer steps; returns once all of it has run. The host never
+  // synchronizes a stream: it polls the actions' events (Event::Query, with backoff), so
+  // that a failed stream ends the step at once with its error and a stuck one with the
+  // watchdog's DeadlineExceeded (ExecutorOptions::step_timeout_seconds); either way the
+  // step's streams are aborted. InvalidArgument when the inputs have the wrong size. A
+  // stream that failed stays failed (runtime semantics): after a failed step, make a new
   // Executor.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
@@ -131,6 +141,12 @@ class Executor {
   absl::Status AfterDeviceWork(int replica, int rank);
   MicrobatchIO MakeIO(int replica, int stage, int mb) const;
   absl::Status SynchronizeAll();
+  // Watchdog (executor.cc, "Hang watchdog"): polls the step to its end, or aborts it.
+  absl::Status AwaitStep();
+  absl::Status AbortStep(absl::Status why);
+  absl::Status AwaitEvent(runtime::Event& event);
+  runtime::Event* EndEvent(int replica, const scheduler::Action& action) const;
+  std::string Diagnose(const std::vector<std::vector<bool>>& done, double stalled_seconds) const;
   absl::StatusOr<trace::Timeline> CollectTimeline() const;
   Rank& rank_of(int replica, int stage) const;
   Slot& slot(int replica, int stage, int mb) const;
@@ -153,6 +169,8 @@ class Executor {
   std::vector<runtime::Buffer> inputs_, targets_, losses_;  // [replica]
   std::vector<int> last_backward_mb_;  // [stage]: micro-batch of the last B/W issued
   std::vector<bool> last_backward_is_w_;
+  bool aborted_ = false;    // a step was aborted: the streams are poisoned
+  bool abandoned_ = false;  // ... and some did not drain (a host function did not return)
 };
 
 // The cost model that makes the simulator replay what was measured: per (stage, op)

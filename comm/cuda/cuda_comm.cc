@@ -97,7 +97,34 @@ class NcclAllReducer final : public AllReducer {
   }
 
   ~NcclAllReducer() override {
-    for (ncclComm_t comm : comms_) (void)ncclCommDestroy(comm);
+    for (ncclComm_t comm : comms_) {
+      if (comm != nullptr) (void)ncclCommDestroy(comm);
+    }
+  }
+
+  // A collective whose peer never arrives spins forever on the GPU: ncclCommAbort makes
+  // its kernels exit (the stream then proceeds past them with undefined results). The
+  // communicators are gone afterwards; later calls fail.
+  void Abort() override {
+    for (ncclComm_t& comm : comms_) {
+      if (comm != nullptr) (void)ncclCommAbort(comm);
+      comm = nullptr;
+    }
+    aborted_ = true;
+  }
+
+  absl::Status AsyncError() override {
+    for (std::size_t k = 0; k < comms_.size(); ++k) {
+      if (comms_[k] == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      PS_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comms_[k], &async));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return absl::InternalError(absl::StrCat(
+            "NCCL communicator ", k, " of all-reduce '", name(), "' reported an asynchronous error ",
+            static_cast<int>(async), " (", ncclGetErrorString(async), ")"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   std::string_view name() const override {
@@ -112,6 +139,7 @@ class NcclAllReducer final : public AllReducer {
       return absl::InvalidArgumentError(absl::StrCat(
           "all-reduce over ", size, " participants was given ", parts.size(), " parts"));
     }
+    if (aborted_) return absl::CancelledError("NCCL all-reduce: the communicators were aborted");
     if (count == 0) return absl::OkStatus();
     if (leaders_.size() == devices_.size()) {
       // One participant per GPU: NCCL averages directly.
@@ -182,6 +210,7 @@ class NcclAllReducer final : public AllReducer {
   std::vector<int> leaders_;    // one per distinct GPU, in participant order
   std::vector<std::unique_ptr<runtime::Event>> events_;  // per participant (local path)
   std::vector<ncclComm_t> comms_;                        // per leader, when > 1 GPU
+  bool aborted_ = false;
 };
 
 }  // namespace

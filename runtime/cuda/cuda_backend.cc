@@ -10,6 +10,8 @@
 //     kernels and the pools.
 //   - Timestamps: each device records an origin event at creation, and we note the host
 //     time at which it completed; TimestampMicros = that host time + elapsed(origin, e).
+//   - Abort (watchdog): poisons the stream so that host functions not yet started are
+//     skipped; kernels, copies and event waits already enqueued cannot be cancelled.
 //   - Strict mode: the wrapper remembers whether an event was ever recorded, so waiting
 //     on a never-recorded one fails here too instead of being CUDA's silent no-op.
 // Every CUDA call goes through base/cuda_check.h.
@@ -163,6 +165,7 @@ class CudaDevice;
 struct StreamErrorState {
   std::string prefix;  // "stream 'x' on cuda:0: "
   std::atomic<bool> poisoned{false};
+  std::atomic<bool> aborted{false};  // Stream::Abort: host functions not started are skipped
   std::mutex mu;
   absl::Status error;
 
@@ -210,6 +213,14 @@ class CudaStream final : public Stream {
   absl::Status EnqueueHost(std::function<absl::Status()> fn) override;
   absl::Status EnqueueBusyWait(double microseconds) override;
   absl::Status Synchronize() override;
+  absl::Status status() const override { return PoisonStatus(); }
+  // Device work cannot be cancelled: poisons (so host functions not yet started are
+  // skipped); NCCL communicators are aborted by their AllReducer.
+  void Abort(const absl::Status& reason) override {
+    error_->Set(reason.ok() ? absl::CancelledError("aborted") : reason);
+    error_->aborted.store(true, std::memory_order_release);
+  }
+  bool aborted() const override { return error_->aborted.load(std::memory_order_acquire); }
   void* native_handle() const override { return handle_.get(); }
 
   cudaStream_t get() const { return handle_.get(); }

@@ -10,6 +10,10 @@
 //     rather than a single "completed up to" counter.
 //   - Poison: the first error returned by a host function is kept; later host functions
 //     are skipped but markers, waits and frees still run, so no other stream hangs.
+//   - Abort (watchdog): poisons, and from then on waits return at once (a wait in
+//     progress is woken through the event it is registered on) and busy waits end; the
+//     worker's state lives in a shared StreamCore so that the destructor can detach a
+//     worker whose host function does not return (see Stream::Abort).
 #include "runtime/host/host_backend.h"
 
 #include <pthread.h>
@@ -60,6 +64,42 @@ struct EventState {
   }
 };
 
+// Everything the worker thread touches, shared with it, so that a worker detached by the
+// destructor of an aborted stream (its host function would not return) stays valid.
+struct StreamCore {
+  std::string name;         // the stream's
+  std::string device_desc;  // "host:0"
+  std::atomic<bool> poisoned{false};
+  std::atomic<bool> aborted{false};
+
+  std::mutex mu;
+  std::condition_variable work_cv;  // worker waits for tasks
+  std::condition_variable done_cv;  // Synchronize waits for completions
+  std::condition_variable exit_cv;  // the destructor of an aborted stream waits for exit
+  std::deque<std::function<void()>> queue;
+  std::uint64_t enqueued = 0;
+  std::uint64_t completed = 0;
+  int sync_waiters = 0;
+  bool worker_idle = false;
+  bool stop = false;
+  bool exited = false;
+  bool detached = false;
+  absl::Status error;
+  std::shared_ptr<EventState> waiting_on;  // the event a wait task is blocked on
+
+  // Busy waits sleep here so that Abort can end them.
+  std::mutex sleep_mu;
+  std::condition_variable sleep_cv;
+
+  // Requires mu.
+  void SetError(const absl::Status& status) {
+    if (!error.ok()) return;
+    error = absl::Status(status.code(),
+                         absl::StrCat("stream '", name, "' on ", device_desc, ": ", status.message()));
+    poisoned.store(true, std::memory_order_release);
+  }
+};
+
 class HostStream final : public Stream {
  public:
   HostStream(HostDevice& device, std::string name);
@@ -71,6 +111,9 @@ class HostStream final : public Stream {
   absl::Status EnqueueHost(std::function<absl::Status()> fn) override;
   absl::Status EnqueueBusyWait(double microseconds) override;
   absl::Status Synchronize() override;
+  absl::Status status() const override;
+  void Abort(const absl::Status& reason) override;
+  bool aborted() const override { return core_->aborted.load(std::memory_order_acquire); }
   void* native_handle() const override { return nullptr; }
 
   // Runs `task` in stream order whether or not the stream is poisoned (markers, waits,
@@ -81,23 +124,11 @@ class HostStream final : public Stream {
   HostDevice& host_device() const { return device_; }
 
  private:
-  void Run();
-  absl::Status PoisonStatus() const;  // requires mu_
+  static void Run(const std::shared_ptr<StreamCore>& core);
 
   HostDevice& device_;
   const std::string name_;
-  std::atomic<bool> poisoned_{false};
-
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // worker waits for tasks
-  std::condition_variable done_cv_;  // Synchronize waits for completions
-  std::deque<std::function<void()>> queue_;
-  std::uint64_t enqueued_ = 0;
-  std::uint64_t completed_ = 0;
-  int sync_waiters_ = 0;
-  bool worker_idle_ = false;
-  bool stop_ = false;
-  absl::Status error_;
+  std::shared_ptr<StreamCore> core_ = std::make_shared<StreamCore>();
   std::thread worker_;
 };
 
@@ -176,6 +207,7 @@ class HostBackend final : public Backend {
   Device& device(int index) override { return *devices_.at(index); }
 
   bool strict() const { return strict_; }
+  Clock::time_point epoch() const { return epoch_; }
   double NowMicros() const {
     return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
   }
@@ -197,36 +229,59 @@ absl::Status NotHost(const Stream& stream, std::string_view what) {
 
 HostStream::HostStream(HostDevice& device, std::string name)
     : device_(device), name_(std::move(name)) {
-  worker_ = std::thread([this] { Run(); });
+  core_->name = name_;
+  core_->device_desc = device_.desc();
+  worker_ = std::thread([core = core_] { Run(core); });
   // Thread names show up in debuggers, perf and TSan reports; at most 15 characters.
   std::string thread_name = absl::StrCat("ps", device_.index(), ":", name_).substr(0, 15);
   pthread_setname_np(worker_.native_handle(), thread_name.c_str());
 }
 
 HostStream::~HostStream() {
+  StreamCore& core = *core_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(core.mu);
+    core.stop = true;
   }
-  work_cv_.notify_one();
-  worker_.join();  // the worker drains the queue first
+  core.work_cv.notify_one();
+  if (!aborted()) {
+    worker_.join();  // the worker drains the queue first
+    return;
+  }
+  // Aborted: the queue drains at once unless a host function does not return.
+  std::unique_lock<std::mutex> lock(core.mu);
+  if (core.exit_cv.wait_for(lock, std::chrono::milliseconds(kAbortGraceMillis),
+                            [&core] { return core.exited; })) {
+    lock.unlock();
+    worker_.join();
+    return;
+  }
+  // Run what is left here (records and frees; host functions and waits are skipped in
+  // aborted mode), and leave the worker to exit when its function returns.
+  core.detached = true;
+  std::deque<std::function<void()>> rest;
+  rest.swap(core.queue);
+  lock.unlock();
+  for (std::function<void()>& task : rest) task();
+  worker_.detach();
 }
 
 Device& HostStream::device() const { return device_; }
 
-void HostStream::Run() {
+void HostStream::Run(const std::shared_ptr<StreamCore>& core_ptr) {
+  StreamCore& core = *core_ptr;
   std::deque<std::function<void()>> batch;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty()) {
-        if (stop_) return;
-        worker_idle_ = true;
-        work_cv_.wait(lock, [this] { return !queue_.empty() || stop_; });
-        worker_idle_ = false;
-        if (queue_.empty()) return;
+      std::unique_lock<std::mutex> lock(core.mu);
+      if (core.queue.empty()) {
+        if (core.stop) break;
+        core.worker_idle = true;
+        core.work_cv.wait(lock, [&core] { return !core.queue.empty() || core.stop; });
+        core.worker_idle = false;
+        if (core.queue.empty()) break;
       }
-      batch.swap(queue_);
+      batch.swap(core.queue);
     }
     // Taking the whole batch amortises the lock over many small tasks.
     while (!batch.empty()) {
@@ -234,41 +289,64 @@ void HostStream::Run() {
       batch.pop_front();
       task();
       task = nullptr;  // destroy captures before the work counts as done
-      std::lock_guard<std::mutex> lock(mu_);
-      ++completed_;
-      if (sync_waiters_ > 0) done_cv_.notify_all();
+      std::lock_guard<std::mutex> lock(core.mu);
+      if (core.detached) {
+        // The stream is gone: what is left of the batch may refer to its device.
+        batch.clear();
+        break;
+      }
+      ++core.completed;
+      if (core.sync_waiters > 0) core.done_cv.notify_all();
     }
   }
+  std::lock_guard<std::mutex> lock(core.mu);
+  core.exited = true;
+  core.exit_cv.notify_all();
 }
 
 void HostStream::EnqueueInternal(std::function<void()> task) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
-    ++enqueued_;
-    wake = worker_idle_;
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->queue.push_back(std::move(task));
+    ++core_->enqueued;
+    wake = core_->worker_idle;
   }
-  if (wake) work_cv_.notify_one();
+  if (wake) core_->work_cv.notify_one();
 }
 
-absl::Status HostStream::PoisonStatus() const { return error_; }
+absl::Status HostStream::status() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->error;
+}
+
+void HostStream::Abort(const absl::Status& reason) {
+  StreamCore& core = *core_;
+  std::shared_ptr<EventState> waiting;
+  {
+    std::lock_guard<std::mutex> lock(core.mu);
+    core.SetError(reason.ok() ? absl::CancelledError("aborted") : reason);
+    core.aborted.store(true, std::memory_order_release);
+    waiting = core.waiting_on;
+  }
+  // A wait task registers its event under core.mu before checking `aborted` under the
+  // event's mutex: either it sees the flag, or it is registered and woken here.
+  if (waiting != nullptr) {
+    { std::lock_guard<std::mutex> lock(waiting->mu); }
+    waiting->cv.notify_all();
+  }
+  { std::lock_guard<std::mutex> lock(core.sleep_mu); }
+  core.sleep_cv.notify_all();
+}
 
 absl::Status HostStream::EnqueueWork(std::function<absl::Status()> fn) {
-  if (poisoned_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return PoisonStatus();
-  }
-  EnqueueInternal([this, fn = std::move(fn)] {
-    if (poisoned_.load(std::memory_order_acquire)) return;
+  if (core_->poisoned.load(std::memory_order_acquire)) return status();
+  EnqueueInternal([core = core_, fn = std::move(fn)] {
+    if (core->poisoned.load(std::memory_order_acquire)) return;
     absl::Status status = fn();
     if (status.ok()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_.ok()) {
-      error_ = absl::Status(status.code(), absl::StrCat("stream '", name_, "' on ", device_.desc(),
-                                                        ": ", status.message()));
-      poisoned_.store(true, std::memory_order_release);
-    }
+    std::lock_guard<std::mutex> lock(core->mu);
+    core->SetError(status);
   });
   return absl::OkStatus();
 }
@@ -283,8 +361,10 @@ absl::Status HostStream::EnqueueBusyWait(double microseconds) {
     return absl::InvalidArgumentError(
         absl::StrCat("EnqueueBusyWait: microseconds must be >= 0, not ", microseconds));
   }
-  EnqueueInternal([microseconds] {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(microseconds));
+  EnqueueInternal([core = core_, microseconds] {
+    std::unique_lock<std::mutex> lock(core->sleep_mu);
+    core->sleep_cv.wait_for(lock, std::chrono::duration<double, std::micro>(microseconds),
+                            [&core] { return core->aborted.load(std::memory_order_acquire); });
   });
   return absl::OkStatus();
 }
@@ -310,20 +390,30 @@ absl::Status HostStream::Wait(const Event& event) {
     }
     return absl::OkStatus();
   }
-  EnqueueInternal([state = std::move(state), generation] {
-    std::unique_lock<std::mutex> lock(state->mu);
-    state->cv.wait(lock, [&] { return state->Completed(generation); });
+  EnqueueInternal([core = core_, state = std::move(state), generation] {
+    auto aborted = [&core] { return core->aborted.load(std::memory_order_acquire); };
+    if (aborted()) return;
+    {
+      std::lock_guard<std::mutex> lock(core->mu);
+      core->waiting_on = state;
+    }
+    {
+      std::unique_lock<std::mutex> lock(state->mu);
+      state->cv.wait(lock, [&] { return state->Completed(generation) || aborted(); });
+    }
+    std::lock_guard<std::mutex> lock(core->mu);
+    core->waiting_on.reset();
   });
   return absl::OkStatus();
 }
 
 absl::Status HostStream::Synchronize() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const std::uint64_t target = enqueued_;
-  ++sync_waiters_;
-  done_cv_.wait(lock, [&] { return completed_ >= target; });
-  --sync_waiters_;
-  return PoisonStatus();
+  std::unique_lock<std::mutex> lock(core_->mu);
+  const std::uint64_t target = core_->enqueued;
+  ++core_->sync_waiters;
+  core_->done_cv.wait(lock, [&] { return core_->completed >= target; });
+  --core_->sync_waiters;
+  return core_->error;
 }
 
 // ---- HostEvent --------------------------------------------------------------------
@@ -342,9 +432,11 @@ absl::Status HostEvent::Record(Stream& stream) {
     generation = ++state_->recorded;
     state_->pending.push_back(generation);
   }
-  const HostBackend& backend = device_.backend();
-  host_stream->EnqueueInternal([state = state_, generation, timing = timing_, &backend] {
-    const double now = timing ? backend.NowMicros() : 0.0;
+  // Captures the epoch, not the backend: a detached worker must not refer to it.
+  host_stream->EnqueueInternal([state = state_, generation, timing = timing_,
+                                epoch = device_.backend().epoch()] {
+    const double now =
+        timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
     {
       std::lock_guard<std::mutex> lock(state->mu);
       std::erase(state->pending, generation);

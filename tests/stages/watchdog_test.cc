@@ -1,0 +1,366 @@
+// The hang watchdog (ExecutorOptions::step_timeout_seconds): a step that makes no
+// progress ends in DeadlineExceeded naming, per rank, the action it is blocked on and
+// what that action waits for, within the timeout, and leaves no thread behind. Also the
+// runtime and comm pieces it stands on: Stream::Abort wakes waits and busy waits, the
+// host all-reducer honours its timeout and Abort. Host backend, strict; run under TSan.
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "comm/all_reduce.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/runtime.h"
+#include "scheduler/action.h"
+#include "scheduler/registry.h"
+#include "scheduler/validate.h"
+#include "stages/executor.h"
+#include "stages/toy_stage_work.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::ToyOptions;
+using testing::ToyStage;
+using Clock = std::chrono::steady_clock;
+
+// Threads of this process, from /proc/self/task.
+int ThreadCount() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Blocks its stream until the stream is aborted: a callback that never completes, but
+// observes the cancellation token (Stream::aborted) so that its thread can be joined.
+absl::Status BlockUntilAborted(runtime::Stream& stream) {
+  return stream.EnqueueHost([&stream] {
+    while (!stream.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return absl::CancelledError("stuck callback: cancelled");
+  });
+}
+
+// The toy stage, with hooks before its F and B callbacks of chosen micro-batches.
+class HookedStage final : public StageWork {
+ public:
+  using Hook = std::function<absl::Status(int microbatch, runtime::Stream& stream)>;
+  HookedStage(std::unique_ptr<ToyStage> inner, Hook before_forward, Hook after_backward)
+      : inner_(std::move(inner)),
+        before_forward_(std::move(before_forward)),
+        after_backward_(std::move(after_backward)) {}
+
+  std::size_t input_bytes() const override { return inner_->input_bytes(); }
+  std::size_t output_bytes() const override { return inner_->output_bytes(); }
+  std::size_t target_bytes() const override { return inner_->target_bytes(); }
+  std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
+  std::int64_t num_params() const override { return inner_->num_params(); }
+  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& s) override {
+    return inner_->AllocateStash(s);
+  }
+  absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
+    if (before_forward_) PS_RETURN_IF_ERROR(before_forward_(io.microbatch, stream));
+    return inner_->Forward(io, stream);
+  }
+  absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override {
+    PS_RETURN_IF_ERROR(inner_->Backward(io, stream));
+    return after_backward_ ? after_backward_(io.microbatch, stream) : absl::OkStatus();
+  }
+  absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->BackwardInput(io, stream);
+  }
+  absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->BackwardWeight(io, stream);
+  }
+  absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
+  absl::Status OptimizerStep(runtime::Stream& stream) override {
+    return inner_->OptimizerStep(stream);
+  }
+  std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
+
+ private:
+  std::unique_ptr<ToyStage> inner_;
+  Hook before_forward_, after_backward_;
+};
+
+std::unique_ptr<runtime::Backend> HostBackend(int devices) {
+  auto backend = runtime::CreateBackend(
+      {.kind = runtime::BackendKind::kHost, .num_devices = devices, .strict = true});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::move(backend).value();
+}
+
+struct StepData {
+  std::vector<float> x, t;
+  StepData(int microbatches, const ToyOptions& o) {
+    const std::size_t n = static_cast<std::size_t>(microbatches) * o.features * o.batch;
+    for (std::size_t i = 0; i < n; ++i) {
+      x.push_back(0.1f * static_cast<float>(i % 7));
+      t.push_back(0.05f * static_cast<float>(i % 5));
+    }
+  }
+  StepInputs inputs() const {
+    return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
+  }
+};
+
+constexpr double kTimeout = 0.5;
+// Timeout + abort + drain, with room for a loaded machine and TSan.
+constexpr double kBound = kTimeout + 3.0;
+
+TEST(WatchdogTest, StuckStageCallbackEndsInTimeoutNamingEachRank) {
+  const int threads_before = ThreadCount();
+  const ToyOptions toy{.features = 2, .batch = 2};
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
+                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 2,
+                                                               .num_microbatches = 4}));
+  {
+    auto backend = HostBackend(2);
+    // Stage 1's F of micro-batch 1 never completes.
+    StageWorkFactory factory =
+        [&toy](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      HookedStage::Hook hook;
+      if (stage == 1) {
+        hook = [](int mb, runtime::Stream& stream) {
+          return mb == 1 ? BlockUntilAborted(stream) : absl::OkStatus();
+        };
+      }
+      return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device),
+                                           hook, nullptr);
+    };
+    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
+                                                      {.step_timeout_seconds = kTimeout}));
+    EXPECT_GT(ThreadCount(), threads_before);  // the streams' workers
+    StepData data(4, toy);
+    const auto start = Clock::now();
+    absl::StatusOr<StepResult> result = ex->Step(data.inputs());
+    const double elapsed = SecondsSince(start);
+    // 1F1B: rank 0 runs 0F0 0F1 0B0 0F2 0B1 ..., rank 1 runs 1F0 1B0 1F1 1B1 ...; 1F1
+    // hangs, so rank 0 gets as far as 0B1, which needs the gradient of 1B1.
+    EXPECT_THAT(result.status(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded,
+                         AllOf(HasSubstr("no action finished for"),
+                               HasSubstr("rank 0: 0B1 waits for transfer SEND_B of micro-batch 1: "
+                                         "event 'B/I(1,1) done' not reached (rank 1 has not "
+                                         "finished 1B1)"),
+                               HasSubstr("rank 1: 1F1 started and has not finished"))));
+    std::cout << result.status().message() << "\n";
+    EXPECT_GE(elapsed, kTimeout);
+    EXPECT_LT(elapsed, kBound);
+    // The executor is unusable afterwards: the next step fails at once.
+    EXPECT_FALSE(ex->Step(data.inputs()).ok());
+  }
+  EXPECT_EQ(ThreadCount(), threads_before);
+}
+
+// A schedule that deadlocks at run time but not statically. The executor alone cannot
+// deadlock on a schedule scheduler::Validate accepts: it issues in a topological order of
+// the validated dependency graph and every stream is a FIFO consistent with that order.
+// A run-time deadlock needs a dependency the schedule does not declare -- here an
+// embedder's own synchronisation between stages (stage 1's F of micro-batch 1 waits on
+// the host until stage 0's B of micro-batch 0 has run, as a hand-rolled weight-tying
+// exchange might). With GPipe's order (rank 0: 0F0 0F1 0B1 0B0) that closes a cycle:
+// 1F1 -> 0B0 -> (rank 0's order) 0B1 -> (data) 1B1 -> (rank 1's order) 1F1.
+TEST(WatchdogTest, ScheduleThatDeadlocksOnlyAtRunTimeEndsInTimeout) {
+  const int threads_before = ThreadCount();
+  const ToyOptions toy{.features = 2, .batch = 2};
+  scheduler::Schedule schedule;
+  schedule.name = "hand-made gpipe";
+  schedule.num_microbatches = 2;
+  schedule.placement.num_ranks = 2;
+  auto program = [](std::vector<std::string> texts) {
+    std::vector<scheduler::Action> out;
+    for (const std::string& t : texts) out.push_back(scheduler::ParseAction(t).value());
+    return out;
+  };
+  schedule.programs = {program({"0F0", "0F1", "0B1", "0B0"}),
+                       program({"1F0", "1F1", "1B1", "1B0"})};
+  PS_ASSERT_OK(scheduler::Validate(schedule));  // statically fine
+  {
+    auto backend = HostBackend(2);
+    auto latch = std::make_shared<std::atomic<bool>>(false);
+    StageWorkFactory factory =
+        [&toy, latch](int stage, int,
+                      runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      HookedStage::Hook before_forward, after_backward;
+      if (stage == 1) {
+        before_forward = [latch](int mb, runtime::Stream& stream) -> absl::Status {
+          if (mb != 1) return absl::OkStatus();
+          return stream.EnqueueHost([latch, &stream] {
+            while (!latch->load() && !stream.aborted()) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            return latch->load() ? absl::OkStatus() : absl::CancelledError("latch: cancelled");
+          });
+        };
+      } else {
+        after_backward = [latch](int mb, runtime::Stream& stream) -> absl::Status {
+          if (mb != 0) return absl::OkStatus();
+          return stream.EnqueueHost([latch] {
+            latch->store(true);
+            return absl::OkStatus();
+          });
+        };
+      }
+      return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device),
+                                           before_forward, after_backward);
+    };
+    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
+                                                      {.step_timeout_seconds = kTimeout}));
+    StepData data(2, toy);
+    const auto start = Clock::now();
+    absl::StatusOr<StepResult> result = ex->Step(data.inputs());
+    const double elapsed = SecondsSince(start);
+    EXPECT_THAT(result.status(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded,
+                         AllOf(HasSubstr("rank 0: 0B1 waits for transfer SEND_B of micro-batch 1: "
+                                         "event 'B/I(1,1) done' not reached (rank 1 has not "
+                                         "finished 1B1)"),
+                               HasSubstr("rank 1: 1F1 started and has not finished"))));
+    std::cout << result.status().message() << "\n";
+    EXPECT_GE(elapsed, kTimeout);
+    EXPECT_LT(elapsed, kBound);
+  }
+  EXPECT_EQ(ThreadCount(), threads_before);
+}
+
+// D = 2: replica 1's F fails. Without the watchdog's stream check, replica 0 would wait
+// at the all-reduce rendezvous for the whole timeout; the step ends at once instead.
+TEST(WatchdogTest, FailedReplicaEndsTheStepAtOnceWithItsError) {
+  const int threads_before = ThreadCount();
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
+                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 2,
+                                                               .num_microbatches = 4}));
+  {
+    auto backend = HostBackend(4);
+    StageWorkFactory factory =
+        [](int stage, int replica,
+           runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      ToyOptions toy{.features = 2, .batch = 2};
+      if (replica == 1 && stage == 0) toy.fail_forward_of_microbatch = 2;
+      return std::make_unique<ToyStage>(stage, 2, toy, device);
+    };
+    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
+                                                      {.num_replicas = 2,
+                                                       .step_timeout_seconds = 30}));
+    StepData data(8, ToyOptions{.features = 2, .batch = 2});
+    const auto start = Clock::now();
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kInternal, HasSubstr("toy F of stage 0 failed")));
+    EXPECT_LT(SecondsSince(start), 5.0);
+  }
+  EXPECT_EQ(ThreadCount(), threads_before);
+}
+
+TEST(WatchdogTest, NegativeTimeoutIsRejected) {
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
+                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 1,
+                                                               .num_microbatches = 1}));
+  auto backend = HostBackend(1);
+  StageWorkFactory factory = [](int stage, int, runtime::Device& device)
+      -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<ToyStage>(stage, 1, ToyOptions{}, device);
+  };
+  EXPECT_THAT(Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = -1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step timeout")));
+}
+
+TEST(StreamAbortTest, WakesAWaitOnAnEventThatNeverCompletesAndABusyWait) {
+  const int threads_before = ThreadCount();
+  {
+    auto backend = HostBackend(1);
+    runtime::Device& device = backend->device(0);
+    PS_ASSERT_OK_AND_ASSIGN(auto blocker, device.CreateStream("blocker"));
+    PS_ASSERT_OK_AND_ASSIGN(auto waiter, device.CreateStream("waiter"));
+    PS_ASSERT_OK_AND_ASSIGN(auto sleeper, device.CreateStream("sleeper"));
+    PS_ASSERT_OK_AND_ASSIGN(auto never, device.CreateEvent(false, "never"));
+    PS_ASSERT_OK(BlockUntilAborted(*blocker));
+    PS_ASSERT_OK(never->Record(*blocker));
+    PS_ASSERT_OK(waiter->Wait(*never));
+    PS_ASSERT_OK(sleeper->EnqueueBusyWait(600e6));  // ten minutes
+    PS_ASSERT_OK_AND_ASSIGN(auto after, device.CreateEvent(false, "after"));
+    PS_ASSERT_OK(after->Record(*waiter));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    PS_ASSERT_OK_AND_ASSIGN(bool done, after->Query());
+    EXPECT_FALSE(done);
+    EXPECT_TRUE(waiter->status().ok());
+
+    const auto start = Clock::now();
+    for (runtime::Stream* s : {blocker.get(), waiter.get(), sleeper.get()}) {
+      s->Abort(absl::DeadlineExceededError("watchdog"));
+      EXPECT_TRUE(s->aborted());
+    }
+    // Records still run after an abort: `after` completes once the wait is woken.
+    while (!after->Query().value()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_THAT(waiter->Synchronize(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("stream 'waiter'")));
+    EXPECT_FALSE(sleeper->Synchronize().ok());
+    EXPECT_THAT(blocker->Synchronize(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));
+    EXPECT_LT(SecondsSince(start), 2.0);
+    EXPECT_THAT(waiter->EnqueueHost([] { return absl::OkStatus(); }),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));
+  }
+  EXPECT_EQ(ThreadCount(), threads_before);
+}
+
+TEST(HostAllReduceTest, HonoursItsTimeoutAndAbort) {
+  auto backend = HostBackend(2);
+  std::vector<runtime::Device*> devices = {&backend->device(0), &backend->device(1)};
+  PS_ASSERT_OK_AND_ASSIGN(auto s0, devices[0]->CreateStream("p0"));
+  PS_ASSERT_OK_AND_ASSIGN(auto s1, devices[1]->CreateStream("p1"));
+  std::vector<float> a(3, 1.0f), b(3, 3.0f);
+  for (double timeout : {0.2, 0.0}) {
+    SCOPED_TRACE(timeout);
+    PS_ASSERT_OK_AND_ASSIGN(auto reducer,
+                            comm::CreateAllReducer(devices, {.timeout_seconds = timeout}));
+    // Participant 1 never arrives: its stream is stuck before its part.
+    auto release = std::make_shared<std::atomic<bool>>(false);
+    PS_ASSERT_OK(s1->EnqueueHost([release] {
+      while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return absl::OkStatus();
+    }));
+    std::vector<comm::ReducePart> parts = {{a.data(), s0.get()}, {b.data(), s1.get()}};
+    const auto start = Clock::now();
+    PS_ASSERT_OK(reducer->AllReduceAverage(parts, 3));
+    if (timeout == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      reducer->Abort();
+      EXPECT_THAT(s0->Synchronize(),
+                  StatusIs(absl::StatusCode::kCancelled, HasSubstr("only 1 of 2 participants")));
+    } else {
+      EXPECT_THAT(s0->Synchronize(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                              HasSubstr("only 1 of 2 participants arrived")));
+      EXPECT_GE(SecondsSince(start), timeout);
+    }
+    EXPECT_LT(SecondsSince(start), 3.0);
+    release->store(true);
+    // Participant 1 arrives late and fails at once rather than waiting.
+    EXPECT_FALSE(s1->Synchronize().ok());
+    // Fresh streams for the next round (both are poisoned now).
+    PS_ASSERT_OK_AND_ASSIGN(s0, devices[0]->CreateStream("p0"));
+    PS_ASSERT_OK_AND_ASSIGN(s1, devices[1]->CreateStream("p1"));
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::stages
