@@ -34,6 +34,12 @@ absl::StatusOr<std::unique_ptr<runtime::Event>> TimingEvent(runtime::Device& dev
   return device.CreateEvent(/*timing=*/true, name);
 }
 
+double SteadyMicros() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 // Streams and bookkeeping of one (replica, rank).
@@ -284,6 +290,25 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     ex->losses_.push_back(std::move(loss));
   }
   PS_RETURN_IF_ERROR(ex->SynchronizeAll());
+  {
+    // Host issue times go on the events' clock: read the host clock in a host function
+    // and time an event recorded right behind it. A preemption between the two can only
+    // make the difference larger: keep the smallest of a few.
+    Rank& rk = *ex->ranks_[0];
+    PS_ASSIGN_OR_RETURN(auto mark, TimingEvent(*rk.device, "clock"));
+    auto host_at = std::make_shared<double>(0);
+    for (int k = 0; k < 5; ++k) {
+      PS_RETURN_IF_ERROR(rk.compute->EnqueueHost([host_at] {
+        *host_at = SteadyMicros();
+        return absl::OkStatus();
+      }));
+      PS_RETURN_IF_ERROR(mark->Record(*rk.compute));
+      PS_RETURN_IF_ERROR(mark->Synchronize());
+      PS_ASSIGN_OR_RETURN(double event_at, mark->TimestampMicros());
+      ex->clock_offset_ = k == 0 ? event_at - *host_at
+                                 : std::min(ex->clock_offset_, event_at - *host_at);
+    }
+  }
 
   // The issue order: walk the ranks' programs round-robin, each as far as the
   // dependencies already issued allow. Every event waited on is then recorded earlier
@@ -829,7 +854,11 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) PS_RETURN_IF_ERROR(work(d, s).ZeroGrad(*rank_of(d, s).compute));
     }
-    for (const Issue& issue : order_) PS_RETURN_IF_ERROR(IssueAction(issue));
+    issue_times_.assign(order_.size(), 0);
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      issue_times_[k] = SteadyMicros();
+      PS_RETURN_IF_ERROR(IssueAction(order_[k]));
+    }
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) {
         Rank& rk = rank_of(d, s);
@@ -864,11 +893,12 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     runtime::Device* device = ranks_[row]->device;
     result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
   }
-  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline());
+  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline(&result.issue_micros));
   return result;
 }
 
-absl::StatusOr<trace::Timeline> Executor::CollectTimeline() const {
+absl::StatusOr<trace::Timeline> Executor::CollectTimeline(
+    std::vector<double>* issue_micros) const {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   trace::Timeline timeline;
   const int V = schedule_.num_chunks();
@@ -876,6 +906,7 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline() const {
                                " M=", M, D > 1 ? absl::StrCat(" D=", D) : "", " (measured)");
   timeline.time_unit = "us";
   timeline.num_ranks = P * D;
+  double issued = 0;  // of the action being collected, on the events' clock
   auto add = [&](int row, int lane, int stage, int mb, std::string op, const runtime::Event& start,
                  const runtime::Event& end) -> absl::Status {
     PS_ASSIGN_OR_RETURN(double t_start, start.TimestampMicros());
@@ -887,10 +918,12 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline() const {
                                          .op = std::move(op),
                                          .start = t_start,
                                          .end = std::max(t_start, t_end)});
+    if (issue_micros != nullptr) issue_micros->push_back(issued);
     return absl::OkStatus();
   };
   for (const Issue& issue : order_) {
     const Action& a = issue.action;
+    issued = issue_times_.empty() ? 0 : issue_times_[&issue - order_.data()] + clock_offset_;
     for (int d = 0; d < D; ++d) {
       const int row = d * P + issue.rank;
       if (a.op == Op::kAllReduce) {
@@ -932,6 +965,9 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline() const {
   for (trace::Span& span : timeline.spans) {
     span.start -= origin;
     span.end -= origin;
+  }
+  if (issue_micros != nullptr) {
+    for (double& t : *issue_micros) t -= origin;
   }
   return timeline;
 }

@@ -85,6 +85,12 @@ struct StepResult {
   // Per row (replica * P + rank): peak bytes allocated on its device during the step
   // above what was live when the step began (rows sharing a device show the same value).
   std::vector<std::int64_t> peak_activation_bytes;
+  // Per span of `timeline` (same index): when the host began issuing the action the span
+  // belongs to (for all replicas; replica d > 0 is issued just after replica 0), on the
+  // timeline's clock. A stream cannot start work before it is issued, so
+  // issue_micros[i] <= spans[i].start (to the clocks' agreement, a microsecond on the host);
+  // a stream idle up to the issue time was waiting for the host (stages/bubble_analysis.h).
+  std::vector<double> issue_micros;
 };
 
 class Executor {
@@ -147,7 +153,7 @@ class Executor {
   absl::Status AwaitEvent(runtime::Event& event);
   runtime::Event* EndEvent(int replica, const scheduler::Action& action) const;
   std::string Diagnose(const std::vector<std::vector<bool>>& done, double stalled_seconds) const;
-  absl::StatusOr<trace::Timeline> CollectTimeline() const;
+  absl::StatusOr<trace::Timeline> CollectTimeline(std::vector<double>* issue_micros) const;
   Rank& rank_of(int replica, int stage) const;
   Slot& slot(int replica, int stage, int mb) const;
 
@@ -173,6 +179,8 @@ class Executor {
   bool abandoned_ = false;  // ... and some did not drain (a host function did not return)
 };
 
+  std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
+  double clock_offset_ = 0;          // event timestamps - steady-clock us
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the

@@ -8,8 +8,18 @@
 #include "base/strings.h"
 #include "scheduler/registry.h"
 #include "stages/mlp_stage_work.h"
+#include "stages/slow_stage_work.h"
 
 namespace pipesched::stages {
+namespace {
+
+// The MLP behind a stage work the Trainer made (possibly wrapped for skew injection).
+MlpStageWork& Mlp(StageWork& work) {
+  if (auto* slow = dynamic_cast<SlowStageWork*>(&work)) return Mlp(slow->inner());
+  return static_cast<MlpStageWork&>(work);
+}
+
+}  // namespace
 
 Trainer::~Trainer() {
   executor_.reset();  // streams, events and buffers before their backend
@@ -32,6 +42,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
         absl::StrCat("the number of replicas must be at least 1, not ", config.replicas));
   }
   PS_RETURN_IF_ERROR(config.model.Validate());
+  if (config.slow_rank >= 0 && !(config.slow_factor >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the slow-down factor must be at least 1, not ", config.slow_factor));
+  }
 
   scheduler::Schedule schedule;
   if (config.schedule_override) {
@@ -55,10 +69,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(options));
 
   const TrainerConfig& c = t->config_;
+  if (c.slow_rank >= P) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot slow down rank ", c.slow_rank,
+                                                   ": the pipeline has ranks 0 to ", P - 1));
+  }
   const std::vector<LayerRange> partition = t->partition_;
+  const scheduler::Placement placement = schedule.placement;
   StageWorkFactory factory =
-      [&c, partition](int stage, int,
-                      runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      [&c, partition, placement](
+          int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
     model::ChunkOptions chunk{.config = c.model,
                               .first_layer = partition[stage].first,
                               .last_layer = partition[stage].last,
@@ -66,6 +85,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                               .optimizer = c.optimizer};
     PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStageWork> work,
                         MlpStageWork::Create(chunk, c.microbatch_size, device));
+    if (c.slow_rank >= 0 && placement.RankOf(stage) == c.slow_rank && c.slow_factor != 1) {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<SlowStageWork> slow,
+                          SlowStageWork::Create(std::move(work), c.slow_factor));
+      return std::unique_ptr<StageWork>(std::move(slow));
+    }
     return std::unique_ptr<StageWork>(std::move(work));
   };
   PS_ASSIGN_OR_RETURN(
@@ -147,7 +171,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
 absl::StatusOr<std::vector<model::HostTensor>> Trainer::ExportParameters() const {
   std::vector<model::HostTensor> all;
   for (int s = 0; s < executor_->num_stages(); ++s) {
-    auto& work = static_cast<MlpStageWork&>(executor_->work(0, s));
+    MlpStageWork& work = Mlp(executor_->work(0, s));
     PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> part, work.chunk().ExportParameters());
     for (auto& tensor : part) all.push_back(std::move(tensor));
   }
@@ -169,7 +193,7 @@ absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& ten
   }
   for (int d = 0; d < config_.replicas; ++d) {
     for (int s = 0; s < executor_->num_stages(); ++s) {
-      auto& work = static_cast<MlpStageWork&>(executor_->work(d, s));
+      MlpStageWork& work = Mlp(executor_->work(d, s));
       PS_RETURN_IF_ERROR(work.chunk().ImportParameters(tensors));
     }
   }

@@ -53,6 +53,10 @@ struct TrainerConfig {
   std::int64_t synthetic_samples = 0;    // 0 = 8 global batches
   bool strict = false;                   // waiting on a never-recorded event is an error
   bool exact_memory_accounting = false;  // see ExecutorOptions
+  // Skew injection: every stage work on pipeline rank slow_rank (all its chunks, every
+  // replica) really takes slow_factor times longer (stages/slow_stage_work.h). -1 = none.
+  int slow_rank = -1;
+  double slow_factor = 1;
 };
 
 class Trainer {
