@@ -10,6 +10,7 @@
 #include "comm/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipesched/version.h"
 #include "runtime/runtime.h"
 #include "testing/status_matchers.h"
 
@@ -174,7 +175,7 @@ TEST(HostAllReduceTest, MisuseIsAnError) {
 
 TEST(CudaCommTest, UnavailableWithoutCuda) {
   if (runtime::CudaAvailable()) GTEST_SKIP() << "a GPU is usable here";
-#ifndef PIPESCHED_HAS_CUDA
+#if !PIPESCHED_HAS_CUDA  // from pipesched/version.h: 0 or 1
   EXPECT_THAT(CreateTransport(runtime::BackendKind::kCuda),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("without CUDA")));
 #endif
