@@ -71,6 +71,15 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view content) 
     ::unlink(tmp.c_str());
     return ErrnoStatus(err, "cannot rename onto", path);
   }
+  // Make the rename itself durable: fsync the directory that holds `path` (best effort:
+  // some file systems refuse to open or fsync a directory).
+  const std::size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    (void)::fsync(dir_fd);
+    ::close(dir_fd);
+  }
   return absl::OkStatus();
 }
 

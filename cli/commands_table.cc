@@ -47,7 +47,8 @@ const std::vector<Command>& AllCommands() {
        "      [--lr=0.05 --optimizer=sgd|adamw --momentum=0.9 --weight-decay=0]\n"
        "      [--backend=auto|host|cuda] [--devices=N] [--seed=S] [--partition=3,3,3]\n"
        "      [--from=SCHEDULE_FILE] [--data=F.safetensors] [--init=F.safetensors]\n"
-       "      [--save=F.safetensors] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
+       "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
+       "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        {"schedule",
         "stages",
@@ -72,6 +73,9 @@ const std::vector<Command>& AllCommands() {
         "data",
         "init",
         "save",
+        "save_every",
+        "resume",
+        "step_timeout",
         "trace",
         "svg",
         "json"},

@@ -133,4 +133,6 @@ ABSL_FLAG(int32_t, devices, 0,
 ABSL_FLAG(uint64_t, seed, 0, "seed of the parameters and the synthetic data");
 ABSL_FLAG(std::string, data, "", "safetensors file with x (N, inputs) F32 and y (N) I32/I64");
 ABSL_FLAG(std::string, init, "", "load the parameters from a safetensors file");
-ABSL_FLAG(std::string, save, "", "write the parameters to a safetensors file (atomic)");
+ABSL_FLAG(std::string, save, "",
+          "write a checkpoint (parameters with PyTorch names, optimizer state, step, data "
+          "position) to a safetensors file, atomically");

@@ -14,9 +14,20 @@
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/formats.h"
+#include "stages/checkpoint.h"
 #include "trace/chrome_trace.h"
 #include "trace/stats.h"
 #include "trace/svg.h"
+
+// Resumable training and the hang watchdog (train only; docs/reliability.md).
+ABSL_FLAG(int32_t, save_every, 0,
+          "also save the checkpoint (--save) every K steps during training; 0 = only at the end");
+ABSL_FLAG(std::string, resume, "",
+          "continue from a checkpoint written by --save: parameters, optimizer state, step, data "
+          "position");
+ABSL_FLAG(double, step_timeout, 60,
+          "abort a step in which nothing completes for this many seconds, naming what each rank "
+          "waits for; 0 = never");
 
 namespace pipesched::cli {
 namespace {
@@ -35,6 +46,11 @@ std::string ProgressBar(int done, int total, int width = 24) {
 
 absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, TrainerConfigFromFlags(ctx));
+  config.step_timeout_seconds = absl::GetFlag(FLAGS_step_timeout);
+  if (!(config.step_timeout_seconds >= 0) || !std::isfinite(config.step_timeout_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--step-timeout=", config.step_timeout_seconds, " must be >= 0 seconds (0 = never)"));
+  }
   if (std::string from = absl::GetFlag(FLAGS_from); !from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
       if (FlagGiven(ctx, f)) {
@@ -79,9 +95,28 @@ absl::Status Train(const CommandContext& ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("--steps=", steps, " is out of range: use 1 to 10000000"));
   }
+  const std::string save = absl::GetFlag(FLAGS_save);
+  const int save_every = absl::GetFlag(FLAGS_save_every);
+  const std::string resume = absl::GetFlag(FLAGS_resume);
+  if (save_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save-every=", save_every, " must be >= 0 (0 = only at the end)"));
+  }
+  if (save_every > 0 && save.empty()) {
+    return absl::InvalidArgumentError("--save-every needs --save=FILE to say where");
+  }
+  if (!resume.empty() && !absl::GetFlag(FLAGS_init).empty()) {
+    return absl::InvalidArgumentError(
+        "--resume restores the parameters already; drop --init (or --resume)");
+  }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
   if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
     PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
+  }
+  std::int64_t resumed_at = 0;
+  if (!resume.empty()) {
+    PS_ASSIGN_OR_RETURN(stages::CheckpointInfo info, stages::LoadCheckpoint(resume, *trainer));
+    resumed_at = info.step;
   }
   const scheduler::Schedule& schedule = trainer->schedule();
   const int p = schedule.num_ranks();
@@ -96,6 +131,9 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
+  if (!resume.empty()) {
+    out << "resumed from " << resume << " after step " << resumed_at << "\n";
+  }
 
   std::vector<StepRecord> records;
   stages::StepResult last;
@@ -118,6 +156,11 @@ absl::Status Train(const CommandContext& ctx) {
                              result.loss, samples_per_s, result.step_micros / 1000);
     }
     last = std::move(result);
+    if (save_every > 0 && step % save_every == 0 && step < steps) {
+      PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
+      if (!ctx.out_is_terminal)
+        out << "saved " << save << " after step " << resumed_at + step << "\n";
+    }
   }
 
   // Steady state: leave the first step (warm-up) out when there are more.
@@ -173,9 +216,9 @@ absl::Status Train(const CommandContext& ctx) {
                         100 * planned.bubble_fraction, 100 * measured.bubble_fraction);
     PS_RETURN_IF_ERROR(write(path, trace::ToSvg(timelines, options)));
   }
-  if (std::string path = absl::GetFlag(FLAGS_save); !path.empty()) {
-    PS_RETURN_IF_ERROR(trainer->SaveParameters(path));
-    out << "wrote " << path << "\n";
+  if (!save.empty()) {
+    PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
+    out << "wrote " << save << " (checkpoint after step " << resumed_at + steps << ")\n";
   }
   if (std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     nlohmann::json j;

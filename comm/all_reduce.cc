@@ -127,9 +127,9 @@ class HostAllReducer final : public AllReducer {
     if (r.done) return absl::OkStatus();
     r.failed = true;  // participants still to come fail at once
     r.cv.notify_all();
-    const std::string waited =
-        absl::StrCat("host all-reduce call ", call, ": participant ", participant, " waited but only ",
-                     r.arrived, " of ", r.data.size(), " participants arrived");
+    const std::string waited = absl::StrCat("host all-reduce call ", call, ": participant ",
+                                            participant, " waited but only ", r.arrived, " of ",
+                                            r.data.size(), " participants arrived");
     if (timed_out) {
       return absl::DeadlineExceededError(
           absl::StrCat(waited, " within ", timeout_seconds,

@@ -265,26 +265,60 @@ absl::StatusOr<std::vector<HostTensor>> Chunk::ExportParameters() const { return
 absl::StatusOr<std::vector<HostTensor>> Chunk::ExportGradients() const { return Export(grads()); }
 
 absl::Status Chunk::ImportParameters(const std::vector<HostTensor>& tensors) {
+  return ImportInto(params(), tensors, "");
+}
+
+absl::StatusOr<std::vector<HostTensor>> Chunk::ExportOptimizerState() const {
+  std::vector<HostTensor> out;
+  auto add = [&](const runtime::Buffer& state, const char* suffix) -> absl::Status {
+    if (!state) return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(std::vector<HostTensor> part, Export(state.as<float>()));
+    for (HostTensor& t : part) {
+      t.name += suffix;
+      out.push_back(std::move(t));
+    }
+    return absl::OkStatus();
+  };
+  const bool adamw = options_.optimizer.kind == OptimizerKind::kAdamW;
+  PS_RETURN_IF_ERROR(add(state1_, adamw ? ".exp_avg" : ".momentum"));
+  PS_RETURN_IF_ERROR(add(state2_, ".exp_avg_sq"));
+  return out;
+}
+
+absl::Status Chunk::ImportOptimizerState(const std::vector<HostTensor>& tensors,
+                                         std::int64_t step_count) {
+  const bool adamw = options_.optimizer.kind == OptimizerKind::kAdamW;
+  if (state1_) {
+    PS_RETURN_IF_ERROR(ImportInto(state1_.as<float>(), tensors, adamw ? ".exp_avg" : ".momentum"));
+  }
+  if (state2_) PS_RETURN_IF_ERROR(ImportInto(state2_.as<float>(), tensors, ".exp_avg_sq"));
+  step_count_ = step_count;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::ImportInto(float* dst, const std::vector<HostTensor>& tensors,
+                               const std::string& suffix) {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const ParamSpec& spec = specs_[i];
+    const std::string name = spec.name + suffix;
     auto it = std::find_if(tensors.begin(), tensors.end(),
-                           [&](const HostTensor& t) { return t.name == spec.name; });
+                           [&](const HostTensor& t) { return t.name == name; });
     if (it == tensors.end()) {
       return absl::NotFoundError(
-          absl::StrCat("parameter '", spec.name, "' ", ShapeString(spec.shape), " is missing"));
+          absl::StrCat("parameter '", name, "' ", ShapeString(spec.shape), " is missing"));
     }
     if (it->dtype != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' has dtype ",
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has dtype ",
                                                      Absl(DTypeName(it->dtype)), ", expected F32"));
     }
     if (it->shape != spec.shape ||
         it->bytes.size() != static_cast<std::size_t>(spec.numel()) * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' has shape ",
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has shape ",
                                                      ShapeString(it->shape), ", expected ",
                                                      ShapeString(spec.shape)));
     }
     PS_RETURN_IF_ERROR(
-        device_->CopyFromHost(params() + param_offsets_[i], it->bytes.data(), it->bytes.size()));
+        device_->CopyFromHost(dst + param_offsets_[i], it->bytes.data(), it->bytes.size()));
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,9 @@
 // pointers are device pointers of the chunk's device and must stay valid until the
 // enqueued work ran. A chunk's work must all go to streams of its device, issued from
 // one host thread. Export/Import are synchronous: synchronize the chunk's streams first.
+// Errors: FailedPrecondition for an empty stash (or Loss on a chunk without the head),
+// the stream's errors (runtime/runtime.h); math errors while the work runs poison the
+// stream (model/math.h).
 #pragma once
 
 #include <cstdint>
@@ -93,7 +96,8 @@ class Chunk {
   float* grads() const;
 
   // A stash for micro-batches of `batch` samples, usable by work enqueued on `stream`
-  // after this call (stream-ordered allocation).
+  // after this call (stream-ordered allocation). InvalidArgument for batch < 1;
+  // ResourceExhausted when the device is full.
   absl::StatusOr<Stash> AllocateStash(int batch, runtime::Stream& stream);
 
   // x: (B, in_features) -> y: (B, out_features), B = stash.batch(). x may be reused by
@@ -128,7 +132,19 @@ class Chunk {
   // parameter, InvalidArgument for a wrong dtype or shape, naming the tensor.
   absl::Status ImportParameters(const std::vector<HostTensor>& tensors);
 
+  // Optimizer state, for checkpoints: SGD momentum buffers ("<param>.momentum"; none
+  // without momentum) or AdamW's moments ("<param>.exp_avg", "<param>.exp_avg_sq"), shaped
+  // as the parameters. Synchronous. Import sets them and the step count (AdamW's bias
+  // correction); NotFound / InvalidArgument for a missing or misshapen tensor.
+  absl::StatusOr<std::vector<HostTensor>> ExportOptimizerState() const;
+  absl::Status ImportOptimizerState(const std::vector<HostTensor>& tensors,
+                                    std::int64_t step_count);
+
  private:
+  // Sets `dst` (num_params() floats, ParamSpecs order) from the tensors named
+  // "<param><suffix>".
+  absl::Status ImportInto(float* dst, const std::vector<HostTensor>& tensors,
+                          const std::string& suffix);
   Chunk(ChunkOptions options, runtime::Device& device, std::unique_ptr<Math> math);
   absl::StatusOr<std::vector<HostTensor>> Export(const float* src) const;
 

@@ -582,7 +582,8 @@ double SecondsSince(WatchClock::time_point t) {
 // Sleeps between polls: 0, 10 us, 20 us, ... up to 1 ms; reset on progress.
 void Backoff(std::chrono::microseconds& wait) {
   if (wait.count() > 0) std::this_thread::sleep_for(wait);
-  wait = std::min(std::chrono::microseconds(1000), std::max(wait * 2, std::chrono::microseconds(10)));
+  wait =
+      std::min(std::chrono::microseconds(1000), std::max(wait * 2, std::chrono::microseconds(10)));
 }
 
 bool Completed(runtime::Event* event) {
@@ -716,14 +717,16 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
             missing.push_back(absl::StrCat(e));
           }
         }
-        return absl::StrCat(name, " waits in the all-reduce for ",
-                            missing.empty() ? std::string("the other replicas to finish it")
-                                            : absl::StrCat("replica(s) ", absl::StrJoin(missing, ", "),
-                                                           " to arrive"));
+        return absl::StrCat(
+            name, " waits in the all-reduce for ",
+            missing.empty()
+                ? std::string("the other replicas to finish it")
+                : absl::StrCat("replica(s) ", absl::StrJoin(missing, ", "), " to arrive"));
       }
       const Slot& last = slot(d, a.stage, last_backward_mb_[a.stage]);
       runtime::Event* grad = last_backward_is_w_[a.stage] ? last.w_end.get() : last.b_end.get();
-      return absl::StrCat(name, " waits for event '", grad->name(), "' (the stage's last backward)");
+      return absl::StrCat(name, " waits for event '", grad->name(),
+                          "' (the stage's last backward)");
     }
     const Slot& sl = slot(d, a.stage, a.microbatch);
     runtime::Event* start = a.op == Op::kF   ? sl.f_start.get()
@@ -758,8 +761,10 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
                             "' not reached: the copy has not run)");
       }
     }
-    return absl::StrCat(name, " has not started: earlier work on its compute stream has not "
-                              "finished (event '", start->name(), "' not reached)");
+    return absl::StrCat(name,
+                        " has not started: earlier work on its compute stream has not "
+                        "finished (event '",
+                        start->name(), "' not reached)");
   };
   std::string out = absl::StrFormat(
       "step timed out: no action finished for %.3g s (step timeout %.3g s); the step was "

@@ -53,6 +53,7 @@ struct TrainerConfig {
   std::int64_t synthetic_samples = 0;    // 0 = 8 global batches
   bool strict = false;                   // waiting on a never-recorded event is an error
   bool exact_memory_accounting = false;  // see ExecutorOptions
+  double step_timeout_seconds = 60;      // hang watchdog (ExecutorOptions); 0 = none
   // Skew injection: every stage work on pipeline rank slow_rank (all its chunks, every
   // replica) really takes slow_factor times longer (stages/slow_stage_work.h). -1 = none.
   int slow_rank = -1;
@@ -69,7 +70,8 @@ class Trainer {
   ~Trainer();
 
   // Sets every parameter from a safetensors file with the model's PyTorch-style names
-  // (blocks.{i}.weight/bias, head.weight/bias), on every replica. Errors name the file
+  // (blocks.{i}.weight/bias, head.weight/bias), on every replica; a checkpoint
+  // (stages/checkpoint.h) gives its parameters, not its optimizer state. Errors name the file
   // and the tensor: missing, wrong shape or dtype, or not a parameter of this model.
   absl::Status LoadParameters(const std::string& path);
   absl::Status ImportParameters(const std::vector<model::HostTensor>& tensors);
@@ -96,6 +98,9 @@ class Trainer {
   Executor& executor() const { return *executor_; }
   runtime::Backend& backend() const { return *backend_; }
   std::int64_t global_batch() const;  // D x M x B
+  // The next sample of data() that Step() feeds (checkpoints save and restore it).
+  std::int64_t data_cursor() const { return cursor_; }
+  void set_data_cursor(std::int64_t cursor) { cursor_ = cursor; }
   // One line on placement, e.g. "host backend: 4 devices for P=2 x D=2" or
   // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin".
   std::string PlacementSummary() const;

@@ -119,9 +119,10 @@ class NcclAllReducer final : public AllReducer {
       ncclResult_t async = ncclSuccess;
       PS_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comms_[k], &async));
       if (async != ncclSuccess && async != ncclInProgress) {
-        return absl::InternalError(absl::StrCat(
-            "NCCL communicator ", k, " of all-reduce '", name(), "' reported an asynchronous error ",
-            static_cast<int>(async), " (", ncclGetErrorString(async), ")"));
+        return absl::InternalError(absl::StrCat("NCCL communicator ", k, " of all-reduce '", name(),
+                                                "' reported an asynchronous error ",
+                                                static_cast<int>(async), " (",
+                                                ncclGetErrorString(async), ")"));
       }
     }
     return absl::OkStatus();

@@ -94,8 +94,8 @@ struct StreamCore {
   // Requires mu.
   void SetError(const absl::Status& status) {
     if (!error.ok()) return;
-    error = absl::Status(status.code(),
-                         absl::StrCat("stream '", name, "' on ", device_desc, ": ", status.message()));
+    error = absl::Status(status.code(), absl::StrCat("stream '", name, "' on ", device_desc, ": ",
+                                                     status.message()));
     poisoned.store(true, std::memory_order_release);
   }
 };
@@ -433,20 +433,20 @@ absl::Status HostEvent::Record(Stream& stream) {
     state_->pending.push_back(generation);
   }
   // Captures the epoch, not the backend: a detached worker must not refer to it.
-  host_stream->EnqueueInternal([state = state_, generation, timing = timing_,
-                                epoch = device_.backend().epoch()] {
-    const double now =
-        timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
-    {
-      std::lock_guard<std::mutex> lock(state->mu);
-      std::erase(state->pending, generation);
-      if (generation > state->last_completed) {
-        state->last_completed = generation;
-        state->last_timestamp_us = now;
-      }
-    }
-    state->cv.notify_all();
-  });
+  host_stream->EnqueueInternal(
+      [state = state_, generation, timing = timing_, epoch = device_.backend().epoch()] {
+        const double now =
+            timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
+        {
+          std::lock_guard<std::mutex> lock(state->mu);
+          std::erase(state->pending, generation);
+          if (generation > state->last_completed) {
+            state->last_completed = generation;
+            state->last_timestamp_us = now;
+          }
+        }
+        state->cv.notify_all();
+      });
   return absl::OkStatus();
 }
 

@@ -131,25 +131,26 @@ constexpr double kBound = kTimeout + 3.0;
 TEST(WatchdogTest, StuckStageCallbackEndsInTimeoutNamingEachRank) {
   const int threads_before = ThreadCount();
   const ToyOptions toy{.features = 2, .batch = 2};
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
-                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 2,
-                                                               .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
   {
     auto backend = HostBackend(2);
     // Stage 1's F of micro-batch 1 never completes.
     StageWorkFactory factory =
-        [&toy](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+        [&toy](int stage, int,
+               runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
       HookedStage::Hook hook;
       if (stage == 1) {
         hook = [](int mb, runtime::Stream& stream) {
           return mb == 1 ? BlockUntilAborted(stream) : absl::OkStatus();
         };
       }
-      return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device),
-                                           hook, nullptr);
+      return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device), hook,
+                                           nullptr);
     };
-    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
-                                                      {.step_timeout_seconds = kTimeout}));
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
     EXPECT_GT(ThreadCount(), threads_before);  // the streams' workers
     StepData data(4, toy);
     const auto start = Clock::now();
@@ -225,8 +226,8 @@ TEST(WatchdogTest, ScheduleThatDeadlocksOnlyAtRunTimeEndsInTimeout) {
       return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device),
                                            before_forward, after_backward);
     };
-    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
-                                                      {.step_timeout_seconds = kTimeout}));
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
     StepData data(2, toy);
     const auto start = Clock::now();
     absl::StatusOr<StepResult> result = ex->Step(data.inputs());
@@ -248,9 +249,9 @@ TEST(WatchdogTest, ScheduleThatDeadlocksOnlyAtRunTimeEndsInTimeout) {
 // at the all-reduce rendezvous for the whole timeout; the step ends at once instead.
 TEST(WatchdogTest, FailedReplicaEndsTheStepAtOnceWithItsError) {
   const int threads_before = ThreadCount();
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
-                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 2,
-                                                               .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
   {
     auto backend = HostBackend(4);
     StageWorkFactory factory =
@@ -260,9 +261,9 @@ TEST(WatchdogTest, FailedReplicaEndsTheStepAtOnceWithItsError) {
       if (replica == 1 && stage == 0) toy.fail_forward_of_microbatch = 2;
       return std::make_unique<ToyStage>(stage, 2, toy, device);
     };
-    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, factory,
-                                                      {.num_replicas = 2,
-                                                       .step_timeout_seconds = 30}));
+    PS_ASSERT_OK_AND_ASSIGN(auto ex,
+                            Executor::Create(schedule, *backend, factory,
+                                             {.num_replicas = 2, .step_timeout_seconds = 30}));
     StepData data(8, ToyOptions{.features = 2, .batch = 2});
     const auto start = Clock::now();
     EXPECT_THAT(ex->Step(data.inputs()).status(),
@@ -273,12 +274,12 @@ TEST(WatchdogTest, FailedReplicaEndsTheStepAtOnceWithItsError) {
 }
 
 TEST(WatchdogTest, NegativeTimeoutIsRejected) {
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule,
-                          scheduler::GenerateSchedule("1f1b", {.num_ranks = 1,
-                                                               .num_microbatches = 1}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 1, .num_microbatches = 1}));
   auto backend = HostBackend(1);
-  StageWorkFactory factory = [](int stage, int, runtime::Device& device)
-      -> absl::StatusOr<std::unique_ptr<StageWork>> {
+  StageWorkFactory factory =
+      [](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
     return std::make_unique<ToyStage>(stage, 1, ToyOptions{}, device);
   };
   EXPECT_THAT(Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = -1}),
@@ -315,7 +316,8 @@ TEST(StreamAbortTest, WakesAWaitOnAnEventThatNeverCompletesAndABusyWait) {
     EXPECT_THAT(waiter->Synchronize(),
                 StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("stream 'waiter'")));
     EXPECT_FALSE(sleeper->Synchronize().ok());
-    EXPECT_THAT(blocker->Synchronize(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));
+    EXPECT_THAT(blocker->Synchronize(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));
     EXPECT_LT(SecondsSince(start), 2.0);
     EXPECT_THAT(waiter->EnqueueHost([] { return absl::OkStatus(); }),
                 StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));

@@ -1,0 +1,219 @@
+// Training checkpoints (stages/checkpoint.h).
+#include "stages/checkpoint.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "model/chunk.h"
+#include "model/safetensors.h"
+#include "stages/mlp_stage_work.h"
+
+namespace pipesched::stages {
+namespace {
+
+constexpr char kFormat[] = "pipesched-checkpoint";
+constexpr char kOptimizerPrefix[] = "optimizer.";
+
+// FNV-1a, 64 bits.
+class Fnv1a64 {
+ public:
+  void Add(std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      hash_ ^= c;
+      hash_ *= 0x100000001b3ULL;
+    }
+  }
+  void AddField(std::string_view bytes) {
+    Add(bytes);
+    Add(std::string_view("\0", 1));
+  }
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  std::uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
+std::string Checksum(const model::SafetensorsFile& file) {
+  Fnv1a64 h;
+  for (const auto& [key, value] : file.metadata) {  // std::map: sorted
+    if (key == "checksum") continue;
+    h.AddField(key);
+    h.AddField(value);
+  }
+  std::map<std::string, const model::HostTensor*> by_name;
+  for (const model::HostTensor& t : file.tensors) by_name[t.name] = &t;
+  for (const auto& [name, t] : by_name) {
+    h.AddField(name);
+    h.AddField(model::DTypeName(t->dtype));
+    h.AddField(absl::StrJoin(t->shape, ","));
+    h.Add(t->bytes);
+  }
+  return absl::StrFormat("fnv1a64:%016x", h.value());
+}
+
+absl::StatusOr<model::Chunk*> ChunkOf(const Trainer& trainer, int replica, int stage) {
+  auto* mlp = dynamic_cast<MlpStageWork*>(&trainer.executor().work(replica, stage));
+  if (mlp == nullptr) {
+    return absl::FailedPreconditionError(
+        "checkpoints need the built-in MLP stage work on every stage");
+  }
+  return &mlp->chunk();
+}
+
+std::string OptimizerState(const model::OptimizerConfig& o) {
+  if (o.kind == model::OptimizerKind::kAdamW) return "adamw";
+  return o.sgd.momentum != 0.0f ? "momentum" : "none";
+}
+
+// The entries a checkpoint must agree on with the run that loads it, flag-named.
+std::map<std::string, std::string> Configuration(const Trainer& trainer) {
+  const TrainerConfig& c = trainer.config();
+  return {
+      {"model.layers", absl::StrCat(c.model.num_layers)},
+      {"model.hidden", absl::StrCat(c.model.d_hidden)},
+      {"model.inputs", absl::StrCat(c.model.d_in)},
+      {"model.classes", absl::StrCat(c.model.num_classes)},
+      {"optimizer", std::string(model::OptimizerName(c.optimizer.kind))},
+      {"optimizer.state", OptimizerState(c.optimizer)},
+      {"data_samples", absl::StrCat(trainer.data().num_samples())},
+  };
+}
+
+// What the user would type to change an entry of Configuration().
+std::string FlagOf(const std::string& key) {
+  static const std::map<std::string, std::string> kFlags = {
+      {"model.layers", "--layers"},
+      {"model.hidden", "--hidden"},
+      {"model.inputs", "--inputs"},
+      {"model.classes", "--classes"},
+      {"optimizer", "--optimizer"},
+      {"optimizer.state", "--momentum (0 = no state)"},
+      {"data_samples", "the data set's sample count (--data, --seed)"},
+  };
+  auto it = kFlags.find(key);
+  return it == kFlags.end() ? key : it->second;
+}
+
+absl::Status Rejected(const std::string& path, std::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " rejected: ", Absl(why)));
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
+  model::SafetensorsFile file;
+  PS_ASSIGN_OR_RETURN(file.tensors, trainer.ExportParameters());
+  const Executor& executor = trainer.executor();
+  std::int64_t step = -1;
+  for (int s = 0; s < executor.num_stages(); ++s) {
+    PS_ASSIGN_OR_RETURN(model::Chunk * chunk, ChunkOf(trainer, 0, s));
+    PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> state, chunk->ExportOptimizerState());
+    for (model::HostTensor& t : state) {
+      t.name = kOptimizerPrefix + t.name;
+      file.tensors.push_back(std::move(t));
+    }
+    if (step >= 0 && chunk->step_count() != step) {
+      return absl::InternalError(absl::StrCat("stage ", s, " took ", chunk->step_count(),
+                                              " optimizer steps but stage 0 took ", step));
+    }
+    step = chunk->step_count();
+  }
+  const TrainerConfig& c = trainer.config();
+  file.metadata = Configuration(trainer);
+  file.metadata["format"] = kFormat;
+  file.metadata["version"] = "1";
+  file.metadata["producer"] = "pipesched";
+  file.metadata["step"] = absl::StrCat(step);
+  file.metadata["data_cursor"] = absl::StrCat(trainer.data_cursor());
+  file.metadata["seed"] = absl::StrCat(c.seed);
+  file.metadata["optimizer.lr"] = absl::StrCat(
+      c.optimizer.kind == model::OptimizerKind::kAdamW ? c.optimizer.adamw.lr : c.optimizer.sgd.lr);
+  file.metadata["optimizer.momentum"] = absl::StrCat(c.optimizer.sgd.momentum);
+  file.metadata["optimizer.weight_decay"] =
+      absl::StrCat(c.optimizer.kind == model::OptimizerKind::kAdamW ? c.optimizer.adamw.weight_decay
+                                                                    : c.optimizer.sgd.weight_decay);
+  file.metadata["checksum"] = Checksum(file);
+  absl::Status written = model::WriteSafetensors(path, file);
+  if (!written.ok()) {
+    return absl::Status(written.code(),
+                        absl::StrCat("cannot save checkpoint ", path, ": ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& trainer) {
+  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  absl::StatusOr<model::SafetensorsFile> parsed = model::ParseSafetensors(bytes, path);
+  if (!parsed.ok()) {
+    return Rejected(path, absl::StrCat("truncated or not a safetensors file (",
+                                       parsed.status().message(), ")"));
+  }
+  const model::SafetensorsFile& file = *parsed;
+  auto meta = [&](const std::string& key) -> std::string {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? std::string() : it->second;
+  };
+  if (meta("format") != kFormat) {
+    return Rejected(path, absl::StrCat("not a pipesched checkpoint (its metadata has no format=",
+                                       kFormat, "); to load parameters only, use --init"));
+  }
+  if (meta("version") != "1") {
+    return Rejected(path, absl::StrCat("version '", meta("version"), "' is not supported (1 is)"));
+  }
+  const std::string stored = meta("checksum");
+  const std::string computed = Checksum(file);
+  if (stored != computed) {
+    return Rejected(path, absl::StrCat("checksum mismatch: the file is corrupted (stored '", stored,
+                                       "', computed '", computed, "')"));
+  }
+  std::vector<std::string> mismatches;
+  for (const auto& [key, value] : Configuration(trainer)) {
+    if (meta(key) != value) {
+      mismatches.push_back(
+          absl::StrCat(FlagOf(key), ": checkpoint ", meta(key), ", this run ", value));
+    }
+  }
+  if (!mismatches.empty()) {
+    return Rejected(path, absl::StrCat("written for another configuration (",
+                                       absl::StrJoin(mismatches, "; "), ")"));
+  }
+  CheckpointInfo info;
+  if (!absl::SimpleAtoi(meta("step"), &info.step) || info.step < 0 ||
+      !absl::SimpleAtoi(meta("data_cursor"), &info.data_cursor) || info.data_cursor < 0 ||
+      info.data_cursor >= trainer.data().num_samples()) {
+    return Rejected(path, absl::StrCat("bad step '", meta("step"), "' or data_cursor '",
+                                       meta("data_cursor"), "'"));
+  }
+
+  std::vector<model::HostTensor> params, state;
+  for (const model::HostTensor& t : file.tensors) {
+    if (t.name.rfind(kOptimizerPrefix, 0) == 0) {
+      model::HostTensor s = t;
+      s.name = t.name.substr(sizeof(kOptimizerPrefix) - 1);
+      state.push_back(std::move(s));
+    } else {
+      params.push_back(t);
+    }
+  }
+  absl::Status imported = trainer.ImportParameters(params);
+  for (int d = 0; d < trainer.config().replicas && imported.ok(); ++d) {
+    for (int s = 0; s < trainer.executor().num_stages() && imported.ok(); ++s) {
+      absl::StatusOr<model::Chunk*> chunk = ChunkOf(trainer, d, s);
+      imported = chunk.ok() ? (*chunk)->ImportOptimizerState(state, info.step) : chunk.status();
+    }
+  }
+  if (!imported.ok()) return Rejected(path, std::string(imported.message()));
+  trainer.set_data_cursor(info.data_cursor);
+  return info;
+}
+
+}  // namespace pipesched::stages

@@ -1,0 +1,217 @@
+// Checkpoints (stages/checkpoint.h): on the host backend, training N steps equals
+// training K, saving, loading into a fresh Trainer and training N - K more, bit for bit
+// (SGD with momentum and AdamW, P = 2, D = 2); truncated, corrupted and mismatched files
+// are rejected naming the problem; a save killed half-way leaves the previous checkpoint
+// loadable.
+#include "stages/checkpoint.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/file_util.h"
+#include "base/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/safetensors.h"
+#include "stages/trainer.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/pipesched_ckpt_" + std::to_string(::getpid()) + "_" +
+         name;
+}
+
+TrainerConfig Config(model::OptimizerKind kind) {
+  TrainerConfig c;
+  c.schedule = "1f1b";
+  c.stages = 2;
+  c.replicas = 2;
+  c.microbatches = 4;
+  c.microbatch_size = 4;
+  c.model.num_layers = 3;
+  c.model.d_hidden = 16;
+  c.model.d_in = 8;
+  c.model.num_classes = 5;
+  c.optimizer.kind = kind;
+  c.optimizer.sgd.lr = 0.05f;
+  c.optimizer.sgd.momentum = 0.9f;
+  c.optimizer.adamw.lr = 0.01f;
+  c.backend = "host";
+  c.seed = 7;
+  c.synthetic_samples = 3 * 2 * 4 * 4 + 16;  // the cursor wraps around during the run
+  return c;
+}
+
+// Every parameter and optimizer tensor, by name.
+std::map<std::string, std::string> State(const Trainer& trainer) {
+  const std::string path = TempPath("state.safetensors");
+  EXPECT_TRUE(SaveCheckpoint(trainer, path).ok());
+  auto file = model::ReadSafetensors(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  std::map<std::string, std::string> out;
+  for (const model::HostTensor& t : file->tensors) out[t.name] = t.bytes;
+  out["@step"] = file->metadata["step"];
+  out["@data_cursor"] = file->metadata["data_cursor"];
+  std::remove(path.c_str());
+  return out;
+}
+
+TEST(CheckpointTest, ResumingEqualsTrainingStraightThroughBitForBit) {
+  for (model::OptimizerKind kind : {model::OptimizerKind::kSgd, model::OptimizerKind::kAdamW}) {
+    SCOPED_TRACE(model::OptimizerName(kind));
+    constexpr int kN = 7, kK = 3;
+    const std::string path = TempPath("resume.safetensors");
+    PS_ASSERT_OK_AND_ASSIGN(auto straight, Trainer::Create(Config(kind)));
+    std::vector<double> losses;
+    for (int i = 0; i < kN; ++i) {
+      PS_ASSERT_OK_AND_ASSIGN(StepResult r, straight->Step());
+      losses.push_back(r.loss);
+    }
+    {
+      PS_ASSERT_OK_AND_ASSIGN(auto first, Trainer::Create(Config(kind)));
+      for (int i = 0; i < kK; ++i) PS_ASSERT_OK(first->Step().status());
+      PS_ASSERT_OK(SaveCheckpoint(*first, path));
+    }
+    PS_ASSERT_OK_AND_ASSIGN(auto resumed, Trainer::Create(Config(kind)));
+    PS_ASSERT_OK_AND_ASSIGN(CheckpointInfo info, LoadCheckpoint(path, *resumed));
+    EXPECT_EQ(info.step, kK);
+    EXPECT_EQ(info.data_cursor, kK * resumed->global_batch() % resumed->data().num_samples());
+    for (int i = kK; i < kN; ++i) {
+      PS_ASSERT_OK_AND_ASSIGN(StepResult r, resumed->Step());
+      EXPECT_EQ(r.loss, losses[i]) << "step " << i + 1;
+    }
+    const auto a = State(*straight), b = State(*resumed);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_GT(a.size(), 2 * 8u);  // parameters and optimizer state
+    for (const auto& [name, bytes] : a) {
+      EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name << " differs";
+    }
+    std::remove(path.c_str());
+  }
+}
+
+class CheckpointRejectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PS_ASSERT_OK_AND_ASSIGN(trainer_, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+    PS_ASSERT_OK(trainer_->Step().status());
+    PS_ASSERT_OK(SaveCheckpoint(*trainer_, path_));
+    PS_ASSERT_OK_AND_ASSIGN(bytes_, ReadFile(path_));
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  absl::Status LoadBytes(const std::string& bytes, TrainerConfig config) {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path_, bytes));
+    PS_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config));
+    return LoadCheckpoint(path_, *trainer).status();
+  }
+  const std::string path_ = TempPath("reject.safetensors");
+  std::unique_ptr<Trainer> trainer_;
+  std::string bytes_;
+};
+
+TEST_F(CheckpointRejectTest, TruncatedFile) {
+  const TrainerConfig c = Config(model::OptimizerKind::kSgd);
+  for (std::size_t keep : {std::size_t{0}, std::size_t{5}, bytes_.size() / 2, bytes_.size() - 1}) {
+    SCOPED_TRACE(keep);
+    EXPECT_THAT(LoadBytes(bytes_.substr(0, keep), c),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("truncated or not a safetensors file")));
+  }
+}
+
+TEST_F(CheckpointRejectTest, CorruptedTensorBytesFailTheChecksum) {
+  std::string bad = bytes_;
+  bad[bad.size() - 3] ^= 0x10;  // a bit of the last tensor
+  EXPECT_THAT(LoadBytes(bad, Config(model::OptimizerKind::kSgd)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checksum mismatch: the file is corrupted")));
+}
+
+TEST_F(CheckpointRejectTest, AnotherConfigurationIsNamed) {
+  TrainerConfig c = Config(model::OptimizerKind::kSgd);
+  c.model.d_hidden = 32;
+  EXPECT_THAT(LoadBytes(bytes_, c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("written for another configuration (--hidden: checkpoint 16, "
+                                 "this run 32)")));
+  EXPECT_THAT(LoadBytes(bytes_, Config(model::OptimizerKind::kAdamW)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--optimizer: checkpoint sgd, this run adamw")));
+  // A schedule-only change is fine: the model and optimizer are schedule-independent.
+  c = Config(model::OptimizerKind::kSgd);
+  c.schedule = "gpipe";
+  PS_EXPECT_OK(LoadBytes(bytes_, c));
+}
+
+TEST_F(CheckpointRejectTest, ParametersOnlyFileIsNotACheckpoint) {
+  PS_ASSERT_OK(trainer_->SaveParameters(path_));
+  PS_ASSERT_OK_AND_ASSIGN(std::string params_only, ReadFile(path_));
+  EXPECT_THAT(
+      LoadBytes(params_only, Config(model::OptimizerKind::kSgd)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a pipesched checkpoint")));
+}
+
+// A child process trains and saves in a loop; SIGKILL lands at some point of a save (the
+// saves take most of its time). The file at `path` must always load: either the parent's
+// first checkpoint or one of the child's complete ones.
+TEST(CheckpointKillTest, KillDuringSaveLeavesALoadableCheckpoint) {
+  TrainerConfig c = Config(model::OptimizerKind::kAdamW);
+  c.model.d_hidden = 384;  // ~3.5 MB per save: the kill usually lands mid-write
+  c.replicas = 1;
+  const std::string path = TempPath("killed.safetensors");
+  {
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(c));
+    PS_ASSERT_OK(trainer->Step().status());
+    PS_ASSERT_OK(SaveCheckpoint(*trainer, path));
+  }                   // no thread of ours is left when we fork
+  int mid_write = 0;  // rounds in which the kill left a temporary file behind
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto trainer = Trainer::Create(c);
+      if (!trainer.ok()) ::_exit(3);
+      for (;;) {
+        if (!(*trainer)->Step().ok()) ::_exit(4);
+        for (int i = 0; i < 3; ++i) {
+          if (!SaveCheckpoint(**trainer, path).ok()) ::_exit(5);
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 60 * round));
+    ASSERT_EQ(::kill(child, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with " << WEXITSTATUS(status);
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(c));
+    PS_ASSERT_OK_AND_ASSIGN(CheckpointInfo info, LoadCheckpoint(path, *trainer));
+    EXPECT_GE(info.step, 1);
+    PS_EXPECT_OK(trainer->Step().status());
+    const std::string tmp = path + ".tmp." + std::to_string(child);  // the killed save's
+    mid_write += ::access(tmp.c_str(), F_OK) == 0;
+    std::remove(tmp.c_str());
+  }
+  std::cout << "killed during a write in " << mid_write << " of 6 rounds\n";
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace pipesched::stages
