@@ -8,6 +8,7 @@ int RunSimulate(const CommandContext& ctx);
 int RunValidate(const CommandContext& ctx);
 int RunVersion(const CommandContext& ctx);
 int RunTrain(const CommandContext& ctx);
+int RunBench(const CommandContext& ctx);
 
 namespace {
 constexpr std::string_view kCostFlags[] = {"cost_f",           "cost_b",    "cost_i",
@@ -80,6 +81,17 @@ const std::vector<Command>& AllCommands() {
         "svg",
         "json"},
        &RunTrain},
+      {"bench",
+       "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
+       "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5]\n"
+       "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
+       "      [model and backend flags as in train; here --hidden=512 --microbatch-size=64]",
+       "sweep schedules x P x M: bubble closed form, simulated and measured; idle decomposed",
+       {"schedules", "stages=bench_stages", "microbatches=bench_microbatches", "virtual",
+        "replicas", "microbatch_size", "layers", "hidden", "inputs", "classes", "partition",
+        "steps", "warmup", "lr", "optimizer", "momentum", "weight_decay", "backend", "devices",
+        "seed", "data", "slow_stage", "csv", "json", "md", "svg"},
+       &RunBench},
       {"version", "version", "print the version", {}, &RunVersion},
   };
   return *commands;

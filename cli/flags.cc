@@ -71,12 +71,20 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     }
     std::string canon = Canonical(name);
     bool negated = false;
-    auto is_allowed = [&](const std::string& n) {
-      return std::find(allowed.begin(), allowed.end(), n) != allowed.end();
+    // An allowed entry is a flag name, or "name=registered" when the command reads a flag
+    // of another type under a shared name (bench: --stages=2,4 is a list).
+    auto registered = [&](const std::string& n) -> std::string {
+      for (std::string_view a : allowed) {
+        const std::size_t eq = a.find('=');
+        if (a.substr(0, eq) == n) return std::string(eq == a.npos ? a : a.substr(eq + 1));
+      }
+      return "";
     };
-    absl::CommandLineFlag* flag = is_allowed(canon) ? absl::FindCommandLineFlag(canon) : nullptr;
+    auto is_allowed = [&](const std::string& n) { return !registered(n).empty(); };
+    absl::CommandLineFlag* flag =
+        is_allowed(canon) ? absl::FindCommandLineFlag(registered(canon)) : nullptr;
     if (flag == nullptr && canon.rfind("no", 0) == 0 && !has_value && is_allowed(canon.substr(2))) {
-      flag = absl::FindCommandLineFlag(canon.substr(2));
+      flag = absl::FindCommandLineFlag(registered(canon.substr(2)));
       if (flag != nullptr && flag->IsOfType<bool>()) {
         negated = true;
         canon = canon.substr(2);
@@ -86,7 +94,7 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     }
     if (flag == nullptr) {
       std::vector<std::string> names;
-      for (std::string_view a : allowed) names.push_back("--" + Dashed(a));
+      for (std::string_view a : allowed) names.push_back("--" + Dashed(a.substr(0, a.find('='))));
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, " for '", parsed.command, "'; it takes ",
                        names.empty() ? "no flags" : absl::StrJoin(names, " ")));
@@ -136,3 +144,13 @@ ABSL_FLAG(std::string, init, "", "load the parameters from a safetensors file");
 ABSL_FLAG(std::string, save, "",
           "write a checkpoint (parameters with PyTorch names, optimizer state, step, data "
           "position) to a safetensors file, atomically");
+
+// `pipesched bench` (its --stages and --microbatches are lists: see ParseFlags).
+ABSL_FLAG(std::string, schedules, "gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v",
+          "comma-separated schedule names to sweep");
+ABSL_FLAG(std::string, bench_stages, "2,4", "comma-separated pipeline ranks P to sweep");
+ABSL_FLAG(std::string, bench_microbatches, "4,8,16", "comma-separated micro-batch counts M");
+ABSL_FLAG(int32_t, warmup, 2, "warm-up steps per configuration, not measured");
+ABSL_FLAG(std::string, md, "", "write the results as a Markdown table");
+ABSL_FLAG(std::string, slow_stage, "",
+          "S:FACTOR: pipeline rank S's stage work really takes FACTOR times longer");

@@ -41,6 +41,8 @@ struct ParsedArgs {
 
 // argv[1] is the command; the rest are --name=value, --name value, --bool, --nobool,
 // or positional arguments. Flag names accept '-' or '_' ("--cost-f" = "--cost_f").
+// An entry "name=registered" of `allowed_for_command` reads --name into the flag
+// `registered` (a command's own type for a shared name, e.g. bench's list --stages).
 // InvalidArgument naming the flag for unknown flags, flags the command does not take,
 // and values that do not parse.
 // argv[0] is the program and argv[1] the command; parsing starts at argv[2].
@@ -67,3 +69,9 @@ ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, init);
 ABSL_DECLARE_FLAG(std::string, save);
+ABSL_DECLARE_FLAG(std::string, schedules);
+ABSL_DECLARE_FLAG(std::string, bench_stages);
+ABSL_DECLARE_FLAG(std::string, bench_microbatches);
+ABSL_DECLARE_FLAG(int32_t, warmup);
+ABSL_DECLARE_FLAG(std::string, md);
+ABSL_DECLARE_FLAG(std::string, slow_stage);

@@ -1,0 +1,599 @@
+// `pipesched bench`: the bubble of every configuration of a sweep (schedule x P x M, V
+// where the schedule takes it), three ways side by side -- closed form, simulator fed
+// with this machine's measured costs, measured -- and where the measured idle time went
+// (stages/bubble_analysis.h). Terminal table while it runs; CSV, JSON, Markdown and SVG.
+// A configuration that cannot run is skipped with its reason; the sweep goes on.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "cli/training.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/formulas.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "stages/bubble_analysis.h"
+#include "stages/trainer.h"
+#include "trace/plot.h"
+#include "trace/stats.h"
+
+namespace pipesched::cli {
+namespace {
+
+// Bench's own defaults where they differ from train's: actions long compared with the
+// host backend's event hand-off (tens of microseconds), a sweep of a few minutes.
+constexpr int kBenchHidden = 512;
+constexpr int kBenchMicrobatchSize = 64;
+constexpr int kBenchSteps = 5;
+
+struct Sweep {
+  std::vector<std::string> schedules;
+  std::vector<int> stages, microbatches;
+  int virtual_stages = 0;
+  int warmup = 2, steps = kBenchSteps;
+  int slow_rank = -1;
+  double slow_factor = 1;
+  stages::TrainerConfig base;
+};
+
+struct Row {
+  std::string schedule;
+  int p = 0, v = 0, m = 0;
+  std::string skipped;  // empty when it ran
+  bool failed = false;  // skipped because it failed at run time (not bad input)
+  double step_ms = 0, samples_per_s = 0, makespan_ms = 0;
+  double sim_ms = 0, sim_plain_ms = 0, ideal_ms = 0;
+  std::optional<double> closed_form;
+  double simulated = 0, simulated_plain = 0, measured = 0;
+  double idle_us = 0;
+  stages::IdleBreakdown idle;  // over ranks, us
+  double handoff_us = -1;      // median over boundaries of the effective hand-off latency
+  double transfer_us = 0;      // median measured transfer span
+  std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
+  double loss = 0;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", text, ": '", part,
+                                                     "' is not an integer; write e.g. 2,4"));
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
+  Sweep sweep;
+  PS_ASSIGN_OR_RETURN(sweep.base, TrainerConfigFromFlags(ctx));
+  if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
+  if (!FlagGiven(ctx, "microbatch_size")) sweep.base.microbatch_size = kBenchMicrobatchSize;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
+    if (s.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedules=", absl::GetFlag(FLAGS_schedules), ": empty schedule name"));
+    }
+    sweep.schedules.emplace_back(s);
+  }
+  PS_ASSIGN_OR_RETURN(sweep.stages, IntList("stages", absl::GetFlag(FLAGS_bench_stages)));
+  PS_ASSIGN_OR_RETURN(sweep.microbatches,
+                      IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
+  sweep.virtual_stages = absl::GetFlag(FLAGS_virtual);
+  sweep.warmup = absl::GetFlag(FLAGS_warmup);
+  if (sweep.warmup < 0 || sweep.warmup > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup=", sweep.warmup, " is out of range: use 0 to 1000"));
+  }
+  if (FlagGiven(ctx, "steps")) sweep.steps = absl::GetFlag(FLAGS_steps);
+  if (sweep.steps < 1 || sweep.steps > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps=", sweep.steps, " is out of range: use 1 to 100000"));
+  }
+  if (std::string slow = absl::GetFlag(FLAGS_slow_stage); !slow.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(slow, ':');
+    int rank = 0;
+    double factor = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
+        !absl::SimpleAtod(parts[1], &factor) || rank < 0 || !(factor >= 1) ||
+        !std::isfinite(factor) || factor > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--slow-stage=", slow,
+          ": write RANK:FACTOR with a rank >= 0 and a factor from 1 to 1000, e.g. 1:2"));
+    }
+    sweep.slow_rank = rank;
+    sweep.slow_factor = factor;
+  }
+  return sweep;
+}
+
+std::string ConfigName(const Row& row) {
+  return absl::StrCat(row.schedule, " P=", row.p, row.v > 1 ? absl::StrCat(" V=", row.v) : "",
+                      " M=", row.m);
+}
+
+// Runs one configuration; a status for "skip with this reason".
+absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
+  if (row.p < 1 || row.p > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stages=", row.p, " is out of range: use 1 to 1024"));
+  }
+  if (row.m < 1 || row.m > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--microbatches=", row.m, " is out of range: use 1 to 65536"));
+  }
+  stages::TrainerConfig config = sweep.base;
+  config.schedule = row.schedule;
+  config.stages = row.p;
+  config.microbatches = row.m;
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(row.schedule);
+  config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
+  config.slow_rank = sweep.slow_rank;
+  config.slow_factor = sweep.slow_factor;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
+  row.v = trainer->schedule().num_chunks();
+  const int p = row.p, total = sweep.warmup + sweep.steps;
+  std::vector<stages::StepResult> results;
+  for (int step = 1; step <= total; ++step) {
+    if (ctx.out_is_terminal) {
+      *ctx.out << absl::StrFormat("\r  %-28s step %d/%d%s", ConfigName(row), step, total,
+                                  step <= sweep.warmup ? " (warm-up)" : "          ")
+               << std::flush;
+    }
+    absl::StatusOr<stages::StepResult> r = trainer->Step();
+    if (!r.ok()) {
+      row.failed = true;
+      return absl::Status(r.status().code(),
+                          absl::StrCat("failed at step ", step, ": ", r.status().message()));
+    }
+    if (step > sweep.warmup) results.push_back(*std::move(r));
+  }
+  if (ctx.out_is_terminal) *ctx.out << "\r" << std::string(60, ' ') << "\r" << std::flush;
+
+  // The median step (the lower one for an even count).
+  std::vector<int> order(results.size());
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return results[a].step_micros < results[b].step_micros; });
+  const stages::StepResult& med = results[order[(order.size() - 1) / 2]];
+  row.step_ms = med.step_micros / 1000;
+  row.samples_per_s = trainer->global_batch() / (med.step_micros * 1e-6);
+  row.loss = med.loss;
+  row.peak_bytes.assign(med.peak_activation_bytes.begin(), med.peak_activation_bytes.begin() + p);
+
+  // Measured bubble and its decomposition (median step); hand-offs from every step.
+  std::vector<stages::IdleAnalysis> analyses;
+  std::vector<const trace::Timeline*> timelines;
+  for (const stages::StepResult& r : results) {
+    PS_ASSIGN_OR_RETURN(stages::IdleAnalysis a, stages::AnalyzeIdle(r.timeline, r.issue_micros, p));
+    analyses.push_back(std::move(a));
+    timelines.push_back(&r.timeline);
+  }
+  const stages::IdleAnalysis& a = analyses[order[(order.size() - 1) / 2]];
+  trace::BubbleStats measured = trace::ComputeBubbleStats(med.timeline, p);
+  row.measured = measured.bubble_fraction;
+  row.makespan_ms = measured.makespan / 1000;
+  row.idle = a.total;
+  for (double idle : a.idle) row.idle_us += idle;
+  double busy = 0;
+  for (const trace::RowStats& r : measured.rows) busy += r.busy;
+  row.ideal_ms = busy / p / 1000;
+
+  // Simulated: the simulator fed with the median (stage, op) durations of the measured
+  // steps, plainly (transfers = measured copy spans) and with each boundary's effective
+  // hand-off latency as its transfer time (what the machine really costs a dependency).
+  scheduler::CostModel plain = stages::MeasuredCostModel(timelines, trainer->executor());
+  std::vector<const stages::IdleAnalysis*> pointers;
+  for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
+  std::vector<double> handoff = stages::MedianHandoff(pointers);
+  std::vector<double> measured_handoffs;
+  for (double h : handoff) {
+    if (h >= 0) measured_handoffs.push_back(h);
+  }
+  row.handoff_us = measured_handoffs.empty() ? -1 : Median(measured_handoffs);
+  row.transfer_us = plain.comm_uniform;
+  scheduler::CostModel effective = stages::WithHandoffLatency(plain, handoff);
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,
+                      scheduler::Simulate(trainer->schedule(), plain));
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,
+                      scheduler::Simulate(trainer->schedule(), effective));
+  row.simulated_plain = sim_plain.bubble_fraction;
+  row.simulated = sim.bubble_fraction;
+  row.sim_plain_ms = sim_plain.makespan / 1000;
+  row.sim_ms = sim.makespan / 1000;
+  for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
+
+  // Closed form with the stages' mean costs (uniform), where the schedule has one.
+  scheduler::FormulaInputs in{.num_ranks = p, .num_chunks = row.v, .num_microbatches = row.m};
+  in.costs = {};
+  const double n = static_cast<double>(plain.stages.size());
+  in.costs.f = in.costs.b = in.costs.i = in.costs.w = 0;
+  for (const scheduler::StageCosts& c : plain.stages) {
+    in.costs.f += c.f / n;
+    in.costs.b += c.b / n;
+    in.costs.i += c.i / n;
+    in.costs.w += c.w / n;
+    in.costs.allreduce += c.allreduce / n;
+  }
+  row.closed_form = scheduler::ClosedFormBubbleFraction(row.schedule, in);
+  return absl::OkStatus();
+}
+
+std::string Pct(double f) { return absl::StrFormat("%.1f%%", 100 * f); }
+std::string Pct(const std::optional<double>& f) { return f ? Pct(*f) : "n/a"; }
+
+// Share of the idle time, in percent of it.
+double Share(double part, double idle) { return idle > 0 ? 100 * part / idle : 0; }
+
+std::string Mib(const std::vector<std::int64_t>& bytes) {
+  std::vector<std::string> parts;
+  for (std::int64_t b : bytes) parts.push_back(absl::StrFormat("%.1f", b / 1048576.0));
+  return absl::StrJoin(parts, "/");
+}
+
+constexpr char kHeaderFormat[] =
+    "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
+
+void PrintHeader(std::ostream& out) {
+  out << absl::StrFormat(kHeaderFormat, "schedule", "P", "V", "M", "step ms", "samples/s", "closed",
+                         "sim", "meas", "d pp", "dep", "xfer", "ar", "host", "imb", "expl",
+                         "peak MiB/rank");
+}
+
+void PrintRow(std::ostream& out, const Row& r) {
+  if (!r.skipped.empty()) {
+    out << absl::StrFormat("%-17s %2d %2s %3d  skipped: %s\n", r.schedule, r.p,
+                           r.v > 0 ? absl::StrCat(r.v) : "-", r.m, r.skipped);
+    return;
+  }
+  out << absl::StrFormat(
+      kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v), absl::StrCat(r.m),
+      absl::StrFormat("%.2f", r.step_ms), absl::StrFormat("%.0f", r.samples_per_s),
+      Pct(r.closed_form), Pct(r.simulated), Pct(r.measured),
+      absl::StrFormat("%+.1f", 100 * (r.simulated - r.measured)),
+      absl::StrFormat("%.0f%%", Share(r.idle.dependency, r.idle_us)),
+      absl::StrFormat("%.0f%%", Share(r.idle.transfer, r.idle_us)),
+      absl::StrFormat("%.0f%%", Share(r.idle.allreduce, r.idle_us)),
+      absl::StrFormat("%.0f%%", Share(r.idle.host, r.idle_us)),
+      absl::StrFormat("%.0f%%", Share(r.idle.imbalance, r.idle_us)),
+      absl::StrFormat("%.1f%%", Share(r.idle.total(), r.idle_us)), Mib(r.peak_bytes));
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string Join(const std::vector<std::int64_t>& v, std::string_view sep) {
+  return absl::StrJoin(v, Absl(sep));
+}
+
+constexpr const char* kColumns[] = {"schedule",
+                                    "stages",
+                                    "virtual",
+                                    "microbatches",
+                                    "microbatch_size",
+                                    "replicas",
+                                    "slow_stage",
+                                    "slow_factor",
+                                    "status",
+                                    "reason",
+                                    "step_ms",
+                                    "samples_per_s",
+                                    "makespan_ms",
+                                    "simulated_makespan_ms",
+                                    "simulated_plain_makespan_ms",
+                                    "ideal_ms",
+                                    "bubble_closed_form",
+                                    "bubble_simulated",
+                                    "bubble_simulated_plain",
+                                    "bubble_measured",
+                                    "idle_us",
+                                    "idle_dependency_us",
+                                    "idle_transfer_us",
+                                    "idle_allreduce_us",
+                                    "idle_host_us",
+                                    "idle_imbalance_us",
+                                    "idle_explained",
+                                    "handoff_us",
+                                    "transfer_us",
+                                    "peak_activation_bytes",
+                                    "simulated_peak_activation_bytes"};
+
+nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
+  nlohmann::json j;
+  j["schedule"] = r.schedule;
+  j["stages"] = r.p;
+  j["virtual"] = r.v;
+  j["microbatches"] = r.m;
+  j["microbatch_size"] = sweep.base.microbatch_size;
+  j["replicas"] = sweep.base.replicas;
+  j["slow_stage"] = sweep.slow_rank;
+  j["slow_factor"] = sweep.slow_factor;
+  j["status"] = r.skipped.empty() ? "ok" : (r.failed ? "failed" : "skipped");
+  j["reason"] = r.skipped;
+  if (!r.skipped.empty()) return j;
+  j["step_ms"] = r.step_ms;
+  j["samples_per_s"] = r.samples_per_s;
+  j["makespan_ms"] = r.makespan_ms;
+  j["simulated_makespan_ms"] = r.sim_ms;
+  j["simulated_plain_makespan_ms"] = r.sim_plain_ms;
+  j["ideal_ms"] = r.ideal_ms;
+  j["bubble_closed_form"] = r.closed_form ? nlohmann::json(*r.closed_form) : nlohmann::json();
+  j["bubble_simulated"] = r.simulated;
+  j["bubble_simulated_plain"] = r.simulated_plain;
+  j["bubble_measured"] = r.measured;
+  j["idle_us"] = r.idle_us;
+  j["idle_dependency_us"] = r.idle.dependency;
+  j["idle_transfer_us"] = r.idle.transfer;
+  j["idle_allreduce_us"] = r.idle.allreduce;
+  j["idle_host_us"] = r.idle.host;
+  j["idle_imbalance_us"] = r.idle.imbalance;
+  j["idle_explained"] = r.idle_us > 0 ? r.idle.total() / r.idle_us : 1.0;
+  j["handoff_us"] = r.handoff_us;
+  j["transfer_us"] = r.transfer_us;
+  j["peak_activation_bytes"] = r.peak_bytes;
+  j["simulated_peak_activation_bytes"] = r.sim_peak_bytes;
+  return j;
+}
+
+std::string ToCsv(const std::vector<Row>& rows, const Sweep& sweep) {
+  std::string out = absl::StrJoin(kColumns, ",") + "\n";
+  for (const Row& r : rows) {
+    nlohmann::json j = RowJson(r, sweep);
+    std::vector<std::string> fields;
+    for (const char* c : kColumns) {
+      if (!j.contains(c) || j[c].is_null()) {
+        fields.emplace_back();
+      } else if (j[c].is_string()) {
+        fields.push_back(CsvField(j[c].get<std::string>()));
+      } else if (j[c].is_array()) {
+        fields.push_back(Join(j[c].get<std::vector<std::int64_t>>(), ";"));
+      } else if (j[c].is_number_float()) {
+        fields.push_back(absl::StrFormat("%.6g", j[c].get<double>()));
+      } else {
+        fields.push_back(j[c].dump());
+      }
+    }
+    out += absl::StrJoin(fields, ",") + "\n";
+  }
+  return out;
+}
+
+std::string ToMarkdown(const std::vector<Row>& rows) {
+  std::string md =
+      "| schedule | P | V | M | step ms | samples/s | closed form | simulated | measured | "
+      "sim - meas (pp) | dependency | transfer | all-reduce | host | imbalance | explained | "
+      "peak MiB per rank "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::string skipped;
+  for (const Row& r : rows) {
+    if (!r.skipped.empty()) {
+      absl::StrAppend(&skipped, "- ", ConfigName(r), ": ", r.skipped, "\n");
+      continue;
+    }
+    absl::StrAppend(
+        &md, absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %+.1f | %.0f%% | "
+                             "%.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
+                             r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s,
+                             Pct(r.closed_form), Pct(r.simulated), Pct(r.measured),
+                             100 * (r.simulated - r.measured), Share(r.idle.dependency, r.idle_us),
+                             Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
+                             Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
+                             Share(r.idle.total(), r.idle_us), Mib(r.peak_bytes)));
+  }
+  if (!skipped.empty()) absl::StrAppend(&md, "\nSkipped:\n\n", skipped);
+  return md;
+}
+
+std::string ToPlots(const std::vector<Row>& rows, const Sweep& sweep, const std::string& subtitle) {
+  std::vector<trace::Plot> panels;
+  std::map<std::string, int> color;
+  for (const std::string& s : sweep.schedules) color.emplace(s, static_cast<int>(color.size()));
+  std::set<int> ps;
+  for (const Row& r : rows) {
+    if (r.skipped.empty()) ps.insert(r.p);
+  }
+  const trace::Marker markers[] = {trace::Marker::kCircle, trace::Marker::kSquare,
+                                   trace::Marker::kTriangle, trace::Marker::kDiamond};
+  auto marker_of = [&](const std::string& s) { return markers[color[s] % 4]; };
+  for (int p : ps) {
+    trace::Plot plot;
+    plot.title = absl::StrCat("P=", p, ": bubble fraction vs micro-batches");
+    plot.x_label = "micro-batches M";
+    plot.y_label = "bubble fraction (idle / (P x makespan))";
+    plot.x_log2 = true;
+    plot.y_percent = true;
+    plot.y_min = 0;
+    for (const std::string& s : sweep.schedules) {
+      trace::PlotSeries sim{
+          .name = s, .color = trace::PaletteColor(color[s]), .marker = trace::Marker::kNone};
+      trace::PlotSeries closed{.color = sim.color, .dashed = true, .marker = trace::Marker::kNone};
+      trace::PlotSeries meas{
+          .color = sim.color, .line = false, .marker = marker_of(s), .marker_size = 5};
+      for (const Row& r : rows) {
+        if (r.schedule != s || r.p != p || !r.skipped.empty()) continue;
+        sim.x.push_back(r.m);
+        sim.y.push_back(r.simulated);
+        meas.x.push_back(r.m);
+        meas.y.push_back(r.measured);
+        meas.tooltips.push_back(absl::StrCat(ConfigName(r), ": measured ", Pct(r.measured),
+                                             ", simulated ", Pct(r.simulated), ", closed form ",
+                                             Pct(r.closed_form)));
+        if (r.closed_form) {
+          closed.x.push_back(r.m);
+          closed.y.push_back(*r.closed_form);
+        }
+      }
+      if (sim.x.empty()) continue;
+      plot.series.push_back(std::move(sim));
+      plot.series.push_back(std::move(closed));
+      plot.series.push_back(std::move(meas));
+    }
+    plot.legend_keys = {
+        {.name = "simulated (measured costs)", .color = "#555555", .marker = trace::Marker::kNone},
+        {.name = "closed form", .color = "#555555", .dashed = true, .marker = trace::Marker::kNone},
+        {.name = "measured", .color = "#555555", .line = false, .marker_size = 5}};
+    panels.push_back(std::move(plot));
+  }
+  trace::Plot scatter;
+  scatter.title = "simulated vs measured, every configuration";
+  scatter.x_label = "simulated bubble fraction";
+  scatter.y_label = "measured bubble fraction";
+  scatter.x_percent = scatter.y_percent = true;
+  scatter.x_min = scatter.y_min = 0;
+  scatter.diagonal = true;
+  scatter.diagonal_band = 0.03;
+  for (const std::string& s : sweep.schedules) {
+    trace::PlotSeries pts{.name = s,
+                          .color = trace::PaletteColor(color[s]),
+                          .line = false,
+                          .marker = marker_of(s),
+                          .marker_size = 5};
+    for (const Row& r : rows) {
+      if (r.schedule != s || !r.skipped.empty()) continue;
+      pts.x.push_back(r.simulated);
+      pts.y.push_back(r.measured);
+      pts.tooltips.push_back(absl::StrCat(ConfigName(r), ": simulated ", Pct(r.simulated),
+                                          ", measured ", Pct(r.measured)));
+    }
+    if (!pts.x.empty()) scatter.series.push_back(std::move(pts));
+  }
+  scatter.legend_keys = {{.name = "y = x (band: +-3 pp)",
+                          .color = "#888888",
+                          .dashed = true,
+                          .marker = trace::Marker::kNone}};
+  panels.push_back(std::move(scatter));
+  return trace::ToSvgFigure(panels, {.title = "pipesched bench: predicted vs measured bubble",
+                                     .subtitle = subtitle,
+                                     .columns = std::min<int>(3, panels.size())});
+}
+
+std::string LoadAverage() {
+  absl::StatusOr<std::string> text = ReadFile("/proc/loadavg");
+  if (!text.ok()) return "unknown";
+  std::vector<std::string> parts = absl::StrSplit(*text, ' ');
+  return parts.size() >= 3 ? absl::StrCat(parts[0], " ", parts[1], " ", parts[2]) : "unknown";
+}
+
+int Bench(const CommandContext& ctx) {
+  std::ostream& out = *ctx.out;
+  absl::StatusOr<Sweep> parsed = SweepFromFlags(ctx);
+  if (!parsed.ok()) return ReportError(ctx, parsed.status());
+  const Sweep& sweep = *parsed;
+  const stages::TrainerConfig& b = sweep.base;
+  const std::string model = absl::StrFormat(
+      "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s",
+      b.model.d_in, b.model.num_layers, b.model.d_hidden, b.model.num_classes, b.microbatch_size,
+      b.replicas, b.backend);
+  const std::string load = LoadAverage();
+  out << "bench: " << model << "\n"
+      << absl::StrFormat(
+             "%d warm-up + %d measured steps per configuration, median step%s; load "
+             "average %s\n",
+             sweep.warmup, sweep.steps,
+             sweep.slow_rank >= 0
+                 ? absl::StrFormat("; rank %d slowed %gx", sweep.slow_rank, sweep.slow_factor)
+                 : "",
+             load)
+      << "bubble = idle / (P x makespan); idle shares: dep(endency) xfer (transfer/hand-off) "
+         "ar (all-reduce) host (issue) imb(alance); expl = their sum / measured idle\n";
+  PrintHeader(out);
+  std::vector<Row> rows;
+  const int total =
+      static_cast<int>(sweep.schedules.size() * sweep.stages.size() * sweep.microbatches.size());
+  int ran = 0, failed = 0;
+  for (const std::string& s : sweep.schedules) {
+    for (int p : sweep.stages) {
+      for (int m : sweep.microbatches) {
+        Row row{.schedule = s, .p = p, .m = m};
+        absl::Status st = RunOne(sweep, ctx, row);
+        if (!st.ok()) {
+          row.skipped = std::string(st.message());
+          if (ctx.out_is_terminal) out << "\r" << std::string(60, ' ') << "\r";
+        }
+        ran += st.ok();
+        failed += row.failed;
+        PrintRow(out, row);
+        out << std::flush;
+        rows.push_back(std::move(row));
+      }
+    }
+  }
+  out << absl::StrFormat("%d of %d configurations ran", ran, total);
+  if (ran < total) out << absl::StrFormat(", %d skipped", total - ran);
+  out << absl::StrFormat("; load average now %s\n", LoadAverage());
+  if (ran == 0) {
+    *ctx.err << "pipesched: nothing in the sweep could run; the reasons are listed above\n";
+    return kExitBadInput;
+  }
+  auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
+    out << "wrote " << path << "\n";
+    return absl::OkStatus();
+  };
+  absl::Status written = [&]() -> absl::Status {
+    if (std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
+      PS_RETURN_IF_ERROR(write(path, ToCsv(rows, sweep)));
+    }
+    if (std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+      nlohmann::json j;
+      j["model"] = model;
+      j["warmup"] = sweep.warmup;
+      j["steps"] = sweep.steps;
+      j["load_average"] = load;
+      j["configurations"] = nlohmann::json::array();
+      for (const Row& r : rows) j["configurations"].push_back(RowJson(r, sweep));
+      PS_RETURN_IF_ERROR(write(path, j.dump(2) + "\n"));
+    }
+    if (std::string path = absl::GetFlag(FLAGS_md); !path.empty()) {
+      PS_RETURN_IF_ERROR(write(path, ToMarkdown(rows)));
+    }
+    if (std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
+      PS_RETURN_IF_ERROR(write(path, ToPlots(rows, sweep, absl::StrCat(model, "; load ", load))));
+    }
+    return absl::OkStatus();
+  }();
+  if (!written.ok()) return ReportError(ctx, written);
+  return failed > 0 ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+int RunBench(const CommandContext& ctx) {
+  if (!ctx.positional.empty()) {
+    return ReportError(
+        ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
+                                                     "'; bench takes only --flags")));
+  }
+  return Bench(ctx);
+}
+
+}  // namespace pipesched::cli

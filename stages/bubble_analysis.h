@@ -1,0 +1,92 @@
+// Where a measured step's idle time went. Given the executor's measured Timeline (and the
+// host issue time of each span, StepResult::issue_micros), every idle interval of each
+// rank's compute lane is cut into five categories that add up to the rank's idle time
+// as trace::ComputeBubbleStats counts it (makespan - busy). Not a model: the cut is read
+// off the measured spans, with the executor's stream rules (stages/executor.h) saying
+// what each compute action waits for.
+//
+// Window. [T0, T1]: the earliest span start and the latest span end of rows
+// [0, num_rows) (the same window as ComputeBubbleStats). A row's idle intervals are the
+// gaps between its consecutive compute spans, the leading gap [T0, first start) and the
+// trailing gap [last end, T1).
+//
+// A gap [g0, g1) that ends when compute action X starts. X could not start before all of
+//   p    the producer of X's input on ANOTHER row had finished: F(s-1, m) for F(s, m),
+//        B/I(s+1, m) for B/I(s, m) (the cross-rank dependency; none for the first F and
+//        the last stage's B, nor when the producer is on X's own row);
+//   i    the host had issued X (issue_micros);
+//   t    X's transfers had finished: RECV_F(s, m) for F(s, m), SEND_B(s+1, m) for
+//        B/I(s, m), and SEND_B(s', m') when the previous compute span of the row was the
+//        last backward (B or W) of (s', m'), s' > 0 (the executor frees that micro-batch's
+//        boundary buffer in compute-stream order once its gradient is sent).
+// The gap is cut at the moments these became true, in this priority:
+//   [g0, p.end)                    dependency: split into (a) and (e) below;
+//   [.., i)                        (d) host: the producer was done, the host had not issued;
+//   [.., t)                        (b) transfer: issued, producer done, data not there yet;
+//   [max(g0, p.end, i, t), g1)     the hand-off latency after the last of them: (b) when the
+//                                  last was p or t (an event wake-up plus the copy), else
+//                                  (d) (the stream's own issue and runtime overhead).
+// The dependency part is split by what the producer's row was doing meanwhile: while it
+// ran a compute span q of stage s and op o, the share eps(q) = max(0, 1 - ref(o) /
+// median_s(o)) is (e) imbalance and the rest (a) pipeline bubble, where median_s(o) is the
+// median duration of op o on stage s and ref(o) the mean of median_s(o) over stages (what
+// every stage would take if the same work were balanced); while it was idle, all is (a).
+// Trailing gap [last end, T1): (c) all-reduce until the row's own ALLREDUCE spans end;
+// then (a)/(e) until the compute of the row that finishes last ends (split by that row's
+// spans as above); then (b) until the last transfer ends; then (c) until the last
+// all-reduce of any row ends; the rest (d).
+//
+// Effective hand-off latency: for each cross-rank dependency whose producer was the
+// last blocker of X (p.end >= g0 and p.end >= i), X.start - p.end is one sample for the
+// boundary min(s_p, s_X) (the event hand-off, the transfer and the wake-up of X's
+// stream). Its median is what the simulator should use as the boundary's transfer time
+// to replay this machine (WithHandoffLatency).
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "trace/timeline.h"
+
+namespace pipesched::stages {
+
+struct IdleBreakdown {
+  double dependency = 0;  // (a) waiting for a producer on another rank still computing
+  double transfer = 0;    // (b) waiting for a transfer or an event hand-off
+  double allreduce = 0;   // (c) waiting for the data-parallel all-reduce
+  double host = 0;        // (d) the host had not issued yet, or stream overhead
+  double imbalance = 0;   // (e) the producer's stage is slower than a balanced stage
+
+  double total() const { return dependency + transfer + allreduce + host + imbalance; }
+  IdleBreakdown& operator+=(const IdleBreakdown& o);
+};
+
+struct IdleAnalysis {
+  double start = 0;                 // T0
+  double makespan = 0;              // T1 - T0
+  std::vector<double> busy;         // per row: sum of compute-span durations
+  std::vector<double> idle;         // per row: makespan - busy
+  std::vector<IdleBreakdown> rows;  // per row; rows[r].total() == idle[r] (to rounding)
+  IdleBreakdown total;              // over rows
+  // Per boundary s -> s+1: effective hand-off latency samples (see above).
+  std::vector<std::vector<double>> handoff_samples;
+};
+
+// `issue_micros`: per span of `timeline` (StepResult::issue_micros) or empty (issue
+// treated as instantaneous: no (d) before the producer/transfer blockers). Rows
+// [0, num_rows) are analysed (num_rows <= 0: all). InvalidArgument when issue_micros has
+// the wrong size; FailedPrecondition when compute spans of one row overlap (no stream
+// runs two actions at once, so the gaps would not add up to the idle time).
+absl::StatusOr<IdleAnalysis> AnalyzeIdle(const trace::Timeline& timeline,
+                                         const std::vector<double>& issue_micros, int num_rows = 0);
+
+// Median of the hand-off samples of `analyses`, per boundary; -1 where none waited.
+std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analyses);
+
+// `costs` with each boundary's transfer time replaced by its effective hand-off latency
+// where one was measured (>= 0); the measured transfer time stays elsewhere.
+scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
+                                        const std::vector<double>& handoff);
+
+}  // namespace pipesched::stages

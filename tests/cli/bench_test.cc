@@ -1,0 +1,162 @@
+// `pipesched bench` in-process: a tiny sweep, its CSV/JSON/Markdown/SVG outputs, skipped
+// configurations with their reasons, and the exit codes.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_split.h"
+#include "cli/command.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+RunResult RunCli(std::vector<std::string> args) {
+  absl::FlagSaver saver;  // flags are process-global: each run starts from the defaults
+  args.insert(args.begin(), "pipesched");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  int code = RunMain(static_cast<int>(argv.size()), argv.data(), out, err, false);
+  return {code, out.str(), err.str()};
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/pipesched_bench_" + name;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Tiny shapes: the sweep runs in well under a second (also under sanitizers).
+std::vector<std::string> Tiny(std::vector<std::string> more) {
+  std::vector<std::string> args = {"bench",      "--hidden=8",  "--layers=4",
+                                   "--inputs=6", "--classes=4", "--microbatch-size=2",
+                                   "--warmup=1", "--steps=2",   "--backend=host"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
+  const std::string csv = TempPath("sweep.csv"), json = TempPath("sweep.json"),
+                    md = TempPath("sweep.md"), svg = TempPath("sweep.svg");
+  RunResult r = RunCli(Tiny({"--schedules=1f1b,zb-v,nope", "--stages=2", "--microbatches=2,4",
+                             "--csv=" + csv, "--json=" + json, "--md=" + md, "--svg=" + svg}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("4 of 6 configurations ran, 2 skipped"));
+  EXPECT_THAT(r.out, HasSubstr("skipped: unknown schedule \"nope\""));
+
+  nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  ASSERT_EQ(j["configurations"].size(), 6u);
+  int ok = 0;
+  for (const nlohmann::json& c : j["configurations"]) {
+    if (c["status"] != "ok") {
+      EXPECT_EQ(c["schedule"], "nope");
+      EXPECT_EQ(c["status"], "skipped");
+      EXPECT_THAT(c["reason"].get<std::string>(), HasSubstr("known schedules"));
+      continue;
+    }
+    ++ok;
+    EXPECT_EQ(c["stages"], 2);
+    EXPECT_EQ(c["virtual"], c["schedule"] == "zb-v" ? 2 : 1);
+    EXPECT_GT(c["step_ms"].get<double>(), 0);
+    EXPECT_GT(c["samples_per_s"].get<double>(), 0);
+    for (const char* k : {"bubble_simulated", "bubble_measured"}) {
+      EXPECT_GE(c[k].get<double>(), 0) << k;
+      EXPECT_LT(c[k].get<double>(), 1) << k;
+    }
+    // 1F1B has a closed form, ZB-V has none.
+    EXPECT_EQ(c["bubble_closed_form"].is_null(), c["schedule"] == "zb-v");
+    // The decomposition explains the measured idle time.
+    const double parts = c["idle_dependency_us"].get<double>() +
+                         c["idle_transfer_us"].get<double>() +
+                         c["idle_allreduce_us"].get<double>() + c["idle_host_us"].get<double>() +
+                         c["idle_imbalance_us"].get<double>();
+    EXPECT_NEAR(parts, c["idle_us"].get<double>(), 1e-6 * c["idle_us"].get<double>() + 1e-6);
+    EXPECT_NEAR(c["idle_explained"].get<double>(), 1.0, 1e-9);
+    EXPECT_EQ(c["peak_activation_bytes"].size(), 2u);
+    EXPECT_EQ(c["simulated_peak_activation_bytes"].size(), 2u);
+  }
+  EXPECT_EQ(ok, 4);
+
+  std::vector<std::string> lines = absl::StrSplit(Slurp(csv), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u + 6u);
+  std::vector<std::string> header = absl::StrSplit(lines[0], ',');
+  EXPECT_EQ(header[0], "schedule");
+  EXPECT_THAT(lines[0], HasSubstr("bubble_closed_form,bubble_simulated,bubble_simulated_plain,"
+                                  "bubble_measured"));
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].rfind("nope,", 0) == 0) {
+      EXPECT_THAT(lines[i], HasSubstr(",skipped,\"unknown schedule"));  // quoted: has commas
+    } else {
+      EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[i], ',')).size(), header.size())
+          << lines[i];
+    }
+  }
+  const std::string markdown = Slurp(md);
+  EXPECT_THAT(markdown, HasSubstr("| schedule | P | V | M |"));
+  EXPECT_THAT(markdown, HasSubstr("| zb-v | 2 | 2 | 4 |"));
+  EXPECT_THAT(markdown, HasSubstr("Skipped:"));
+  const std::string picture = Slurp(svg);
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u);
+  EXPECT_THAT(picture, HasSubstr("P=2: bubble fraction vs micro-batches"));
+  EXPECT_THAT(picture, HasSubstr("simulated vs measured"));
+}
+
+TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
+  // ZB-V takes V = 2 only (1F1B ignores --virtual); P=0 is out of range; a slow rank
+  // beyond P=2's ranks only skips the configurations it does not fit.
+  RunResult r = RunCli(Tiny({"--schedules=zb-v,1f1b", "--stages=0,2,3", "--microbatches=3",
+                             "--virtual=3", "--slow-stage=2:1.5"}));
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--stages=0 is out of range"));
+  EXPECT_THAT(r.out, HasSubstr("cannot slow down rank 2"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v"));
+  EXPECT_THAT(r.out, HasSubstr("1 of 6 configurations ran"));  // 1f1b P=3 only
+}
+
+TEST(BenchTest, NothingRunnableExitsTwo) {
+  RunResult r = RunCli(Tiny({"--schedules=nope", "--stages=2", "--microbatches=2"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("nothing in the sweep could run"));
+  EXPECT_THAT(r.out, HasSubstr("skipped: unknown schedule"));
+}
+
+TEST(BenchTest, MalformedFlagsAreOneLineAndExitTwo) {
+  for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--slow-stage=1", "--slow-stage=1: write RANK:FACTOR"},
+           {"--slow-stage=1:0.5", "--slow-stage=1:0.5: write RANK:FACTOR"},
+           {"--slow-stage=x:2", "--slow-stage=x:2: write RANK:FACTOR"},
+           {"--stages=2,x", "--stages=2,x: 'x' is not an integer"},
+           {"--microbatches=", "is not an integer"},
+           {"--warmup=-1", "--warmup=-1 is out of range"},
+           {"--steps=0", "--steps=0 is out of range"},
+           {"--backend=tpu", "--backend=tpu is not one of auto, host, cuda"},
+           {"--grid", "unknown flag --grid for 'bench'"}}) {
+    RunResult r = RunCli(Tiny({flag}));
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_THAT(r.err, HasSubstr(message)) << flag;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::cli

@@ -1,0 +1,251 @@
+// The idle-time decomposition: hand-made timelines with known answers (times are small
+// dyadic numbers, so the categories must add up exactly), then real runs of the executor
+// where they must add up to the measured idle time; and skew injection.
+#include "stages/bubble_analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "stages/slow_stage_work.h"
+#include "stages/trainer.h"
+#include "tests/testing/status_matchers.h"
+#include "trace/stats.h"
+
+namespace pipesched::stages {
+namespace {
+
+struct Builder {
+  trace::Timeline tl;
+  std::vector<double> issue;
+  Builder(int rows) { tl.num_ranks = rows; }
+  void Add(int row, int lane, const std::string& op, int stage, int mb, double start, double end,
+           double issued = 0) {
+    tl.spans.push_back(trace::Span{.rank = row,
+                                   .lane = lane,
+                                   .stage = stage,
+                                   .microbatch = mb,
+                                   .op = op,
+                                   .start = start,
+                                   .end = end});
+    issue.push_back(issued);
+  }
+};
+
+// Two stages on two rows; stage 1's backward (40) is twice stage 0's (20), so the
+// balanced reference B is 30 and a quarter of every wait on stage 1's B is imbalance.
+//   row 0: F00 [0,10) F01 [10,20) ........ B00 [79,99) .. B01 [122,142)
+//   row 1:  RECV_F10 [10,12), F10 [13,23), F11 [26,36) (issued at 25), B10 [36,76),
+//           SEND_B10 [76,78), B11 [80,120), SEND_B11 [120,121)
+Builder TwoStages() {
+  Builder b(2);
+  using trace::kComputeLane, trace::kRecvLane, trace::kSendLane;
+  b.Add(0, kComputeLane, "F", 0, 0, 0, 10);
+  b.Add(0, kComputeLane, "F", 0, 1, 10, 20);
+  b.Add(1, kRecvLane, "RECV_F", 1, 0, 10, 12);
+  b.Add(1, kComputeLane, "F", 1, 0, 13, 23);
+  b.Add(1, kRecvLane, "RECV_F", 1, 1, 20, 22, 25);
+  b.Add(1, kComputeLane, "F", 1, 1, 26, 36, 25);
+  b.Add(1, kComputeLane, "B", 1, 0, 36, 76);
+  b.Add(1, kSendLane, "SEND_B", 1, 0, 76, 78);
+  b.Add(0, kComputeLane, "B", 0, 0, 79, 99);
+  b.Add(1, kComputeLane, "B", 1, 1, 80, 120);
+  b.Add(1, kSendLane, "SEND_B", 1, 1, 120, 121);
+  b.Add(0, kComputeLane, "B", 0, 1, 122, 142);
+  return b;
+}
+
+TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
+  Builder b = TwoStages();
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));
+  ASSERT_EQ(a.rows.size(), 2u);
+  EXPECT_EQ(a.makespan, 142);
+  // Row 0 waits for B10 during [20,76): B10 overlaps 40 of it (a quarter is imbalance,
+  // 10), then its transfer and hand-off [76,79); for B11 during [99,120) (overlap 21,
+  // 5.25 imbalance), then [120,122).
+  EXPECT_EQ(a.rows[0].dependency, 46 + 15.75);
+  EXPECT_EQ(a.rows[0].imbalance, 10 + 5.25);
+  EXPECT_EQ(a.rows[0].transfer, 3 + 2);
+  EXPECT_EQ(a.rows[0].host, 0);
+  EXPECT_EQ(a.rows[0].allreduce, 0);
+  // Row 1: F00 running [0,10) (dependency), RECV_F [10,12) + hand-off [12,13) (transfer);
+  // F11 issued late: [23,26) host; B11 waits for its own SEND_B10 to free the buffer
+  // [76,80) (transfer); after its last compute, row 0's B01 [120,142) (dependency; stage
+  // 0 is faster than the reference, so no imbalance).
+  EXPECT_EQ(a.rows[1].dependency, 10 + 22);
+  EXPECT_EQ(a.rows[1].transfer, 3 + 4);
+  EXPECT_EQ(a.rows[1].host, 3);
+  EXPECT_EQ(a.rows[1].imbalance, 0);
+  trace::BubbleStats stats = trace::ComputeBubbleStats(b.tl);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(a.idle[r], stats.rows[r].idle);
+    EXPECT_EQ(a.rows[r].total(), a.idle[r]) << "row " << r;
+  }
+  EXPECT_EQ(a.total.total(), 82 + 42);
+  // Hand-offs of boundary 0 where the consumer waited on the producer, row by row: B00
+  // 79-76, B01 122-120, F10 13-10 (F11 did not wait: its producer ended before F10 did).
+  ASSERT_EQ(a.handoff_samples.size(), 1u);
+  EXPECT_EQ(a.handoff_samples[0], (std::vector<double>{3, 2, 3}));
+  EXPECT_EQ(MedianHandoff({&a}), (std::vector<double>{3}));
+}
+
+TEST(BubbleAnalysisTest, WithoutIssueTimesTheHostShareBecomesHandOff) {
+  Builder b = TwoStages();
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, {}));
+  // F11's gap [23,26) had no blocker left: stream overhead, still (d).
+  EXPECT_EQ(a.rows[1].host, 3);
+  EXPECT_EQ(a.rows[1].total(), a.idle[1]);
+}
+
+TEST(BubbleAnalysisTest, AllReduceAtTheEndOfTheStep) {
+  // One row per stage: row 0 finishes at 44 and its all-reduce runs until 50; row 1
+  // computes until 40, then its all-reduce runs until 60.
+  Builder b(2);
+  b.Add(0, trace::kComputeLane, "F", 0, 0, 0, 10);
+  b.Add(1, trace::kComputeLane, "F", 1, 0, 12, 22);
+  b.Add(1, trace::kComputeLane, "B", 1, 0, 22, 40);
+  b.Add(0, trace::kComputeLane, "B", 0, 0, 40, 44);
+  b.Add(0, trace::kCommLane, "ALLREDUCE", 0, -1, 44, 50);
+  b.Add(1, trace::kCommLane, "ALLREDUCE", 1, -1, 40, 60);
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));
+  // Row 0: [10,40) waits for B10 (no transfer spans: hand-off 0); trailing [44,50) its
+  // own all-reduce, [50,60) row 1's all-reduce.
+  EXPECT_DOUBLE_EQ(a.rows[0].dependency + a.rows[0].imbalance, 30);
+  EXPECT_EQ(a.rows[0].allreduce, 16);
+  // Row 1: leading [0,10) waits for F00, [10,12) hand-off; trailing [40,60) own
+  // all-reduce.
+  EXPECT_EQ(a.rows[1].dependency, 10);
+  EXPECT_EQ(a.rows[1].transfer, 2);
+  EXPECT_EQ(a.rows[1].allreduce, 20);
+  for (int r = 0; r < 2; ++r) EXPECT_DOUBLE_EQ(a.rows[r].total(), a.idle[r]);
+}
+
+TEST(BubbleAnalysisTest, RejectsOverlapsAndMismatchedIssueTimes) {
+  Builder b(1);
+  b.Add(0, trace::kComputeLane, "F", 0, 0, 0, 10);
+  b.Add(0, trace::kComputeLane, "B", 0, 0, 5, 15);
+  EXPECT_EQ(AnalyzeIdle(b.tl, b.issue).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(AnalyzeIdle(b.tl, {1.0}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BubbleAnalysisTest, WithHandoffLatencyReplacesMeasuredBoundaries) {
+  scheduler::CostModel costs;
+  costs.comm_uniform = 1;
+  costs.comm = {1, 1, 1};
+  scheduler::CostModel out = WithHandoffLatency(costs, {5, -1, 7});
+  EXPECT_EQ(out.comm, (std::vector<double>{5, 1, 7}));
+}
+
+TrainerConfig Tiny(const std::string& schedule, int p, int m) {
+  TrainerConfig config;
+  config.schedule = schedule;
+  config.stages = p;
+  config.microbatches = m;
+  config.microbatch_size = 2;
+  config.model = {.d_in = 6, .d_hidden = 8, .num_classes = 4, .num_layers = 7};
+  config.backend = "host";
+  config.strict = true;
+  return config;
+}
+
+// Real runs: the categories explain the measured idle time (to rounding), issue times
+// precede their spans, and every cross-rank wait yields a hand-off sample.
+TEST(BubbleAnalysisTest, RealRunsAddUpToTheMeasuredIdleTime) {
+  for (const auto& [schedule, p, d] : std::vector<std::tuple<std::string, int, int>>{
+           {"1f1b", 2, 1}, {"gpipe", 3, 1}, {"zb-v", 2, 1}, {"interleaved-1f1b", 2, 2}}) {
+    TrainerConfig config = Tiny(schedule, p, 4);
+    config.replicas = d;
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+    for (int step = 0; step < 2; ++step) {
+      PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+      ASSERT_EQ(r.issue_micros.size(), r.timeline.spans.size());
+      for (std::size_t i = 0; i < r.issue_micros.size(); ++i) {
+        // The clocks agree to a microsecond; the margin is for preemption between the
+        // calibration's two clock reads on a loaded machine.
+        EXPECT_LE(r.issue_micros[i], r.timeline.spans[i].start + 100) << schedule;
+      }
+      PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(r.timeline, r.issue_micros, p));
+      trace::BubbleStats stats = trace::ComputeBubbleStats(r.timeline, p);
+      ASSERT_EQ(a.rows.size(), static_cast<std::size_t>(p));
+      for (int row = 0; row < p; ++row) {
+        EXPECT_NEAR(a.idle[row], stats.rows[row].idle, 1e-6);
+        EXPECT_NEAR(a.rows[row].total(), a.idle[row], 1e-6 * std::max(1.0, a.idle[row]))
+            << schedule << " row " << row;
+        for (double part : {a.rows[row].dependency, a.rows[row].transfer, a.rows[row].allreduce,
+                            a.rows[row].host, a.rows[row].imbalance}) {
+          EXPECT_GE(part, 0) << schedule;
+        }
+      }
+      if (d == 1) {
+        EXPECT_EQ(a.total.allreduce, 0) << schedule;
+      }
+    }
+  }
+}
+
+// A stage work whose every action occupies its stream for a fixed time.
+class SleepyWork final : public StageWork {
+ public:
+  explicit SleepyWork(double micros) : micros_(micros) {}
+  std::size_t input_bytes() const override { return 4; }
+  std::size_t output_bytes() const override { return 4; }
+  std::size_t target_bytes() const override { return 4; }
+  std::int64_t stash_bytes() const override { return 0; }
+  std::int64_t num_params() const override { return 0; }
+  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
+    return nullptr;
+  }
+  absl::Status Forward(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
+  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
+  std::vector<GradientSpan> gradients() override { return {}; }
+
+ private:
+  double micros_;
+};
+
+TEST(SlowStageWorkTest, StretchesEachActionOnTheStream) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto backend, runtime::CreateBackend({.kind = runtime::BackendKind::kHost, .strict = true}));
+  runtime::Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
+  PS_ASSERT_OK_AND_ASSIGN(auto start, device.CreateEvent(true, "start"));
+  PS_ASSERT_OK_AND_ASSIGN(auto end, device.CreateEvent(true, "end"));
+  PS_ASSERT_OK_AND_ASSIGN(auto slow,
+                          SlowStageWork::Create(std::make_unique<SleepyWork>(2000), 2.5));
+  PS_ASSERT_OK(start->Record(*stream));
+  PS_ASSERT_OK(slow->Forward({}, *stream));
+  PS_ASSERT_OK(end->Record(*stream));
+  PS_ASSERT_OK(stream->Synchronize());
+  PS_ASSERT_OK_AND_ASSIGN(double ms, end->ElapsedMillis(*start));
+  EXPECT_GE(ms, 2.5 * 2.0);  // the inner 2 ms, then 1.5 x what it took
+  EXPECT_EQ(SlowStageWork::Create(std::make_unique<SleepyWork>(1), 0.5).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PS_ASSERT_OK(stream->Synchronize());
+}
+
+TEST(SlowStageWorkTest, TrainerSlowsOneRankAndStillTrains) {
+  TrainerConfig config = Tiny("1f1b", 2, 2);
+  config.slow_rank = 2;
+  EXPECT_EQ(Trainer::Create(config).status().code(), absl::StatusCode::kInvalidArgument);
+  config.slow_rank = 1;
+  config.slow_factor = 3;
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+  PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+  EXPECT_TRUE(std::isfinite(r.loss));
+  PS_ASSERT_OK_AND_ASSIGN(auto params, trainer->ExportParameters());  // unwraps the MLP
+  EXPECT_FALSE(params.empty());
+}
+
+}  // namespace
+}  // namespace pipesched::stages
