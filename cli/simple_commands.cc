@@ -2,11 +2,8 @@
 #include <iomanip>
 
 #include "cli/command.h"
+#include "pipesched/version.h"
 #include "scheduler/registry.h"
-
-#ifndef PIPESCHED_VERSION_STRING
-#define PIPESCHED_VERSION_STRING "unknown"
-#endif
 
 namespace pipesched::cli {
 
@@ -21,7 +18,7 @@ int RunSchedules(const CommandContext& ctx) {
 }
 
 int RunVersion(const CommandContext& ctx) {
-  *ctx.out << "pipesched " << PIPESCHED_VERSION_STRING << "\n";
+  *ctx.out << "pipesched " << VersionString() << "\n";  // the library linked
   return kExitOk;
 }
 

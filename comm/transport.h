@@ -45,7 +45,9 @@ class Transport {
   // and the allocation of dst.data; afterwards, work ordered after `stream`'s current
   // position sees the data and may reuse src.data. Two-sided transports (two_sided())
   // enqueue a send on src.stream and a receive on dst.stream instead, each ordered
-  // likewise, and ignore `stream`. Returns immediately.
+  // likewise, and ignore `stream`. Returns immediately. InvalidArgument when an endpoint
+  // has no device or the devices and stream are of different backends; the stream's
+  // first error once it is poisoned (runtime::Device::CopyAsync).
   virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, std::size_t bytes,
                             runtime::Stream& stream) = 0;
 };

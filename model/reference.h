@@ -24,14 +24,19 @@ struct ReferenceOptions {
 
 class ReferenceTrainer {
  public:
+  // A host backend, one stream and the whole model as one Chunk. InvalidArgument for
+  // num_microbatches < 1 or a bad model config.
   static absl::StatusOr<std::unique_ptr<ReferenceTrainer>> Create(const ReferenceOptions& options);
   ~ReferenceTrainer();
 
   // One training step on a global batch: x: (batch, d_in), labels: (batch), host memory;
   // batch must be a multiple of num_microbatches. Micro-batch losses get grad_scale
   // 1 / M. Returns the global batch's mean loss (mean of the M micro-batch losses).
+  // Synchronous. InvalidArgument when batch is not a positive multiple of M, or for a
+  // label out of range.
   absl::StatusOr<float> Step(const float* x, const std::int32_t* labels, int batch);
 
+  // Synchronous; as Chunk::ExportParameters.
   absl::StatusOr<std::vector<HostTensor>> ExportParameters() const;
   Chunk& chunk() { return *chunk_; }
 

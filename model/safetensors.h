@@ -52,8 +52,11 @@ struct SafetensorsFile {
   absl::StatusOr<const HostTensor*> Find(std::string_view name) const;
 };
 
-// `source` names the bytes in error messages (usually the path).
+// `source` names the bytes in error messages (usually the path). InvalidArgument for a
+// truncated file, bad header JSON, an unsupported dtype, or offsets that do not match the
+// shape or the data.
 absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source);
+// ReadFile then ParseSafetensors: NotFound / PermissionDenied for the file, else as above.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 // InvalidArgument on duplicate or empty names, a name "__metadata__", or bytes that do not

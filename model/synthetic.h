@@ -33,10 +33,12 @@ struct Dataset {
 // InvalidArgument naming the field when a size is < 1.
 absl::StatusOr<Dataset> MakeSynthetic(const SyntheticConfig& config);
 
-// Tensors "x" (F32, (N, d_in)) and "y" (I32, (N)) plus metadata num_classes.
+// Tensors "x" (F32, (N, d_in)) and "y" (I32, (N)) plus metadata num_classes; an atomic
+// write (WriteSafetensors), with its errors.
 absl::Status SaveDataset(const std::string& path, const Dataset& data);
 // Reads "x" (F32, 2-D) and "y" (I32 or I64, 1-D, same N). num_classes comes from the
-// metadata "num_classes" if present, else max label + 1. Errors name the file and tensor.
+// metadata "num_classes" if present, else max label + 1. Errors name the file and tensor:
+// NotFound for the file or a missing tensor, InvalidArgument for a wrong dtype or shape.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path);
 
 }  // namespace pipesched::model

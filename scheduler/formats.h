@@ -37,11 +37,14 @@ struct ScheduleFile {
 // ("programs[1][3]") for unknown keys, wrong types, a bad action, a "programs" row count
 // other than "stages", or a "version" other than 1; the parser's position for bad JSON.
 absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text);
+// Inverse of ParseScheduleJson: the JSON above, with "costs" when `costs` is not null.
+// Never fails.
 std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs = nullptr);
 
 // Reads a file and detects its format (JSON when the first non-blank byte is '{',
-// CSV otherwise). Errors start with the path. An unnamed schedule takes the file's name
-// without directory and extension.
+// CSV otherwise). Errors start with the path: NotFound / PermissionDenied from reading
+// it, InvalidArgument from the parsers above. An unnamed schedule takes the file's name
+// without directory and extension. The schedule is not validated: call Validate().
 absl::StatusOr<ScheduleFile> LoadScheduleFile(const std::string& path);
 
 }  // namespace pipesched::scheduler

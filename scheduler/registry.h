@@ -31,8 +31,9 @@ struct ScheduleInfo {
 const std::vector<ScheduleInfo>& AllSchedules();
 // nullptr when unknown.
 const ScheduleInfo* FindSchedule(std::string_view name);
-// NotFound listing the known names for an unknown schedule; the generator's
-// InvalidArgument for bad parameters.
+// Runs the generator `name` (a pure function: same parameters, same schedule). NotFound
+// listing the known names for an unknown schedule; the generator's InvalidArgument,
+// naming the constraint, for parameters it does not support (ScheduleInfo::constraints).
 absl::StatusOr<Schedule> GenerateSchedule(std::string_view name, const GeneratorParams& params);
 
 }  // namespace pipesched::scheduler

@@ -23,7 +23,7 @@ struct Placement {
   int num_chunks = 1;  // V: virtual stages per rank
 
   int num_stages() const { return num_ranks * num_chunks; }
-  // Rank that holds virtual stage `stage` (in [0, P*V)).
+  // Rank that holds virtual stage `stage` (in [0, P*V)); -1 for a stage out of range.
   int RankOf(int stage) const;
   // "loop" or "v".
   std::string KindName() const;

@@ -124,6 +124,8 @@ class Executor {
   int num_stages() const { return schedule_.num_stages(); }
   int num_microbatches() const { return schedule_.num_microbatches; }
   int num_replicas() const { return options_.num_replicas; }
+  // The device of (replica, rank) and the StageWork of (replica, stage); indices must be
+  // in range (not checked).
   runtime::Device& device(int replica, int rank) const;
   StageWork& work(int replica, int stage) const;
   // Bytes one in-flight micro-batch of `stage` holds from its F to its last backward:

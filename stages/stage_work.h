@@ -15,7 +15,17 @@
 //   AllocateStash -> Forward -> (Backward | BackwardInput -> ... -> BackwardWeight)
 //   -> stash FreeAsync
 // and per step: ZeroGrad before the first action, OptimizerStep after the last one (and
-// after the data-parallel all-reduce of gradients()).
+// after the data-parallel all-reduce of gradients()). All calls of one StageWork come
+// from the executor's single host thread; the closures they enqueue run on the compute
+// stream (host backend: that stream's worker thread), one at a time, in stream order.
+// A callback must not synchronise (no Stream/Event/Device Synchronize, no
+// cudaStreamSynchronize / cudaDeviceSynchronize, no blocking copy): the executor issues
+// the whole step before it waits once at the end.
+//
+// Errors: a callback returns a non-OK status only for what it finds while enqueueing
+// (a bad argument, an allocation that fails); the executor stops issuing and Step returns
+// it. Work that fails while it runs returns its status from the enqueued closure (or, on
+// CUDA, leaves a CUDA error): that poisons the stream and Executor::Step returns it.
 #pragma once
 
 #include <cstddef>
@@ -88,18 +98,27 @@ class StageWork {
 
   // A stash for one micro-batch, usable by work enqueued on `stream` after this call
   // (stream-ordered allocation through the stage's runtime::Device, so that the
-  // runtime's memory accounting sees it).
+  // runtime's memory accounting sees it). Returns immediately; ResourceExhausted from
+  // runtime::Device::Allocate when the device is full.
   virtual absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(
       runtime::Stream& stream) = 0;
 
+  // F of micro-batch io.microbatch: reads io.input, writes io.output (or, on the last
+  // stage, *io.loss from io.targets) and keeps what the backward needs in io.stash.
+  // Enqueued on `stream`; returns immediately. `io` itself is valid during the call
+  // only: copy the pointers into what you enqueue.
   virtual absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) = 0;
   // Full backward; the default is BackwardInput then BackwardWeight.
   virtual absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream);
   // Gradient w.r.t. the stage input (I), then w.r.t. the weights (W), accumulated into
-  // the gradients (W adds; never overwrites).
+  // the gradients (W adds; never overwrites). I writes io.grad_input (when not null) from
+  // io.grad_output (or the loss, on the last stage) and the stash; W reads the stash only.
+  // Both enqueued on `stream`; return immediately.
   virtual absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) = 0;
   virtual absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) = 0;
 
+  // Sets the gradients to zero; updates the parameters from them. Enqueued on `stream`
+  // (the compute stream); return immediately.
   virtual absl::Status ZeroGrad(runtime::Stream& stream) = 0;
   virtual absl::Status OptimizerStep(runtime::Stream& stream) = 0;
   // The gradient memory the all-reduce averages; the same ranges (counts) on every

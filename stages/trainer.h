@@ -74,13 +74,15 @@ class Trainer {
   // (stages/checkpoint.h) gives its parameters, not its optimizer state. Errors name the file
   // and the tensor: missing, wrong shape or dtype, or not a parameter of this model.
   absl::Status LoadParameters(const std::string& path);
+  // The same from tensors in memory (synchronous; errors as LoadParameters).
   absl::Status ImportParameters(const std::vector<model::HostTensor>& tensors);
   // Replica 0's parameters, in model order; synchronous.
   absl::StatusOr<std::vector<model::HostTensor>> ExportParameters() const;
   // Atomic write (temporary file, fsync, rename).
   absl::Status SaveParameters(const std::string& path) const;
 
-  // One step on the next global batch of the data set (cycling through it).
+  // One step on the next global batch of the data set (cycling through it); blocks until
+  // it has run. Errors as Executor::Step.
   absl::StatusOr<StepResult> Step();
   // One step on an explicit global batch: x (D*M*B, d_in), labels (D*M*B), host memory.
   absl::StatusOr<StepResult> Step(const float* x, const std::int32_t* labels);
@@ -89,6 +91,8 @@ class Trainer {
   // all-reduces and activation bytes of the steps run so far (the first step, a warm-up,
   // is left out once there are more). FailedPrecondition before any step.
   absl::StatusOr<scheduler::SimResult> Planned() const;
+  // The cost model Planned() simulates with (stages::MeasuredCostModel of the kept
+  // steps); the default CostModel before any step.
   scheduler::CostModel MeasuredCosts() const;
 
   const TrainerConfig& config() const { return config_; }

@@ -16,7 +16,7 @@ namespace pipesched::trace {
 // (the simulator's "unit") is scaled 1 unit = 1000 us, and the trace's "otherData"
 // says so. Processes are named "<timeline name>: rank <r>" and sorted timeline-major,
 // so "planned" and "measured" timelines sit one above the other. Null entries are
-// skipped.
+// skipped. Never fails; write the result with WriteFileAtomic (base/file_util.h).
 std::string ToChromeTrace(const std::vector<const Timeline*>& timelines);
 
 // Microseconds per time unit of `time_unit` as written by ToChromeTrace.

@@ -23,7 +23,7 @@ struct SvgOptions {
   bool shared_scale = true;
 };
 
-// Null entries are skipped. Text is XML-escaped.
+// Null entries are skipped. Text is XML-escaped. Never fails.
 std::string ToSvg(const std::vector<const Timeline*>& timelines, const SvgOptions& options = {});
 
 }  // namespace pipesched::trace
