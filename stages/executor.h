@@ -179,10 +179,10 @@ class Executor {
   std::vector<bool> last_backward_is_w_;
   bool aborted_ = false;    // a step was aborted: the streams are poisoned
   bool abandoned_ = false;  // ... and some did not drain (a host function did not return)
-};
-
   std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
   double clock_offset_ = 0;          // event timestamps - steady-clock us
+};
+
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the
