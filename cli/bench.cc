@@ -63,6 +63,7 @@ struct Row {
   double handoff_us = -1;      // median over boundaries of the effective hand-off latency
   double transfer_us = 0;      // median measured transfer span
   std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
+  scheduler::CostModel costs;                            // what the simulator was fed
   double loss = 0;
 };
 
@@ -215,6 +216,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   row.handoff_us = measured_handoffs.empty() ? -1 : Median(measured_handoffs);
   row.transfer_us = plain.comm_uniform;
   scheduler::CostModel effective = stages::WithHandoffLatency(plain, handoff);
+  row.costs = effective;
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,
                       scheduler::Simulate(trainer->schedule(), plain));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,
@@ -361,6 +363,12 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["transfer_us"] = r.transfer_us;
   j["peak_activation_bytes"] = r.peak_bytes;
   j["simulated_peak_activation_bytes"] = r.sim_peak_bytes;
+  nlohmann::json costs = nlohmann::json::array();
+  for (const scheduler::StageCosts& c : r.costs.stages) {
+    costs.push_back({{"f_us", c.f}, {"b_us", c.b}, {"i_us", c.i}, {"w_us", c.w}});
+  }
+  j["simulator_stage_costs"] = costs;         // JSON only: per virtual stage
+  j["simulator_boundary_us"] = r.costs.comm;  // per boundary: hand-off latency
   return j;
 }
 
@@ -374,7 +382,7 @@ std::string ToCsv(const std::vector<Row>& rows, const Sweep& sweep) {
         fields.emplace_back();
       } else if (j[c].is_string()) {
         fields.push_back(CsvField(j[c].get<std::string>()));
-      } else if (j[c].is_array()) {
+      } else if (j[c].is_array()) {  // the byte counts per rank
         fields.push_back(Join(j[c].get<std::vector<std::int64_t>>(), ";"));
       } else if (j[c].is_number_float()) {
         fields.push_back(absl::StrFormat("%.6g", j[c].get<double>()));
