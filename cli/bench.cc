@@ -38,6 +38,10 @@ namespace {
 constexpr int kBenchHidden = 512;
 constexpr int kBenchMicrobatchSize = 64;
 constexpr int kBenchSteps = 5;
+// 17 blocks + head: the first block (inputs -> H) costs 1/8 of the others at the default
+// 64 inputs, the head almost nothing, so 2, 4 or 8 chunks all get equal FLOPs (train's
+// default of 8 blocks splits 4 + 5 layers at P=2: stage 1 does 30% more work).
+constexpr int kBenchLayers = 17;
 
 struct Sweep {
   std::vector<std::string> schedules;
@@ -60,8 +64,10 @@ struct Row {
   double simulated = 0, simulated_plain = 0, measured = 0;
   double idle_us = 0;
   stages::IdleBreakdown idle;  // over ranks, us
-  double handoff_us = -1;      // median over boundaries of the effective hand-off latency
-  double transfer_us = 0;      // median measured transfer span
+  std::vector<stages::IdleBreakdown> idle_by_rank;
+  std::vector<double> idle_us_by_rank;
+  double handoff_us = -1;  // median over boundaries of the effective hand-off latency
+  double transfer_us = 0;  // median measured transfer span
   std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
   scheduler::CostModel costs;                            // what the simulator was fed
   double loss = 0;
@@ -92,6 +98,7 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(sweep.base, TrainerConfigFromFlags(ctx));
   if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
   if (!FlagGiven(ctx, "microbatch_size")) sweep.base.microbatch_size = kBenchMicrobatchSize;
+  if (!FlagGiven(ctx, "layers")) sweep.base.model.num_layers = kBenchLayers;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
     if (s.empty()) {
       return absl::InvalidArgumentError(
@@ -186,29 +193,35 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
 
   // Measured bubble and its decomposition (median step); hand-offs from every step.
   std::vector<stages::IdleAnalysis> analyses;
-  std::vector<const trace::Timeline*> timelines;
   for (const stages::StepResult& r : results) {
     PS_ASSIGN_OR_RETURN(stages::IdleAnalysis a, stages::AnalyzeIdle(r.timeline, r.issue_micros, p));
     analyses.push_back(std::move(a));
-    timelines.push_back(&r.timeline);
   }
   const stages::IdleAnalysis& a = analyses[order[(order.size() - 1) / 2]];
   trace::BubbleStats measured = trace::ComputeBubbleStats(med.timeline, p);
   row.measured = measured.bubble_fraction;
   row.makespan_ms = measured.makespan / 1000;
   row.idle = a.total;
+  row.idle_by_rank = a.rows;
+  row.idle_us_by_rank = a.idle;
   for (double idle : a.idle) row.idle_us += idle;
   double busy = 0;
   for (const trace::RowStats& r : measured.rows) busy += r.busy;
   row.ideal_ms = busy / p / 1000;
 
-  // Simulated: the simulator fed with the median (stage, op) durations of the measured
-  // steps, plainly (transfers = measured copy spans) and with each boundary's effective
-  // hand-off latency as its transfer time (what the machine really costs a dependency).
-  scheduler::CostModel plain = stages::MeasuredCostModel(timelines, trainer->executor());
+  // Simulated: the simulator fed with the median (stage, op) durations of the median
+  // step -- the step whose bubble is measured, so that both see the same machine load --
+  // plainly (transfers = measured copy spans) and with each boundary's effective hand-off
+  // latency as its transfer time (what the machine really costs a dependency; from all
+  // measured steps where the median step has no sample).
+  scheduler::CostModel plain = stages::MeasuredCostModel({&med.timeline}, trainer->executor());
   std::vector<const stages::IdleAnalysis*> pointers;
   for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
-  std::vector<double> handoff = stages::MedianHandoff(pointers);
+  std::vector<double> handoff = stages::MedianHandoff({&a});
+  const std::vector<double> pooled = stages::MedianHandoff(pointers);
+  for (std::size_t k = 0; k < handoff.size() && k < pooled.size(); ++k) {
+    if (handoff[k] < 0) handoff[k] = pooled[k];
+  }
   std::vector<double> measured_handoffs;
   for (double h : handoff) {
     if (h >= 0) measured_handoffs.push_back(h);
@@ -367,6 +380,17 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   for (const scheduler::StageCosts& c : r.costs.stages) {
     costs.push_back({{"f_us", c.f}, {"b_us", c.b}, {"i_us", c.i}, {"w_us", c.w}});
   }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (std::size_t k = 0; k < r.idle_by_rank.size(); ++k) {
+    const stages::IdleBreakdown& b = r.idle_by_rank[k];
+    ranks.push_back({{"idle_us", r.idle_us_by_rank[k]},
+                     {"dependency_us", b.dependency},
+                     {"transfer_us", b.transfer},
+                     {"allreduce_us", b.allreduce},
+                     {"host_us", b.host},
+                     {"imbalance_us", b.imbalance}});
+  }
+  j["idle_by_rank"] = ranks;                  // JSON only
   j["simulator_stage_costs"] = costs;         // JSON only: per virtual stage
   j["simulator_boundary_us"] = r.costs.comm;  // per boundary: hand-off latency
   return j;
