@@ -189,7 +189,13 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   row.step_ms = med.step_micros / 1000;
   row.samples_per_s = trainer->global_batch() / (med.step_micros * 1e-6);
   row.loss = med.loss;
-  row.peak_bytes.assign(med.peak_activation_bytes.begin(), med.peak_activation_bytes.begin() + p);
+  // Peak activation memory from one more step with exact accounting (the host waits for
+  // stream-ordered frees before issuing: exact, but it would perturb the timed steps).
+  config.exact_memory_accounting = true;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> exact, stages::Trainer::Create(config));
+  PS_ASSIGN_OR_RETURN(stages::StepResult exact_step, exact->Step());
+  row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
+                        exact_step.peak_activation_bytes.begin() + p);
 
   // Measured bubble and its decomposition (median step); hand-offs from every step.
   std::vector<stages::IdleAnalysis> analyses;
