@@ -203,7 +203,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     PS_ASSIGN_OR_RETURN(stages::IdleAnalysis a, stages::AnalyzeIdle(r.timeline, r.issue_micros, p));
     analyses.push_back(std::move(a));
   }
-  const stages::IdleAnalysis& a = analyses[order[(order.size() - 1) / 2]];
+  stages::IdleAnalysis& a = analyses[order[(order.size() - 1) / 2]];
   trace::BubbleStats measured = trace::ComputeBubbleStats(med.timeline, p);
   row.measured = measured.bubble_fraction;
   row.makespan_ms = measured.makespan / 1000;
@@ -234,6 +234,12 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   }
   row.handoff_us = measured_handoffs.empty() ? -1 : Median(measured_handoffs);
   row.transfer_us = plain.comm_uniform;
+  // Imbalance against the same work split evenly (stages/bubble_analysis.h).
+  PS_ASSIGN_OR_RETURN(std::vector<double> balanced,
+                      stages::BalancedIdle(trainer->schedule(), plain));
+  stages::SplitByBalancedReference(a, balanced);
+  row.idle = a.total;
+  row.idle_by_rank = a.rows;
   scheduler::CostModel effective = stages::WithHandoffLatency(plain, handoff);
   row.costs = effective;
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,

@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "scheduler/simulator.h"
 
 namespace pipesched::stages {
 namespace {
@@ -231,6 +233,39 @@ IdleBreakdown& IdleBreakdown::operator+=(const IdleBreakdown& o) {
 absl::StatusOr<IdleAnalysis> AnalyzeIdle(const trace::Timeline& timeline,
                                          const std::vector<double>& issue_micros, int num_rows) {
   return Analyzer(timeline, issue_micros, num_rows).Run();
+}
+
+void SplitByBalancedReference(IdleAnalysis& analysis, const std::vector<double>& balanced_idle) {
+  analysis.total = {};
+  for (std::size_t r = 0; r < analysis.rows.size(); ++r) {
+    IdleBreakdown& row = analysis.rows[r];
+    if (r < balanced_idle.size()) {
+      const double wait = row.dependency + row.imbalance;
+      row.dependency = std::min(wait, std::max(0.0, balanced_idle[r]));
+      row.imbalance = wait - row.dependency;
+    }
+    analysis.total += row;
+  }
+}
+
+absl::StatusOr<std::vector<double>> BalancedIdle(const scheduler::Schedule& schedule,
+                                                 const scheduler::CostModel& measured) {
+  scheduler::StageCosts mean{.f = 0, .b = 0, .i = 0, .w = 0};
+  const double n = static_cast<double>(std::max<std::size_t>(measured.stages.size(), 1));
+  for (const scheduler::StageCosts& c : measured.stages) {
+    mean.f += c.f / n;
+    mean.b += c.b / n;
+    mean.i += c.i / n;
+    mean.w += c.w / n;
+  }
+  if (measured.stages.empty()) mean = measured.uniform;
+  mean.allreduce = 0;
+  scheduler::CostModel balanced;
+  balanced.uniform = mean;
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, balanced));
+  std::vector<double> idle;
+  for (const scheduler::RankStats& r : sim.ranks) idle.push_back(r.idle);
+  return idle;
 }
 
 std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analyses) {

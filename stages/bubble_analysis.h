@@ -47,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
 #include "trace/timeline.h"
 
 namespace pipesched::stages {
@@ -80,6 +81,22 @@ struct IdleAnalysis {
 // runs two actions at once, so the gaps would not add up to the idle time).
 absl::StatusOr<IdleAnalysis> AnalyzeIdle(const trace::Timeline& timeline,
                                          const std::vector<double>& issue_micros, int num_rows = 0);
+
+// Imbalance against a balanced pipeline. The per-instant rule above only charges the
+// producer's excess while the consumer waits on it; with a slower stage the schedule's
+// steady state also waits for it every micro-batch (1F1B with one stage 2x slower idles
+// its other rank half of the steady state, a balanced one not at all). Given the idle
+// time each rank would have if every stage took the mean of the stages' measured costs
+// (`balanced_idle`, BalancedIdle below, in the timeline's units), this re-splits each
+// row's dependency wait W = (a) + (e): (a) = min(W, balanced_idle[r]), (e) = W - (a).
+// The other categories and the totals are unchanged.
+void SplitByBalancedReference(IdleAnalysis& analysis, const std::vector<double>& balanced_idle);
+
+// Per rank: the idle time the simulator gives `schedule` when every stage costs the mean
+// of `measured`'s stage costs (F, B, I, W), with no transfer and no all-reduce time: the
+// pure pipeline bubble of a balanced split of the same work.
+absl::StatusOr<std::vector<double>> BalancedIdle(const scheduler::Schedule& schedule,
+                                                 const scheduler::CostModel& measured);
 
 // Median of the hand-off samples of `analyses`, per boundary; -1 where none waited.
 std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analyses);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/registry.h"
 #include "stages/slow_stage_work.h"
 #include "stages/trainer.h"
 #include "tests/testing/status_matchers.h"
@@ -89,6 +90,32 @@ TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
   ASSERT_EQ(a.handoff_samples.size(), 1u);
   EXPECT_EQ(a.handoff_samples[0], (std::vector<double>{3, 2, 3}));
   EXPECT_EQ(MedianHandoff({&a}), (std::vector<double>{3}));
+}
+
+TEST(BubbleAnalysisTest, BalancedReferenceResplitsTheDependencyWait) {
+  Builder b = TwoStages();
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));
+  // A balanced pipeline would idle 10 per row: the rest of each row's wait is imbalance.
+  SplitByBalancedReference(a, {10, 40});
+  EXPECT_EQ(a.rows[0].dependency, 10);
+  EXPECT_EQ(a.rows[0].imbalance, 61.75 + 15.25 - 10);
+  EXPECT_EQ(a.rows[1].dependency, 32);  // waited less than the reference: all bubble
+  EXPECT_EQ(a.rows[1].imbalance, 0);
+  EXPECT_EQ(a.rows[0].transfer, 5);  // untouched
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(a.rows[r].total(), a.idle[r]);
+  EXPECT_EQ(a.total.total(), 82 + 42);
+}
+
+TEST(BubbleAnalysisTest, BalancedIdleIsThePipelineBubbleOfTheMeanCosts) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  scheduler::CostModel measured;
+  measured.stages = {{.f = 1, .b = 2}, {.f = 3, .b = 6}};  // mean: F = 2, B = 4
+  measured.comm_uniform = 5;                               // ignored
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<double> idle, BalancedIdle(schedule, measured));
+  // (M + P - 1)(F + B) = 5 x 6 = 30 per rank, of which M (F + B) = 24 busy.
+  EXPECT_EQ(idle, (std::vector<double>{6, 6}));
 }
 
 TEST(BubbleAnalysisTest, WithoutIssueTimesTheHostShareBecomesHandOff) {
