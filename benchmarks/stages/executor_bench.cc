@@ -1,4 +1,5 @@
-// Executor overhead per action on the host backend: a whole training step of a schedule
+// Executor overhead per action on the host backend (and on CUDA, Cuda_*, which skip with a
+// message when no GPU is usable): a whole training step of a schedule
 // whose stage work enqueues nothing (tests/stages/toy_stage_work.h with empty = true), so
 // that what is timed is the executor's issue walk, its events, waits, stream-ordered
 // allocations and frees, transfers and the host streams completing them. Reported as
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "runtime/runtime.h"
 #include "scheduler/registry.h"
@@ -19,7 +21,8 @@
 namespace pipesched::stages {
 namespace {
 
-void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name) {
+void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name,
+                     runtime::BackendKind kind = runtime::BackendKind::kHost) {
   const int p = static_cast<int>(state.range(0));
   const int m = static_cast<int>(state.range(1));
   const int d = static_cast<int>(state.range(2));
@@ -29,8 +32,18 @@ void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name) 
     state.SkipWithError(std::string(schedule.status().message()).c_str());
     return;
   }
-  auto backend =
-      runtime::CreateBackend({.kind = runtime::BackendKind::kHost, .num_devices = p * d}).value();
+  // CUDA: all visible GPUs, (replica, rank) pairs round-robin over them; the stage work
+  // enqueues nothing, so what is timed is the executor's events, waits, stream-ordered
+  // allocations and peer copies, issue plus completion as the host sees it (wall time:
+  // device-side events would leave out the issue cost this benchmark is about).
+  auto created = runtime::CreateBackend(
+      {.kind = kind, .num_devices = kind == runtime::BackendKind::kHost ? p * d : 0});
+  if (!created.ok()) {
+    state.SkipWithError(
+        absl::StrCat("no usable GPU: ", absl::string_view(created.status().message())).c_str());
+    return;
+  }
+  std::unique_ptr<runtime::Backend> backend = *std::move(created);
   const int stages = schedule->num_stages();
   testing::ToyOptions toy{.features = 4, .batch = 2, .empty = true};
   auto factory = [stages, toy](
@@ -76,6 +89,17 @@ BENCHMARK_CAPTURE(BM_ExecutorStep, one_f_one_b, std::string("1f1b"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ExecutorStep, zb_h1, std::string("zb-h1"))
+    ->Args({4, 32, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ExecutorStep, Cuda_one_f_one_b, std::string("1f1b"),
+                  runtime::BackendKind::kCuda)
+    ->Args({2, 8, 1})
+    ->Args({4, 32, 1})
+    ->Args({4, 32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ExecutorStep, Cuda_gpipe, std::string("gpipe"), runtime::BackendKind::kCuda)
     ->Args({4, 32, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
