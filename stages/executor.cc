@@ -795,7 +795,7 @@ absl::Status Executor::AbortStep(absl::Status why) {
   for (auto& rk : ranks_) {
     for (runtime::Stream* stream : rk->streams()) stream->Abort(why);
   }
-  // Aborted streams drain at once (records and frees only) unless a host function does
+  // Aborted streams drain at once (event records only) unless a host function does
   // not return: wait for them a bounded time, polling, then leave them to their
   // destructors (runtime::Stream::Abort).
   const auto start = WatchClock::now();

@@ -11,7 +11,9 @@
 //   - Poison: the first error returned by a host function is kept; later host functions
 //     are skipped but markers, waits and frees still run, so no other stream hangs.
 //   - Abort (watchdog): poisons, and from then on waits return at once (a wait in
-//     progress is woken through the event it is registered on) and busy waits end; the
+//     progress is woken through the event it is registered on) and busy waits end; frees
+//     reached afterwards are deferred to the stream's destruction (with waits skipped,
+//     work in flight on another stream may still use the memory); the
 //     worker's state lives in a shared StreamCore so that the destructor can detach a
 //     worker whose host function does not return (see Stream::Abort).
 #include "runtime/host/host_backend.h"
@@ -86,6 +88,10 @@ struct StreamCore {
   bool detached = false;
   absl::Status error;
   std::shared_ptr<EventState> waiting_on;  // the event a wait task is blocked on
+  // Frees reached after Abort: run by the destructor once the worker has exited, because
+  // waits are skipped after an abort and work still in flight on another stream may use
+  // the memory until that stream drains too.
+  std::vector<std::function<void()>> deferred_frees;
 
   // Busy waits sleep here so that Abort can end them.
   std::mutex sleep_mu;
@@ -121,6 +127,8 @@ class HostStream final : public Stream {
   void EnqueueInternal(std::function<void()> task);
   // Runs `fn` in stream order unless the stream is poisoned by then; its error poisons.
   absl::Status EnqueueWork(std::function<absl::Status()> fn);
+  // Runs `free_fn` in stream order, or once the stream is destroyed if it was aborted.
+  void EnqueueFree(std::function<void()> free_fn);
   HostDevice& host_device() const { return device_; }
 
  private:
@@ -248,12 +256,17 @@ HostStream::~HostStream() {
     worker_.join();  // the worker drains the queue first
     return;
   }
+  auto run_deferred_frees = [&core] {
+    for (std::function<void()>& free_fn : core.deferred_frees) free_fn();
+    core.deferred_frees.clear();
+  };
   // Aborted: the queue drains at once unless a host function does not return.
   std::unique_lock<std::mutex> lock(core.mu);
   if (core.exit_cv.wait_for(lock, std::chrono::milliseconds(kAbortGraceMillis),
                             [&core] { return core.exited; })) {
     lock.unlock();
     worker_.join();
+    run_deferred_frees();
     return;
   }
   // Run what is left here (records and frees; host functions and waits are skipped in
@@ -263,6 +276,8 @@ HostStream::~HostStream() {
   rest.swap(core.queue);
   lock.unlock();
   for (std::function<void()>& task : rest) task();
+  // The deferred frees stay with the detached worker's state, unrun: its host function
+  // may still use that memory (a leak, for a function that ignored the abort).
   worker_.detach();
 }
 
@@ -313,6 +328,17 @@ void HostStream::EnqueueInternal(std::function<void()> task) {
     wake = core_->worker_idle;
   }
   if (wake) core_->work_cv.notify_one();
+}
+
+void HostStream::EnqueueFree(std::function<void()> free_fn) {
+  EnqueueInternal([core = core_, free_fn = std::move(free_fn)]() mutable {
+    if (core->aborted.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(core->mu);
+      core->deferred_frees.push_back(std::move(free_fn));
+      return;
+    }
+    free_fn();
+  });
 }
 
 absl::Status HostStream::status() const {
@@ -517,7 +543,7 @@ absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
 absl::Status HostDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& stream) {
   HostStream* host_stream = AsHostStream(stream);
   if (host_stream == nullptr) return NotHost(stream, "FreeAsync");
-  host_stream->EnqueueInternal([this, data, size] { Free(data, size); });
+  host_stream->EnqueueFree([this, data, size] { Free(data, size); });
   return absl::OkStatus();
 }
 
