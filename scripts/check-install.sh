@@ -68,6 +68,7 @@ for h in $(git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' 'runtime/*.h' 'mo
   [ -f "$inc/$h" ] && continue
   case $h in
   base/cuda_check.h | runtime/cuda_runtime.h) continue ;;
+  base/cublas_check.h | base/nccl_check.h) continue ;; # internal: used by model/cuda, comm/cuda
   scheduler/dependency_walk.h | scheduler/generators/* | trace/op_style.h) continue ;;
   runtime/memory_account.h | runtime/host/* | runtime/cuda/*) continue ;;
   model/host_kernels.h | model/math_impl.h | model/cuda/* | comm/internal.h | comm/cuda/*) continue ;;

@@ -10,22 +10,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "base/nccl_check.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "comm/cuda/reduce_kernels.h"
 #include "comm/internal.h"
 #include "runtime/cuda_runtime.h"
 
 namespace pipesched::comm::internal {
 namespace {
-
-absl::Status NcclStatus(ncclResult_t result, const char* expr, const char* file, int line) {
-  if (result == ncclSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("NCCL error ", static_cast<int>(result), " (",
-                                          ncclGetErrorString(result), ") in `", expr, "` at ", file,
-                                          ":", line));
-}
-#define PS_NCCL_RETURN_IF_ERROR(expr) \
-  PS_RETURN_IF_ERROR(NcclStatus((expr), #expr, __FILE__, __LINE__))
 
 // Makes `device` current for the scope (kernels and copies must be launched with the
 // stream's device current).
@@ -119,8 +112,8 @@ class NcclAllReducer final : public AllReducer {
       ncclResult_t async = ncclSuccess;
       PS_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comms_[k], &async));
       if (async != ncclSuccess && async != ncclInProgress) {
-        return absl::InternalError(absl::StrCat("NCCL communicator ", k, " of all-reduce '", name(),
-                                                "' reported an asynchronous error ",
+        return absl::InternalError(absl::StrCat("NCCL communicator ", k, " of all-reduce '",
+                                                Absl(name()), "' reported an asynchronous error ",
                                                 static_cast<int>(async), " (",
                                                 ncclGetErrorString(async), ")"));
       }
@@ -147,10 +140,9 @@ class NcclAllReducer final : public AllReducer {
       PS_NCCL_RETURN_IF_ERROR(ncclGroupStart());
       absl::Status issued = absl::OkStatus();
       for (int i = 0; i < size && issued.ok(); ++i) {
-        issued =
-            NcclStatus(ncclAllReduce(parts[i].data, parts[i].data, count, ncclFloat, ncclAvg,
-                                     comms_[i], runtime::UncheckedCudaStream(*parts[i].stream)),
-                       "ncclAllReduce", __FILE__, __LINE__);
+        issued = PS_NCCL_STATUS(ncclAllReduce(parts[i].data, parts[i].data, count, ncclFloat,
+                                              ncclAvg, comms_[i],
+                                              runtime::UncheckedCudaStream(*parts[i].stream)));
       }
       PS_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
       return issued;
@@ -171,9 +163,9 @@ class NcclAllReducer final : public AllReducer {
       absl::Status issued = absl::OkStatus();
       for (std::size_t k = 0; k < leaders_.size() && issued.ok(); ++k) {
         const ReducePart& part = parts[leaders_[k]];
-        issued = NcclStatus(ncclAllReduce(part.data, part.data, count, ncclFloat, ncclSum,
-                                          comms_[k], runtime::UncheckedCudaStream(*part.stream)),
-                            "ncclAllReduce", __FILE__, __LINE__);
+        issued =
+            PS_NCCL_STATUS(ncclAllReduce(part.data, part.data, count, ncclFloat, ncclSum, comms_[k],
+                                         runtime::UncheckedCudaStream(*part.stream)));
       }
       PS_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
       PS_RETURN_IF_ERROR(issued);

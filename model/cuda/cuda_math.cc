@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/cublas_check.h"
 #include "base/cuda_check.h"
 #include "base/status.h"
 #include "model/cuda/cuda_kernels.h"
@@ -18,23 +19,6 @@
 
 namespace pipesched::model {
 namespace {
-
-// cuBLAS has no checking macro in base/ yet; this is its one adapter in model/.
-absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const absl::StatusCode code =
-      status == CUBLAS_STATUS_ALLOC_FAILED    ? absl::StatusCode::kResourceExhausted
-      : status == CUBLAS_STATUS_INVALID_VALUE ? absl::StatusCode::kInvalidArgument
-                                              : absl::StatusCode::kInternal;
-  return absl::Status(
-      code, absl::StrCat(cublasGetStatusName(status), " (", cublasGetStatusString(status), ") in `",
-                         expr, "` at ", file, ":", line));
-}
-#define PS_CUBLAS_RETURN_IF_ERROR(expr)                                                 \
-  do {                                                                                  \
-    ::absl::Status ps_cublas_status_ = CublasStatus((expr), #expr, __FILE__, __LINE__); \
-    if (!ps_cublas_status_.ok()) return ps_cublas_status_;                              \
-  } while (0)
 
 cublasOperation_t ToCublas(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
