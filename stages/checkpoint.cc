@@ -61,12 +61,7 @@ std::string Checksum(const model::SafetensorsFile& file) {
 }
 
 absl::StatusOr<model::Chunk*> ChunkOf(const Trainer& trainer, int replica, int stage) {
-  auto* mlp = dynamic_cast<MlpStageWork*>(&trainer.executor().work(replica, stage));
-  if (mlp == nullptr) {
-    return absl::FailedPreconditionError(
-        "checkpoints need the built-in MLP stage work on every stage");
-  }
-  return &mlp->chunk();
+  return &trainer.chunk(replica, stage);
 }
 
 std::string OptimizerState(const model::OptimizerConfig& o) {

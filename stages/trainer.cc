@@ -21,6 +21,10 @@ MlpStageWork& Mlp(StageWork& work) {
 
 }  // namespace
 
+model::Chunk& Trainer::chunk(int replica, int stage) const {
+  return Mlp(executor_->work(replica, stage)).chunk();
+}
+
 Trainer::~Trainer() {
   executor_.reset();  // streams, events and buffers before their backend
 }

@@ -100,6 +100,9 @@ class Trainer {
   const std::vector<LayerRange>& partition() const { return partition_; }
   const model::Dataset& data() const { return data_; }
   Executor& executor() const { return *executor_; }
+  // The model chunk of virtual stage `stage` on replica `replica` (through any skew
+  // injection wrapper).
+  model::Chunk& chunk(int replica, int stage) const;
   runtime::Backend& backend() const { return *backend_; }
   std::int64_t global_batch() const;  // D x M x B
   // The next sample of data() that Step() feeds (checkpoints save and restore it).

@@ -107,6 +107,25 @@ TEST(CheckpointTest, ResumingEqualsTrainingStraightThroughBitForBit) {
   }
 }
 
+TEST(CheckpointTest, SkewInjectedStagesSaveAndLoadLikePlainOnes) {
+  // --slow-stage wraps a rank's stage work; checkpoints reach the model through it.
+  TrainerConfig slow = Config(model::OptimizerKind::kSgd);
+  slow.slow_rank = 1;
+  slow.slow_factor = 1.5;
+  const std::string path = TempPath("slow.safetensors");
+  PS_ASSERT_OK_AND_ASSIGN(auto first, Trainer::Create(slow));
+  PS_ASSERT_OK(first->Step().status());
+  PS_ASSERT_OK(SaveCheckpoint(*first, path));
+  PS_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  PS_ASSERT_OK_AND_ASSIGN(CheckpointInfo info, LoadCheckpoint(path, *plain));
+  EXPECT_EQ(info.step, 1);
+  const auto a = State(*first), b = State(*plain);
+  for (const auto& [name, bytes] : a) {
+    EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name << " differs";
+  }
+  std::remove(path.c_str());
+}
+
 class CheckpointRejectTest : public ::testing::Test {
  protected:
   void SetUp() override {
