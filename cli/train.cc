@@ -48,8 +48,8 @@ absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx)
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, TrainerConfigFromFlags(ctx));
   config.step_timeout_seconds = absl::GetFlag(FLAGS_step_timeout);
   if (!(config.step_timeout_seconds >= 0) || !std::isfinite(config.step_timeout_seconds)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--step-timeout=", config.step_timeout_seconds, " must be >= 0 seconds (0 = never)"));
+    return absl::InvalidArgumentError(absl::StrCat("--step-timeout=", config.step_timeout_seconds,
+                                                   " must be >= 0 seconds (0 = never)"));
   }
   if (std::string from = absl::GetFlag(FLAGS_from); !from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {

@@ -23,19 +23,18 @@ struct StageCosts {
 };
 
 struct CostModel {
-  StageCosts uniform;                // used for stages beyond `stages`
-  std::vector<StageCosts> stages;    // per virtual stage (optional)
-  double comm_uniform = 0;           // transfer time across a boundary
-  std::vector<double> comm;          // per boundary s -> s+1 (optional)
+  StageCosts uniform;              // used for stages beyond `stages`
+  std::vector<StageCosts> stages;  // per virtual stage (optional)
+  double comm_uniform = 0;         // transfer time across a boundary
+  std::vector<double> comm;        // per boundary s -> s+1 (optional)
 
   const StageCosts& Stage(int stage) const {
-    return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage]
-                                                                          : uniform;
+    return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage] : uniform;
   }
   // Transfer time of boundary stage -> stage+1.
   double Comm(int boundary) const {
     return boundary >= 0 && static_cast<std::size_t>(boundary) < comm.size() ? comm[boundary]
-                                                                              : comm_uniform;
+                                                                             : comm_uniform;
   }
   // Duration of a compute or ALLREDUCE action; lowered SEND/RECV take Comm() of their
   // boundary.

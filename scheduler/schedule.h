@@ -32,7 +32,7 @@ struct Placement {
 struct Schedule {
   std::string name;  // generator name or file name
   Placement placement;
-  int num_microbatches = 0;                  // M
+  int num_microbatches = 0;                   // M
   std::vector<std::vector<Action>> programs;  // programs[rank], in issue order
 
   int num_ranks() const { return placement.num_ranks; }

@@ -15,10 +15,10 @@
 namespace pipesched::scheduler {
 
 struct RankStats {
-  double busy = 0;                       // sum of F/B/I/W durations (ALLREDUCE overlaps, not counted)
-  double idle = 0;                       // makespan - busy
-  int peak_live_microbatches = 0;        // stashed activations alive at once, all stages
-  std::int64_t peak_live_bytes = 0;      // same, weighted by StageCosts::activation_bytes
+  double busy = 0;                   // sum of F/B/I/W durations (ALLREDUCE overlaps, not counted)
+  double idle = 0;                   // makespan - busy
+  int peak_live_microbatches = 0;    // stashed activations alive at once, all stages
+  std::int64_t peak_live_bytes = 0;  // same, weighted by StageCosts::activation_bytes
 };
 
 struct SimResult {

@@ -48,7 +48,7 @@ struct Executor::Rank {
   int rank = 0;
   runtime::Device* device = nullptr;
   std::unique_ptr<runtime::Stream> compute, send, recv, comm;
-  std::unique_ptr<runtime::Event> freed;  // exact_memory_accounting: after the last work
+  std::unique_ptr<runtime::Event> freed;       // exact_memory_accounting: after the last work
   std::unique_ptr<runtime::Event> drained[4];  // watchdog: end of step of each stream
   std::vector<runtime::Stream*> streams() const {
     return {compute.get(), send.get(), recv.get(), comm.get()};
@@ -265,9 +265,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     for (int s = 0; s < S; ++s) {
       std::vector<runtime::Device*> devices;
       for (int d = 0; d < D; ++d) devices.push_back(ex->rank_of(d, s).device);
-      PS_ASSIGN_OR_RETURN(auto reducer,
-                          comm::CreateAllReducer(
-                              devices, {.timeout_seconds = options.step_timeout_seconds}));
+      PS_ASSIGN_OR_RETURN(
+          auto reducer,
+          comm::CreateAllReducer(devices, {.timeout_seconds = options.step_timeout_seconds}));
       ex->reducers_.push_back(std::move(reducer));
     }
   }
@@ -305,8 +305,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       PS_RETURN_IF_ERROR(mark->Record(*rk.compute));
       PS_RETURN_IF_ERROR(mark->Synchronize());
       PS_ASSIGN_OR_RETURN(double event_at, mark->TimestampMicros());
-      ex->clock_offset_ = k == 0 ? event_at - *host_at
-                                 : std::min(ex->clock_offset_, event_at - *host_at);
+      ex->clock_offset_ =
+          k == 0 ? event_at - *host_at : std::min(ex->clock_offset_, event_at - *host_at);
     }
   }
 
@@ -902,8 +902,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   return result;
 }
 
-absl::StatusOr<trace::Timeline> Executor::CollectTimeline(
-    std::vector<double>* issue_micros) const {
+absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* issue_micros) const {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   trace::Timeline timeline;
   const int V = schedule_.num_chunks();

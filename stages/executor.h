@@ -177,8 +177,8 @@ class Executor {
   std::vector<runtime::Buffer> inputs_, targets_, losses_;  // [replica]
   std::vector<int> last_backward_mb_;  // [stage]: micro-batch of the last B/W issued
   std::vector<bool> last_backward_is_w_;
-  bool aborted_ = false;    // a step was aborted: the streams are poisoned
-  bool abandoned_ = false;  // ... and some did not drain (a host function did not return)
+  bool aborted_ = false;             // a step was aborted: the streams are poisoned
+  bool abandoned_ = false;           // ... and some did not drain (a host function did not return)
   std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
   double clock_offset_ = 0;          // event timestamps - steady-clock us
 };

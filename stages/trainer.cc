@@ -96,11 +96,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     }
     return std::unique_ptr<StageWork>(std::move(work));
   };
-  PS_ASSIGN_OR_RETURN(
-      t->executor_, Executor::Create(schedule, *t->backend_, factory,
-                                     {.num_replicas = D,
-                                      .exact_memory_accounting = config.exact_memory_accounting,
-                                      .step_timeout_seconds = config.step_timeout_seconds}));
+  PS_ASSIGN_OR_RETURN(t->executor_,
+                      Executor::Create(schedule, *t->backend_, factory,
+                                       {.num_replicas = D,
+                                        .exact_memory_accounting = config.exact_memory_accounting,
+                                        .step_timeout_seconds = config.step_timeout_seconds}));
 
   // Data.
   const std::int64_t g = t->global_batch();
@@ -209,9 +209,8 @@ absl::Status Trainer::LoadParameters(const std::string& path) {
   PS_ASSIGN_OR_RETURN(model::SafetensorsFile file, model::ReadSafetensors(path));
   if (file.metadata["format"] == "pipesched-checkpoint") {
     // A checkpoint (stages/checkpoint.h): its parameters only, not its optimizer state.
-    std::erase_if(file.tensors, [](const model::HostTensor& t) {
-      return t.name.rfind("optimizer.", 0) == 0;
-    });
+    std::erase_if(file.tensors,
+                  [](const model::HostTensor& t) { return t.name.rfind("optimizer.", 0) == 0; });
   }
   absl::Status s = ImportParameters(file.tensors);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));

@@ -15,7 +15,7 @@ inline constexpr int kRecvLane = 2;
 inline constexpr int kCommLane = 3;  // data-parallel collectives
 
 struct Span {
-  int rank = 0;         // device row
+  int rank = 0;  // device row
   int lane = kComputeLane;
   int stage = -1;       // virtual stage (model chunk), -1 when not applicable
   int microbatch = -1;  // -1 when not applicable (e.g. ALLREDUCE)
@@ -32,7 +32,7 @@ struct Flow {
 };
 
 struct Timeline {
-  std::string name;               // e.g. "1f1b P=4 M=8 (simulated)"
+  std::string name;                // e.g. "1f1b P=4 M=8 (simulated)"
   std::string time_unit = "unit";  // "unit" for simulated unit costs, "us" for measured
   int num_ranks = 0;
   std::vector<Span> spans;
