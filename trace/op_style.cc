@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 
+#include "absl/strings/str_format.h"
+
 namespace pipesched::trace::internal {
 namespace {
 
@@ -40,6 +42,38 @@ double NiceStep(double x) {
     if (m * magnitude >= x * (1 - 1e-9)) return m * magnitude;
   }
   return 10 * magnitude;
+}
+
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string SvgNum(double x) {
+  std::string s = absl::StrFormat("%.2f", x);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  if (s == "-0") s = "0";
+  return s;
 }
 
 }  // namespace pipesched::trace::internal

@@ -3,6 +3,7 @@
 // helpers they share. Not installed.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace pipesched::trace::internal {
@@ -21,5 +22,11 @@ const OpStyle& StyleOf(std::string_view op);
 
 // The smallest of 1, 2, 5 x 10^k that is >= x: axis tick spacing. 1 when x <= 0.
 double NiceStep(double x);
+
+// `text` with &, <, > and " escaped for SVG/XML text and attribute values.
+std::string XmlEscape(std::string_view text);
+
+// A coordinate with two decimals, trailing zeros dropped: compact and exact enough.
+std::string SvgNum(double x);
 
 }  // namespace pipesched::trace::internal

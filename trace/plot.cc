@@ -15,6 +15,9 @@
 namespace pipesched::trace {
 namespace {
 
+using internal::SvgNum;
+using internal::XmlEscape;
+
 constexpr char kFont[] = "Helvetica Neue, Helvetica, Arial, DejaVu Sans, sans-serif";
 constexpr char kInk[] = "#222222";
 constexpr char kMuted[] = "#666666";
@@ -27,41 +30,11 @@ constexpr double kCharWidth = 0.58;  // of the font size
 constexpr std::string_view kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                          "#E69F00", "#56B4E9", "#000000", "#F0E442"};
 
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
-std::string Num(double v) {
-  std::string s = absl::StrFormat("%.2f", v);
-  while (!s.empty() && s.back() == '0') s.pop_back();
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s == "-0" ? "0" : s;
-}
-
 std::string Text(double x, double y, double size, const std::string& color, const std::string& text,
                  const std::string& extra = "") {
-  return absl::StrCat("<text x=\"", Num(x), "\" y=\"", Num(y), "\" font-size=\"", Num(size),
-                      "\" fill=\"", color, "\"", extra.empty() ? "" : " ", extra, ">", Escape(text),
-                      "</text>\n");
+  return absl::StrCat("<text x=\"", SvgNum(x), "\" y=\"", SvgNum(y), "\" font-size=\"",
+                      SvgNum(size), "\" fill=\"", color, "\"", extra.empty() ? "" : " ", extra, ">",
+                      XmlEscape(text), "</text>\n");
 }
 
 struct Axis {
@@ -132,21 +105,22 @@ std::string MarkerSvg(Marker marker, double x, double y, double r, const std::st
     case Marker::kNone:
       return "";
     case Marker::kCircle:
-      return absl::StrCat("<circle cx=\"", Num(x), "\" cy=\"", Num(y), "\" r=\"", Num(r), "\"",
-                          style, "/>");
+      return absl::StrCat("<circle cx=\"", SvgNum(x), "\" cy=\"", SvgNum(y), "\" r=\"", SvgNum(r),
+                          "\"", style, "/>");
     case Marker::kSquare: {
       const double s = r * 0.9;
-      return absl::StrCat("<rect x=\"", Num(x - s), "\" y=\"", Num(y - s), "\" width=\"",
-                          Num(2 * s), "\" height=\"", Num(2 * s), "\"", style, "/>");
+      return absl::StrCat("<rect x=\"", SvgNum(x - s), "\" y=\"", SvgNum(y - s), "\" width=\"",
+                          SvgNum(2 * s), "\" height=\"", SvgNum(2 * s), "\"", style, "/>");
     }
     case Marker::kTriangle:
-      return absl::StrCat("<polygon points=\"", Num(x), ",", Num(y - 1.2 * r), " ",
-                          Num(x + 1.1 * r), ",", Num(y + 0.8 * r), " ", Num(x - 1.1 * r), ",",
-                          Num(y + 0.8 * r), "\"", style, "/>");
+      return absl::StrCat("<polygon points=\"", SvgNum(x), ",", SvgNum(y - 1.2 * r), " ",
+                          SvgNum(x + 1.1 * r), ",", SvgNum(y + 0.8 * r), " ", SvgNum(x - 1.1 * r),
+                          ",", SvgNum(y + 0.8 * r), "\"", style, "/>");
     case Marker::kDiamond:
-      return absl::StrCat("<polygon points=\"", Num(x), ",", Num(y - 1.25 * r), " ",
-                          Num(x + 1.05 * r), ",", Num(y), " ", Num(x), ",", Num(y + 1.25 * r), " ",
-                          Num(x - 1.05 * r), ",", Num(y), "\"", style, "/>");
+      return absl::StrCat("<polygon points=\"", SvgNum(x), ",", SvgNum(y - 1.25 * r), " ",
+                          SvgNum(x + 1.05 * r), ",", SvgNum(y), " ", SvgNum(x), ",",
+                          SvgNum(y + 1.25 * r), " ", SvgNum(x - 1.05 * r), ",", SvgNum(y), "\"",
+                          style, "/>");
   }
   return "";
 }
@@ -223,36 +197,37 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
   if (!plot.title.empty()) {
     svg += Text(left, oy + 20, 14, kInk, plot.title, "font-weight=\"600\"");
   }
-  svg += absl::StrCat("<rect x=\"", Num(left), "\" y=\"", Num(top), "\" width=\"", Num(w),
-                      "\" height=\"", Num(h), "\" fill=\"#ffffff\" stroke=\"none\"/>\n");
+  svg += absl::StrCat("<rect x=\"", SvgNum(left), "\" y=\"", SvgNum(top), "\" width=\"", SvgNum(w),
+                      "\" height=\"", SvgNum(h), "\" fill=\"#ffffff\" stroke=\"none\"/>\n");
   // Grid and ticks.
   for (double t : ax.ticks) {
     const double x = X(t);
-    svg += absl::StrCat("<line x1=\"", Num(x), "\" y1=\"", Num(top), "\" x2=\"", Num(x), "\" y2=\"",
-                        Num(top + h), "\" stroke=\"", kGrid, "\"/>\n");
+    svg += absl::StrCat("<line x1=\"", SvgNum(x), "\" y1=\"", SvgNum(top), "\" x2=\"", SvgNum(x),
+                        "\" y2=\"", SvgNum(top + h), "\" stroke=\"", kGrid, "\"/>\n");
     svg += Text(x, top + h + 16, 11, kMuted, ax.Label(t), "text-anchor=\"middle\"");
   }
   for (double t : ay.ticks) {
     const double y = Y(t);
-    svg += absl::StrCat("<line x1=\"", Num(left), "\" y1=\"", Num(y), "\" x2=\"", Num(left + w),
-                        "\" y2=\"", Num(y), "\" stroke=\"", kGrid, "\"/>\n");
+    svg += absl::StrCat("<line x1=\"", SvgNum(left), "\" y1=\"", SvgNum(y), "\" x2=\"",
+                        SvgNum(left + w), "\" y2=\"", SvgNum(y), "\" stroke=\"", kGrid, "\"/>\n");
     svg += Text(left - 6, y + 4, 11, kMuted, ay.Label(t), "text-anchor=\"end\"");
   }
   const std::string clip = absl::StrCat("plot-area-", id);
-  svg += absl::StrCat("<clipPath id=\"", clip, "\"><rect x=\"", Num(left), "\" y=\"", Num(top),
-                      "\" width=\"", Num(w), "\" height=\"", Num(h), "\"/></clipPath>\n");
+  svg +=
+      absl::StrCat("<clipPath id=\"", clip, "\"><rect x=\"", SvgNum(left), "\" y=\"", SvgNum(top),
+                   "\" width=\"", SvgNum(w), "\" height=\"", SvgNum(h), "\"/></clipPath>\n");
   svg += absl::StrCat("<g clip-path=\"url(#", clip, ")\">\n");
   if (plot.diagonal) {
     const double a = std::max(ax.lo, ay.lo), b = std::min(ax.hi, ay.hi);
     if (plot.diagonal_band > 0) {
       const double d = plot.diagonal_band, lo = ax.lo, hi = ax.hi;
-      svg += absl::StrCat("<polygon points=\"", Num(X(lo)), ",", Num(Y(lo - d)), " ", Num(X(hi)),
-                          ",", Num(Y(hi - d)), " ", Num(X(hi)), ",", Num(Y(hi + d)), " ",
-                          Num(X(lo)), ",", Num(Y(lo + d)),
+      svg += absl::StrCat("<polygon points=\"", SvgNum(X(lo)), ",", SvgNum(Y(lo - d)), " ",
+                          SvgNum(X(hi)), ",", SvgNum(Y(hi - d)), " ", SvgNum(X(hi)), ",",
+                          SvgNum(Y(hi + d)), " ", SvgNum(X(lo)), ",", SvgNum(Y(lo + d)),
                           "\" fill=\"#999999\" fill-opacity=\"0.14\" stroke=\"none\"/>\n");
     }
-    svg += absl::StrCat("<line x1=\"", Num(X(a)), "\" y1=\"", Num(Y(a)), "\" x2=\"", Num(X(b)),
-                        "\" y2=\"", Num(Y(b)),
+    svg += absl::StrCat("<line x1=\"", SvgNum(X(a)), "\" y1=\"", SvgNum(Y(a)), "\" x2=\"",
+                        SvgNum(X(b)), "\" y2=\"", SvgNum(Y(b)),
                         "\" stroke=\"#888888\" stroke-width=\"1.2\" stroke-dasharray=\"5 4\"/>\n");
   }
   // Series: lines first, then markers on top.
@@ -271,7 +246,8 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
       if (pass == 0 && s.line && order.size() >= 2) {
         std::string points;
         for (std::size_t i : order) {
-          absl::StrAppend(&points, points.empty() ? "" : " ", Num(X(s.x[i])), ",", Num(Y(s.y[i])));
+          absl::StrAppend(&points, points.empty() ? "" : " ", SvgNum(X(s.x[i])), ",",
+                          SvgNum(Y(s.y[i])));
         }
         svg += absl::StrCat("<polyline points=\"", points, "\" fill=\"none\" stroke=\"", color,
                             "\" stroke-width=\"", s.dashed ? "1.5" : "2",
@@ -282,7 +258,7 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
         for (std::size_t i : order) {
           std::string m = MarkerSvg(s.marker, X(s.x[i]), Y(s.y[i]), s.marker_size, color);
           if (i < s.tooltips.size() && !s.tooltips[i].empty()) {
-            m = absl::StrCat("<g>", m, "<title>", Escape(s.tooltips[i]), "</title></g>");
+            m = absl::StrCat("<g>", m, "<title>", XmlEscape(s.tooltips[i]), "</title></g>");
           }
           svg += m + "\n";
         }
@@ -291,13 +267,13 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
   }
   svg += "</g>\n";
   // Axes frame and labels.
-  svg += absl::StrCat("<rect x=\"", Num(left), "\" y=\"", Num(top), "\" width=\"", Num(w),
-                      "\" height=\"", Num(h), "\" fill=\"none\" stroke=\"#bbbbbb\"/>\n");
+  svg += absl::StrCat("<rect x=\"", SvgNum(left), "\" y=\"", SvgNum(top), "\" width=\"", SvgNum(w),
+                      "\" height=\"", SvgNum(h), "\" fill=\"none\" stroke=\"#bbbbbb\"/>\n");
   svg += Text(left + w / 2, top + h + 36, 12, kInk, plot.x_label, "text-anchor=\"middle\"");
   const double yl_x = ox + 16, yl_y = top + h / 2;
   svg += Text(yl_x, yl_y, 12, kInk, plot.y_label,
-              absl::StrCat("text-anchor=\"middle\" transform=\"rotate(-90 ", Num(yl_x), " ",
-                           Num(yl_y), ")\""));
+              absl::StrCat("text-anchor=\"middle\" transform=\"rotate(-90 ", SvgNum(yl_x), " ",
+                           SvgNum(yl_y), ")\""));
   // Legend under the x label, flowing into rows.
   double lx = left, ly = oy + height + 4;
   for (const LegendItem& item : LegendItems(plot)) {
@@ -308,10 +284,10 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
     }
     const PlotSeries& s = *item.series;
     if (s.line) {
-      svg += absl::StrCat("<line x1=\"", Num(lx), "\" y1=\"", Num(ly), "\" x2=\"", Num(lx + 24),
-                          "\" y2=\"", Num(ly), "\" stroke=\"", item.color, "\" stroke-width=\"",
-                          s.dashed ? "1.5" : "2", "\"", s.dashed ? " stroke-dasharray=\"6 4\"" : "",
-                          "/>\n");
+      svg += absl::StrCat("<line x1=\"", SvgNum(lx), "\" y1=\"", SvgNum(ly), "\" x2=\"",
+                          SvgNum(lx + 24), "\" y2=\"", SvgNum(ly), "\" stroke=\"", item.color,
+                          "\" stroke-width=\"", s.dashed ? "1.5" : "2", "\"",
+                          s.dashed ? " stroke-dasharray=\"6 4\"" : "", "/>\n");
     }
     svg += MarkerSvg(s.marker, lx + 12, ly, std::min(s.marker_size, 5.0), item.color);
     svg += Text(lx + 30, ly + 4, kLegendFont, kInk, s.name);
@@ -345,9 +321,9 @@ std::string ToSvgFigure(const std::vector<Plot>& panels, const FigureOptions& op
     row_top[r + 1] = row_top[r] + ph + legend_rows * kLegendRow + 14;
   }
   const double width = used_columns * pw + 16, height = row_top[fig_rows] + 8;
-  std::string svg = absl::StrCat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", Num(width),
-                                 "\" height=\"", Num(height), "\" viewBox=\"0 0 ", Num(width), " ",
-                                 Num(height), "\" font-family=\"", kFont,
+  std::string svg = absl::StrCat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"",
+                                 SvgNum(width), "\" height=\"", SvgNum(height), "\" viewBox=\"0 0 ",
+                                 SvgNum(width), " ", SvgNum(height), "\" font-family=\"", kFont,
                                  "\">\n<rect width=\"100%\" height=\"100%\" fill=\"#fafafa\"/>\n");
   double ty = 8;
   if (!options.title.empty()) {

@@ -19,6 +19,9 @@
 namespace pipesched::trace {
 namespace {
 
+using internal::SvgNum;
+using internal::XmlEscape;
+
 using internal::NiceStep;
 using internal::OpStyle;
 using internal::StyleOf;
@@ -33,38 +36,6 @@ constexpr double kMarginBottom = 16;
 constexpr double kRankGap = 6;
 constexpr double kLaneGap = 2;
 constexpr double kCharWidth = 0.6;  // of the font size, for fitting text in boxes
-
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
-// Coordinates with two decimals, trailing zeros dropped: compact and exact enough.
-std::string Num(double x) {
-  std::string s = absl::StrFormat("%.2f", x);
-  s.erase(s.find_last_not_of('0') + 1);
-  if (s.back() == '.') s.pop_back();
-  if (s == "-0") s = "0";
-  return s;
-}
 
 // Axis and tooltip text for a time unit: "us" as the micro sign, "unit" as a plural.
 std::string UnitText(const std::string& unit) {
@@ -146,9 +117,9 @@ class Writer {
 
 std::string Text(double x, double y, double size, std::string_view fill, std::string_view text,
                  std::string_view extra = "") {
-  return absl::StrCat("<text x=\"", Num(x), "\" y=\"", Num(y), "\" font-size=\"", Num(size),
-                      "\" fill=\"", Absl(fill), "\"", extra.empty() ? "" : " ", Absl(extra), ">",
-                      Escape(text), "</text>");
+  return absl::StrCat("<text x=\"", SvgNum(x), "\" y=\"", SvgNum(y), "\" font-size=\"",
+                      SvgNum(size), "\" fill=\"", Absl(fill), "\"", extra.empty() ? "" : " ",
+                      Absl(extra), ">", XmlEscape(text), "</text>");
 }
 
 }  // namespace
@@ -255,9 +226,9 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     std::vector<double> ticks;
     for (int k = 0; k * step <= block.scale_end * (1 + 1e-9); ++k) ticks.push_back(k * step);
     for (double tick : ticks) {
-      body.Line(absl::StrCat("<line x1=\"", Num(x_of(tick)), "\" y1=\"", Num(block.rows_top - 3),
-                             "\" x2=\"", Num(x_of(tick)), "\" y2=\"", Num(block.axis_y),
-                             "\" stroke=\"#E6E6E6\" stroke-width=\"1\"/>"));
+      body.Line(absl::StrCat("<line x1=\"", SvgNum(x_of(tick)), "\" y1=\"",
+                             SvgNum(block.rows_top - 3), "\" x2=\"", SvgNum(x_of(tick)), "\" y2=\"",
+                             SvgNum(block.axis_y), "\" stroke=\"#E6E6E6\" stroke-width=\"1\"/>"));
     }
 
     // Rows: label and the idle background up to this timeline's makespan.
@@ -268,10 +239,10 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
                      compute ? absl::StrCat("rank ", row.rank) : LaneName(row.lane),
                      "text-anchor=\"end\" dominant-baseline=\"central\""));
       if (block.makespan > 0) {
-        body.Line(absl::StrCat("<rect class=\"idle\" x=\"", Num(plot_left), "\" y=\"", Num(row.y),
-                               "\" width=\"", Num(x_of(block.makespan) - plot_left), "\" height=\"",
-                               Num(row.height), "\" fill=\"", compute ? "url(#ps-idle)" : "#F4F4F4",
-                               "\"/>"));
+        body.Line(absl::StrCat(
+            "<rect class=\"idle\" x=\"", SvgNum(plot_left), "\" y=\"", SvgNum(row.y), "\" width=\"",
+            SvgNum(x_of(block.makespan) - plot_left), "\" height=\"", SvgNum(row.height),
+            "\" fill=\"", compute ? "url(#ps-idle)" : "#F4F4F4", "\"/>"));
       }
     }
 
@@ -289,10 +260,11 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
       absl::StrAppend(&tooltip, s.op);
       if (s.microbatch >= 0) absl::StrAppend(&tooltip, " micro-batch ", s.microbatch);
       absl::StrAppend(&tooltip, ": ", Time(s.start), "\xE2\x80\x93", Time(s.end), " ", unit);
-      body.Line(absl::StrCat("<rect class=\"span\" x=\"", Num(x0), "\" y=\"", Num(row.y),
-                             "\" width=\"", Num(w), "\" height=\"", Num(row.height), "\" fill=\"",
-                             ToHex(fill), "\" stroke=\"#FFFFFF\" stroke-width=\"",
-                             w > 3 ? "1" : "0", "\"><title>", Escape(tooltip), "</title></rect>"));
+      body.Line(absl::StrCat("<rect class=\"span\" x=\"", SvgNum(x0), "\" y=\"", SvgNum(row.y),
+                             "\" width=\"", SvgNum(w), "\" height=\"", SvgNum(row.height),
+                             "\" fill=\"", ToHex(fill), "\" stroke=\"#FFFFFF\" stroke-width=\"",
+                             w > 3 ? "1" : "0", "\"><title>", XmlEscape(tooltip),
+                             "</title></rect>"));
       // The micro-batch number (or the op code when there is none) if it fits.
       const std::string label =
           s.microbatch >= 0 ? std::to_string(s.microbatch) : std::string(style.code);
@@ -305,12 +277,12 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     }
 
     // Time axis.
-    body.Line(absl::StrCat("<line x1=\"", Num(plot_left), "\" y1=\"", Num(block.axis_y), "\" x2=\"",
-                           Num(plot_right), "\" y2=\"", Num(block.axis_y), "\" stroke=\"", kMuted,
-                           "\" stroke-width=\"1\"/>"));
+    body.Line(absl::StrCat("<line x1=\"", SvgNum(plot_left), "\" y1=\"", SvgNum(block.axis_y),
+                           "\" x2=\"", SvgNum(plot_right), "\" y2=\"", SvgNum(block.axis_y),
+                           "\" stroke=\"", kMuted, "\" stroke-width=\"1\"/>"));
     for (double tick : ticks) {
-      body.Line(absl::StrCat("<line x1=\"", Num(x_of(tick)), "\" y1=\"", Num(block.axis_y),
-                             "\" x2=\"", Num(x_of(tick)), "\" y2=\"", Num(block.axis_y + 4),
+      body.Line(absl::StrCat("<line x1=\"", SvgNum(x_of(tick)), "\" y1=\"", SvgNum(block.axis_y),
+                             "\" x2=\"", SvgNum(x_of(tick)), "\" y2=\"", SvgNum(block.axis_y + 4),
                              "\" stroke=\"", kMuted, "\" stroke-width=\"1\"/>"));
       body.Line(Text(x_of(tick), block.axis_y + 15, 10, kMuted, absl::StrFormat("%g", tick),
                      "text-anchor=\"middle\" class=\"tick\""));
@@ -345,7 +317,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
         y += 20;
       }
       if (!e.swatch.empty()) {
-        body.Line(absl::StrCat("<rect class=\"legend\" x=\"", Num(x), "\" y=\"", Num(y),
+        body.Line(absl::StrCat("<rect class=\"legend\" x=\"", SvgNum(x), "\" y=\"", SvgNum(y),
                                "\" width=\"12\" height=\"12\" rx=\"2\" fill=\"", e.swatch,
                                "\" stroke=\"#BBBBBB\" stroke-width=\"0.5\"/>"));
         x += 18;
@@ -360,9 +332,9 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
 
   std::string out = absl::StrCat(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", Num(width), "\" height=\"", Num(height),
-      "\" viewBox=\"0 0 ", Num(width), " ", Num(height), "\" font-family=\"", kFont, "\">\n",
-      "  <defs>\n",
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", SvgNum(width), "\" height=\"",
+      SvgNum(height), "\" viewBox=\"0 0 ", SvgNum(width), " ", SvgNum(height), "\" font-family=\"",
+      kFont, "\">\n", "  <defs>\n",
       "    <pattern id=\"ps-idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
       "patternTransform=\"rotate(45)\">\n",
       "      <rect width=\"6\" height=\"6\" fill=\"#F5F5F5\"/>\n",
