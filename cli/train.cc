@@ -14,6 +14,8 @@
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/formats.h"
+#include "scheduler/simulator.h"
+#include "stages/bubble_analysis.h"
 #include "stages/checkpoint.h"
 #include "trace/chrome_trace.h"
 #include "trace/stats.h"
@@ -175,17 +177,30 @@ absl::Status Train(const CommandContext& ctx) {
   out << absl::StrFormat("median step %.3f ms, %.0f samples/s; loss %.4f -> %.4f\n",
                          median_micros / 1000, trainer->global_batch() / (median_micros * 1e-6),
                          records.front().loss, records.back().loss);
+  // The same plan with each boundary's transfer time replaced by the effective hand-off
+  // latency measured in the last step (event hand-off + copy + wake-up of the consumer):
+  // what a dependency really costs on this machine (stages/bubble_analysis.h).
+  PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
+                      stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
+  PS_ASSIGN_OR_RETURN(
+      scheduler::SimResult with_handoff,
+      scheduler::Simulate(
+          trainer->schedule(),
+          stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}))));
   out << absl::StrFormat(
-      "bubble fraction: measured %.4f (median over steps), planned %.4f (simulator fed with "
-      "the measured action times)\n",
-      Median(bubbles), planned.bubble_fraction);
-  out << absl::StrFormat("%-6s %14s %14s %10s %10s\n", "rank", "busy us", "idle us", "measured",
-                         "planned");
+      "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
+      "action and copy times, %.4f with the measured hand-off latency between ranks\n",
+      Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction);
+  auto idle_share = [](const scheduler::SimResult& sim, int r) {
+    return sim.makespan > 0 ? sim.ranks[r].idle / sim.makespan : 0.0;
+  };
+  out << absl::StrFormat("%-6s %14s %14s %10s %10s %14s\n", "rank", "busy us", "idle us",
+                         "last step", "planned", "+hand-off");
   for (int r = 0; r < p; ++r) {
-    double planned_rank = planned.makespan > 0 ? planned.ranks[r].idle / planned.makespan : 0;
     double measured_rank = measured.makespan > 0 ? measured.rows[r].idle / measured.makespan : 0;
-    out << absl::StrFormat("%-6d %14.1f %14.1f %10.4f %10.4f\n", r, measured.rows[r].busy,
-                           measured.rows[r].idle, measured_rank, planned_rank);
+    out << absl::StrFormat("%-6d %14.1f %14.1f %10.4f %10.4f %14.4f\n", r, measured.rows[r].busy,
+                           measured.rows[r].idle, measured_rank, idle_share(planned, r),
+                           idle_share(with_handoff, r));
   }
 
   // Draw planned and measured on one axis: shift the measured step to start at 0.
@@ -244,6 +259,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["samples_per_second"] = trainer->global_batch() / (median_micros * 1e-6);
     j["measured_bubble_fraction"] = Median(bubbles);
     j["planned_bubble_fraction"] = planned.bubble_fraction;
+    j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
     nlohmann::json ranks = nlohmann::json::array();
     for (int r = 0; r < p; ++r) {
       ranks.push_back({{"measured_busy_us", measured.rows[r].busy},

@@ -199,6 +199,9 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   double planned = j["planned_bubble_fraction"].get<double>();
   EXPECT_GE(planned, 0.0);
   EXPECT_LT(planned, 1.0);
+  double with_handoff = j["planned_with_handoff_bubble_fraction"].get<double>();
+  EXPECT_GE(with_handoff, 0.0);
+  EXPECT_LT(with_handoff, 1.0);
   // Resuming from the saved parameters starts where training ended.
   RunResult again =
       RunCli({"train", "--schedule=gpipe", "--stages=2", "--microbatches=4", "--microbatch-size=4",
