@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -14,38 +15,16 @@
 namespace pipesched::cli {
 namespace {
 
+using testing::RunCli;
+using testing::RunResult;
+using testing::Slurp;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct RunResult {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-RunResult RunCli(std::vector<std::string> args) {
-  absl::FlagSaver saver;  // flags are process-global: each run starts from the defaults
-  args.insert(args.begin(), "pipesched");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  std::ostringstream out, err;
-  int code = RunMain(static_cast<int>(argv.size()), argv.data(), out, err, false);
-  return {code, out.str(), err.str()};
-}
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/pipesched_cli_" + name;
-}
+std::string TempPath(const std::string& name) { return testing::TempPath("pipesched_cli_", name); }
 
 std::string Shared(const std::string& rel) { return std::string(PIPESCHED_SHARED_DIR) + "/" + rel; }
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 int CountLines(const std::string& s) {
   int n = 0;

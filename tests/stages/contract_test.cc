@@ -16,6 +16,7 @@
 #include "model/reference.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
+#include "stages/schedule_cases.h"
 #include "stages/trainer.h"
 #include "testing/status_matchers.h"
 
@@ -25,33 +26,9 @@ namespace {
 using ::pipesched::testing::StatusIs;
 using ::testing::HasSubstr;
 
-struct Case {
-  std::string schedule;
-  int p, v, d, m;
-  std::string Name() const {
-    return schedule + " P=" + std::to_string(p) + " V=" + std::to_string(v) +
-           " D=" + std::to_string(d) + " M=" + std::to_string(m);
-  }
-};
+using Case = testing::ScheduleCase;
 
-std::vector<Case> AllCases() {
-  std::vector<Case> cases;
-  for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
-    for (int p : {1, 2, 4}) {
-      for (int v : {1, 2}) {
-        for (int d : {1, 2}) {
-          for (int m : {1, 4, 8}) {
-            auto s = scheduler::GenerateSchedule(
-                info.name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
-            if (!s.ok() || s->num_chunks() != v) continue;
-            cases.push_back({std::string(info.name), p, v, d, m});
-          }
-        }
-      }
-    }
-  }
-  return cases;
-}
+std::vector<Case> AllCases() { return testing::AllScheduleCases(); }
 
 TrainerConfig TinyConfig(const Case& c) {
   TrainerConfig config;
@@ -93,7 +70,7 @@ void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
 
 TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
   const std::vector<Case> cases = AllCases();
-  ASSERT_GE(cases.size(), 40u);
+  ASSERT_EQ(cases.size(), 126u);  // 6 schedules; V = 2 for interleaved and zb-v, V in {1,2} for looped-bfs
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     TrainerConfig config = TinyConfig(c);

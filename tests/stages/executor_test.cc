@@ -16,6 +16,7 @@
 #include "runtime/runtime.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
+#include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
 #include "testing/status_matchers.h"
 
@@ -57,34 +58,9 @@ StepInputs AsInputs(const std::vector<float>& x, const std::vector<float>& t) {
   return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
 }
 
-struct Case {
-  std::string schedule;
-  int p, v, d, m;
-  std::string Name() const {
-    return schedule + " P=" + std::to_string(p) + " V=" + std::to_string(v) +
-           " D=" + std::to_string(d) + " M=" + std::to_string(m);
-  }
-};
+using Case = testing::ScheduleCase;
 
-// Every schedule x P x V x D x M that the generator accepts.
-std::vector<Case> AllCases() {
-  std::vector<Case> cases;
-  for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
-    for (int p : {1, 2, 4}) {
-      for (int v : {1, 2}) {
-        for (int d : {1, 2}) {
-          for (int m : {1, 4, 8}) {
-            auto s = scheduler::GenerateSchedule(
-                info.name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
-            if (!s.ok() || s->num_chunks() != v) continue;
-            cases.push_back({std::string(info.name), p, v, d, m});
-          }
-        }
-      }
-    }
-  }
-  return cases;
-}
+std::vector<Case> AllCases() { return testing::AllScheduleCases(); }
 
 TEST(ExecutorToyTest, EveryScheduleTrainsLikeSequentialTraining) {
   const std::vector<Case> cases = AllCases();
