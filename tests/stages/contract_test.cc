@@ -70,8 +70,8 @@ void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
 
 TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
   const std::vector<Case> cases = AllCases();
-  ASSERT_EQ(cases.size(),
-            126u);  // 6 schedules; V = 2 for interleaved and zb-v, V in {1,2} for looped-bfs
+  // 6 schedules; V = 2 for interleaved and zb-v, V in {1,2} for looped-bfs.
+  ASSERT_EQ(cases.size(), 126u);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     TrainerConfig config = TinyConfig(c);
