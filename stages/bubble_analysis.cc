@@ -172,11 +172,6 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
         if (const trace::Span* t = Find(kSendB, x.stage + 1, x.microbatch)) t_ready = t->end;
       }
       if (producer != nullptr && producer->rank == r) producer = nullptr;
-      if (prev != nullptr && (prev->op == "B" || prev->op == "W") && prev->stage > 0) {
-        if (const trace::Span* t = Find(kSendB, prev->stage, prev->microbatch)) {
-          t_ready = std::max(t_ready, t->end);
-        }
-      }
       const double p_end = producer != nullptr ? producer->end : kNever;
       const double issued = Issue(k);
       // Cut points, non-decreasing, clamped to the gap.

@@ -16,9 +16,8 @@
 //        the last stage's B, nor when the producer is on X's own row);
 //   i    the host had issued X (issue_micros);
 //   t    X's transfers had finished: RECV_F(s, m) for F(s, m), SEND_B(s+1, m) for
-//        B/I(s, m), and SEND_B(s', m') when the previous compute span of the row was the
-//        last backward (B or W) of (s', m'), s' > 0 (the executor frees that micro-batch's
-//        boundary buffer in compute-stream order once its gradient is sent).
+//        B/I(s, m). (The compute stream never waits for an outgoing copy: the executor
+//        frees a boundary buffer on the send stream, behind its gradient copy.)
 // The gap is cut at the moments these became true, in this priority:
 //   [g0, p.end)                    dependency: split into (a) and (e) below;
 //   [.., i)                        (d) host: the producer was done, the host had not issued;

@@ -503,12 +503,21 @@ absl::Status Executor::IssueWeight(int d, int s, int m) {
 }
 
 absl::Status Executor::Release(int d, int s, int m) {
-  // The micro-batch's last use on this stage is issued: free its memory in stream order,
-  // once the outgoing gradient copy (on the send stream) has read it too.
+  // The micro-batch's last use on this stage is issued: free its memory in stream order.
+  // The boundary buffer is also read by the outgoing gradient copy (stage > 0), so it is
+  // freed on the send stream behind that copy (and behind this action, for a W after a
+  // split I), which keeps the compute stream from waiting for the copy: the simulator
+  // plans no such wait. Exact memory accounting keeps every free on the compute stream,
+  // where the host awaits them (BeforeDeviceWork).
   Rank& rk = rank_of(d, s);
   Slot& sl = slot(d, s, m);
-  if (s > 0) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_end));
-  PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.compute));
+  if (s > 0 && !options_.exact_memory_accounting) {
+    if (sl.split) PS_RETURN_IF_ERROR(rk.send->Wait(*sl.w_end));
+    PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.send));
+  } else {
+    if (s > 0) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_end));
+    PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.compute));
+  }
   if (sl.stash) {
     PS_RETURN_IF_ERROR(sl.stash->FreeAsync(*rk.compute));
     sl.stash.reset();

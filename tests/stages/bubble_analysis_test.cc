@@ -72,12 +72,14 @@ TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
   EXPECT_EQ(a.rows[0].host, 0);
   EXPECT_EQ(a.rows[0].allreduce, 0);
   // Row 1: F00 running [0,10) (dependency), RECV_F [10,12) + hand-off [12,13) (transfer);
-  // F11 issued late: [23,26) host; B11 waits for its own SEND_B10 to free the buffer
-  // [76,80) (transfer); after its last compute, row 0's B01 [120,142) (dependency; stage
-  // 0 is faster than the reference, so no imbalance).
+  // F11 issued late: [23,26) host; B11 waits for nothing the executor orders it after
+  // (the last stage's B has no producer, and the compute stream does not wait for
+  // SEND_B10), so [76,80) is the stream's own overhead (host); after its last compute,
+  // row 0's B01 [120,142) (dependency; stage 0 is faster than the reference, so no
+  // imbalance).
   EXPECT_EQ(a.rows[1].dependency, 10 + 22);
-  EXPECT_EQ(a.rows[1].transfer, 3 + 4);
-  EXPECT_EQ(a.rows[1].host, 3);
+  EXPECT_EQ(a.rows[1].transfer, 3);
+  EXPECT_EQ(a.rows[1].host, 3 + 4);
   EXPECT_EQ(a.rows[1].imbalance, 0);
   trace::BubbleStats stats = trace::ComputeBubbleStats(b.tl);
   for (int r = 0; r < 2; ++r) {
@@ -121,8 +123,8 @@ TEST(BubbleAnalysisTest, BalancedIdleIsThePipelineBubbleOfTheMeanCosts) {
 TEST(BubbleAnalysisTest, WithoutIssueTimesTheHostShareBecomesHandOff) {
   Builder b = TwoStages();
   PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, {}));
-  // F11's gap [23,26) had no blocker left: stream overhead, still (d).
-  EXPECT_EQ(a.rows[1].host, 3);
+  // F11's gap [23,26) and B11's [76,80) had no blocker left: stream overhead, still (d).
+  EXPECT_EQ(a.rows[1].host, 3 + 4);
   EXPECT_EQ(a.rows[1].total(), a.idle[1]);
 }
 
