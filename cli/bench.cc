@@ -5,9 +5,11 @@
 // A configuration that cannot run is skipped with its reason; the sweep goes on.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
+#include <system_error>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -27,8 +29,10 @@
 #include "scheduler/simulator.h"
 #include "stages/bubble_analysis.h"
 #include "stages/trainer.h"
+#include "trace/chrome_trace.h"
 #include "trace/plot.h"
 #include "trace/stats.h"
+#include "trace/svg.h"
 
 namespace pipesched::cli {
 namespace {
@@ -51,6 +55,7 @@ struct Sweep {
   int slow_rank = -1;
   double slow_factor = 1;
   stages::TrainerConfig base;
+  std::string traces_dir;  // --traces: one trace + SVG per configuration, or empty
 };
 
 struct Row {
@@ -59,9 +64,9 @@ struct Row {
   std::string skipped;  // empty when it ran
   bool failed = false;  // skipped because it failed at run time (not bad input)
   double step_ms = 0, samples_per_s = 0, makespan_ms = 0;
-  double sim_ms = 0, sim_plain_ms = 0, ideal_ms = 0;
+  double sim_ms = 0, sim_plain_ms = 0, replay_ms = 0, ideal_ms = 0;
   std::optional<double> closed_form;
-  double simulated = 0, simulated_plain = 0, measured = 0;
+  double simulated = 0, simulated_plain = 0, replayed = 0, measured = 0;
   double idle_us = 0;
   stages::IdleBreakdown idle;  // over ranks, us
   std::vector<stages::IdleBreakdown> idle_by_rank;
@@ -71,6 +76,8 @@ struct Row {
   std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
   scheduler::CostModel costs;                            // what the simulator was fed
   double loss = 0;
+  // The median step, measured (shifted to start at 0) and as simulated, for --traces.
+  trace::Timeline measured_tl, simulated_tl;
 };
 
 double Median(std::vector<double> v) {
@@ -133,6 +140,17 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
     }
     sweep.slow_rank = rank;
     sweep.slow_factor = factor;
+  }
+  sweep.traces_dir = absl::GetFlag(FLAGS_traces);
+  if (!sweep.traces_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(sweep.traces_dir, ec);
+    if (ec || !std::filesystem::is_directory(sweep.traces_dir)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--traces=", sweep.traces_dir, ": cannot create the directory (",
+                       ec ? ec.message() : "a file is in the way",
+                       "); give a directory path that can be written"));
+    }
   }
   return sweep;
 }
@@ -247,10 +265,30 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,
                       scheduler::Simulate(trainer->schedule(), effective));
   row.simulated_plain = sim_plain.bubble_fraction;
+  // Replayed: the same, but every compute action of the median step takes its own
+  // measured duration instead of its (stage, op) median: sim - replayed is what the
+  // spread of the actions' durations in this step did, replayed - measured what the
+  // simulator does not model.
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult replay,
+                      scheduler::Simulate(trainer->schedule(),
+                                          stages::WithActionDurations(effective, med.timeline, p)));
+  row.replayed = replay.bubble_fraction;
+  row.replay_ms = replay.makespan / 1000;
   row.simulated = sim.bubble_fraction;
   row.sim_plain_ms = sim_plain.makespan / 1000;
   row.sim_ms = sim.makespan / 1000;
   for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
+  if (!sweep.traces_dir.empty()) {
+    row.measured_tl = med.timeline;
+    for (trace::Span& span : row.measured_tl.spans) {
+      span.start -= measured.start;
+      span.end -= measured.start;
+    }
+    row.measured_tl.name = absl::StrCat(ConfigName(row), " (measured, median step)");
+    row.simulated_tl = sim.timeline;
+    row.simulated_tl.name = absl::StrCat(ConfigName(row), " (simulated from measured costs)");
+    row.simulated_tl.time_unit = "us";
+  }
 
   // Closed form with the stages' mean costs (uniform), where the schedule has one.
   scheduler::FormulaInputs in{.num_ranks = p, .num_chunks = row.v, .num_microbatches = row.m};
@@ -281,12 +319,12 @@ std::string Mib(const std::vector<std::int64_t>& bytes) {
 }
 
 constexpr char kHeaderFormat[] =
-    "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
+    "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
 
 void PrintHeader(std::ostream& out) {
   out << absl::StrFormat(kHeaderFormat, "schedule", "P", "V", "M", "step ms", "samples/s", "closed",
-                         "sim", "meas", "d pp", "dep", "xfer", "ar", "host", "imb", "expl",
-                         "peak MiB/rank");
+                         "sim", "replay", "meas", "d pp", "dep", "xfer", "ar", "host", "imb",
+                         "expl", "peak MiB/rank");
 }
 
 void PrintRow(std::ostream& out, const Row& r) {
@@ -298,7 +336,7 @@ void PrintRow(std::ostream& out, const Row& r) {
   out << absl::StrFormat(
       kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v), absl::StrCat(r.m),
       absl::StrFormat("%.2f", r.step_ms), absl::StrFormat("%.0f", r.samples_per_s),
-      Pct(r.closed_form), Pct(r.simulated), Pct(r.measured),
+      Pct(r.closed_form), Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
       absl::StrFormat("%+.1f", 100 * (r.simulated - r.measured)),
       absl::StrFormat("%.0f%%", Share(r.idle.dependency, r.idle_us)),
       absl::StrFormat("%.0f%%", Share(r.idle.transfer, r.idle_us)),
@@ -337,10 +375,12 @@ constexpr const char* kColumns[] = {"schedule",
                                     "makespan_ms",
                                     "simulated_makespan_ms",
                                     "simulated_plain_makespan_ms",
+                                    "replayed_makespan_ms",
                                     "ideal_ms",
                                     "bubble_closed_form",
                                     "bubble_simulated",
                                     "bubble_simulated_plain",
+                                    "bubble_replayed",
                                     "bubble_measured",
                                     "idle_us",
                                     "idle_dependency_us",
@@ -372,10 +412,12 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["makespan_ms"] = r.makespan_ms;
   j["simulated_makespan_ms"] = r.sim_ms;
   j["simulated_plain_makespan_ms"] = r.sim_plain_ms;
+  j["replayed_makespan_ms"] = r.replay_ms;
   j["ideal_ms"] = r.ideal_ms;
   j["bubble_closed_form"] = r.closed_form ? nlohmann::json(*r.closed_form) : nlohmann::json();
   j["bubble_simulated"] = r.simulated;
   j["bubble_simulated_plain"] = r.simulated_plain;
+  j["bubble_replayed"] = r.replayed;
   j["bubble_measured"] = r.measured;
   j["idle_us"] = r.idle_us;
   j["idle_dependency_us"] = r.idle.dependency;
@@ -433,10 +475,10 @@ std::string ToCsv(const std::vector<Row>& rows, const Sweep& sweep) {
 
 std::string ToMarkdown(const std::vector<Row>& rows) {
   std::string md =
-      "| schedule | P | V | M | step ms | samples/s | closed form | simulated | measured | "
-      "sim - meas (pp) | dependency | transfer | all-reduce | host | imbalance | explained | "
-      "peak MiB per rank "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "| schedule | P | V | M | step ms | samples/s | closed form | simulated | replayed | "
+      "measured | sim - meas (pp) | dependency | transfer | all-reduce | host | imbalance | "
+      "explained | peak MiB per rank "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string skipped;
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
@@ -444,14 +486,15 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
       continue;
     }
     absl::StrAppend(
-        &md, absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %+.1f | %.0f%% | "
-                             "%.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
-                             r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s,
-                             Pct(r.closed_form), Pct(r.simulated), Pct(r.measured),
-                             100 * (r.simulated - r.measured), Share(r.idle.dependency, r.idle_us),
-                             Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
-                             Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
-                             Share(r.idle.total(), r.idle_us), Mib(r.peak_bytes)));
+        &md,
+        absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %s | %+.1f | %.0f%% | "
+                        "%.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
+                        r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s, Pct(r.closed_form),
+                        Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
+                        100 * (r.simulated - r.measured), Share(r.idle.dependency, r.idle_us),
+                        Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
+                        Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
+                        Share(r.idle.total(), r.idle_us), Mib(r.peak_bytes)));
   }
   if (!skipped.empty()) absl::StrAppend(&md, "\nSkipped:\n\n", skipped);
   return md;
@@ -540,6 +583,25 @@ std::string ToPlots(const std::vector<Row>& rows, const Sweep& sweep, const std:
                                      .columns = std::min<int>(3, panels.size())});
 }
 
+// File name stem of a configuration: "1f1b-p2-m8", "zb-v-p2-v2-m16".
+std::string FileStem(const Row& r) {
+  return absl::StrCat(r.schedule, "-p", r.p, r.v > 1 ? absl::StrCat("-v", r.v) : "", "-m", r.m);
+}
+
+// --traces: the configuration's simulated and measured median step on one time axis.
+absl::Status WriteTraces(const Sweep& sweep, const Row& r, std::ostream& out) {
+  const std::vector<const trace::Timeline*> timelines = {&r.simulated_tl, &r.measured_tl};
+  const std::string stem = (std::filesystem::path(sweep.traces_dir) / FileStem(r)).string();
+  PS_RETURN_IF_ERROR(WriteFileAtomic(stem + ".json", trace::ToChromeTrace(timelines)));
+  trace::SvgOptions options;
+  options.title = absl::StrCat(ConfigName(r), ": simulated vs measured (median step)");
+  options.subtitle = absl::StrFormat("bubble fraction simulated %.1f%%, measured %.1f%%",
+                                     100 * r.simulated, 100 * r.measured);
+  PS_RETURN_IF_ERROR(WriteFileAtomic(stem + ".svg", trace::ToSvg(timelines, options)));
+  out << "  wrote " << stem << ".json and .svg\n";
+  return absl::OkStatus();
+}
+
 std::string LoadAverage() {
   absl::StatusOr<std::string> text = ReadFile("/proc/loadavg");
   if (!text.ok()) return "unknown";
@@ -586,6 +648,11 @@ int Bench(const CommandContext& ctx) {
         ran += st.ok();
         failed += row.failed;
         PrintRow(out, row);
+        if (st.ok() && !sweep.traces_dir.empty()) {
+          if (absl::Status w = WriteTraces(sweep, row, out); !w.ok()) return ReportError(ctx, w);
+          row.measured_tl = {};
+          row.simulated_tl = {};
+        }
         out << std::flush;
         rows.push_back(std::move(row));
       }

@@ -85,6 +85,7 @@ const std::vector<Command>& AllCommands() {
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
        "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5]\n"
        "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
+       "      [--traces=DIR]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
        "       --microbatch-size=64]",
        "sweep schedules x P x M: bubble closed form, simulated and measured; idle decomposed",
@@ -113,7 +114,8 @@ const std::vector<Command>& AllCommands() {
         "csv",
         "json",
         "md",
-        "svg"},
+        "svg",
+        "traces"},
        &RunBench},
       {"version", "version", "print the version", {}, &RunVersion},
   };

@@ -152,5 +152,8 @@ ABSL_FLAG(std::string, bench_stages, "2,4", "comma-separated pipeline ranks P to
 ABSL_FLAG(std::string, bench_microbatches, "4,8,16", "comma-separated micro-batch counts M");
 ABSL_FLAG(int32_t, warmup, 2, "warm-up steps per configuration, not measured");
 ABSL_FLAG(std::string, md, "", "write the results as a Markdown table");
+ABSL_FLAG(std::string, traces, "",
+          "write each configuration's simulated and measured median step, as a "
+          "Chrome/Perfetto trace and an SVG timeline, into this directory");
 ABSL_FLAG(std::string, slow_stage, "",
           "S:FACTOR: pipeline rank S's stage work really takes FACTOR times longer");

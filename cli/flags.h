@@ -74,4 +74,5 @@ ABSL_DECLARE_FLAG(std::string, bench_stages);
 ABSL_DECLARE_FLAG(std::string, bench_microbatches);
 ABSL_DECLARE_FLAG(int32_t, warmup);
 ABSL_DECLARE_FLAG(std::string, md);
+ABSL_DECLARE_FLAG(std::string, traces);
 ABSL_DECLARE_FLAG(std::string, slow_stage);

@@ -14,6 +14,10 @@
 namespace pipesched::scheduler {
 
 double CostModel::Duration(const Action& action) const {
+  if (!actions.empty()) {
+    auto it = actions.find({action.stage, action.op, action.microbatch});
+    if (it != actions.end()) return it->second;
+  }
   switch (action.op) {
     case Op::kF:
       return Stage(action.stage).f;

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +29,10 @@ struct CostModel {
   std::vector<StageCosts> stages;  // per virtual stage (optional)
   double comm_uniform = 0;         // transfer time across a boundary
   std::vector<double> comm;        // per boundary s -> s+1 (optional)
+  // Per-action durations that override the stage's for that one action: (stage, op,
+  // micro-batch) of a compute op -> duration. Empty normally; filled to replay one
+  // measured step action by action (stages::WithActionDurations).
+  std::map<std::tuple<int, Op, int>, double> actions;
 
   const StageCosts& Stage(int stage) const {
     return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage] : uniform;

@@ -286,4 +286,19 @@ scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
   return costs;
 }
 
+scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
+                                         const trace::Timeline& timeline, int num_rows) {
+  using scheduler::Op;
+  for (const trace::Span& s : timeline.spans) {
+    if (s.rank < 0 || s.rank >= num_rows || s.lane != trace::kComputeLane) continue;
+    for (Op op : {Op::kF, Op::kB, Op::kI, Op::kW}) {
+      if (s.op == scheduler::OpName(op)) {
+        costs.actions[{s.stage, op, s.microbatch}] = s.end - s.start;
+        break;
+      }
+    }
+  }
+  return costs;
+}
+
 }  // namespace pipesched::stages

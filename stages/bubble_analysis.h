@@ -105,4 +105,12 @@ std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analys
 scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
                                         const std::vector<double>& handoff);
 
+// `costs` with every compute action of rows [0, num_rows) of a measured `timeline` (one
+// replica) given its own measured duration (CostModel::actions): the simulator then
+// replays that step action by action, and what is left between its makespan and the
+// measured one is what it does not model (hand-offs beyond the boundary latency, host
+// issue), not the spread of the actions' durations.
+scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
+                                         const trace::Timeline& timeline, int num_rows);
+
 }  // namespace pipesched::stages

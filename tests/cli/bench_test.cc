@@ -2,11 +2,13 @@
 // configurations with their reasons, and the exit codes.
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
@@ -60,7 +62,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
     EXPECT_EQ(c["virtual"], c["schedule"] == "zb-v" ? 2 : 1);
     EXPECT_GT(c["step_ms"].get<double>(), 0);
     EXPECT_GT(c["samples_per_s"].get<double>(), 0);
-    for (const char* k : {"bubble_simulated", "bubble_measured"}) {
+    for (const char* k : {"bubble_simulated", "bubble_replayed", "bubble_measured"}) {
       EXPECT_GE(c[k].get<double>(), 0) << k;
       EXPECT_LT(c[k].get<double>(), 1) << k;
     }
@@ -83,7 +85,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   std::vector<std::string> header = absl::StrSplit(lines[0], ',');
   EXPECT_EQ(header[0], "schedule");
   EXPECT_THAT(lines[0], HasSubstr("bubble_closed_form,bubble_simulated,bubble_simulated_plain,"
-                                  "bubble_measured"));
+                                  "bubble_replayed,bubble_measured"));
   for (std::size_t i = 1; i < lines.size(); ++i) {
     if (lines[i].rfind("nope,", 0) == 0) {
       EXPECT_THAT(lines[i], HasSubstr(",skipped,\"unknown schedule"));  // quoted: has commas
@@ -100,6 +102,30 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_THAT(picture, HasSubstr("P=2: bubble fraction vs micro-batches"));
   EXPECT_THAT(picture, HasSubstr("simulated vs measured"));
+}
+
+TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
+  const std::string dir = TempPath("traces") + "/sub";
+  RunResult r =
+      RunCli(Tiny({"--schedules=1f1b,zb-v", "--stages=2", "--microbatches=4", "--traces=" + dir}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  for (const std::string stem : {"1f1b-p2-m4", "zb-v-p2-v2-m4"}) {
+    EXPECT_THAT(r.out, HasSubstr("wrote " + dir + "/" + stem + ".json and .svg"));
+    nlohmann::json trace = nlohmann::json::parse(Slurp(dir + "/" + stem + ".json"));
+    std::set<std::string> processes;
+    int spans = 0;
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      if (e["ph"] == "X") ++spans;
+      if (e["ph"] == "M" && e["name"] == "process_name") {
+        processes.insert(e["args"]["name"].get<std::string>());
+      }
+    }
+    // Both timelines, each with 2 ranks x 4 micro-batches x (F + B) compute spans at least.
+    EXPECT_GE(spans, 2 * 16) << stem;
+    EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(simulated from measured costs)"));
+    EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(measured, median step)"));
+    EXPECT_THAT(Slurp(dir + "/" + stem + ".svg"), HasSubstr("</svg>")) << stem;
+  }
 }
 
 TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
@@ -131,6 +157,7 @@ TEST(BenchTest, MalformedFlagsAreOneLineAndExitTwo) {
            {"--warmup=-1", "--warmup=-1 is out of range"},
            {"--steps=0", "--steps=0 is out of range"},
            {"--backend=tpu", "--backend=tpu is not one of auto, host, cuda"},
+           {"--traces=/proc/version/x", "--traces=/proc/version/x: cannot create the directory"},
            {"--grid", "unknown flag --grid for 'bench'"}}) {
     RunResult r = RunCli(Tiny({flag}));
     EXPECT_EQ(r.code, 2) << flag;

@@ -43,6 +43,17 @@ TEST(CostModelTest, PerStageAndPerBoundaryOverrides) {
   EXPECT_EQ(costs.Duration({5, 0, Op::kSendF}), 0.25);  // beyond `comm`: uniform
 }
 
+TEST(CostModelTest, PerActionDurationsOverrideTheirStageOnly) {
+  CostModel costs;
+  costs.stages = {StageCosts{.f = 5, .b = 6}};
+  costs.actions[{0, Op::kF, 3}] = 11;
+  costs.actions[{0, Op::kB, 3}] = 12;
+  EXPECT_EQ(costs.Duration({0, 3, Op::kF}), 11);
+  EXPECT_EQ(costs.Duration({0, 3, Op::kB}), 12);
+  EXPECT_EQ(costs.Duration({0, 2, Op::kF}), 5);  // another micro-batch: the stage's
+  EXPECT_EQ(costs.Duration({1, 3, Op::kF}), 1);  // another stage: uniform
+}
+
 TEST(CostModelTest, ParsesFullFile) {
   PS_ASSERT_OK_AND_ASSIGN(const CostModel costs, ParseCostModelJson(R"({
     "version": 1,

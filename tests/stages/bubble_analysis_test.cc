@@ -167,6 +167,32 @@ TEST(BubbleAnalysisTest, WithHandoffLatencyReplacesMeasuredBoundaries) {
   EXPECT_EQ(out.comm, (std::vector<double>{5, 1, 7}));
 }
 
+// Replaying a step action by action: a timeline the simulator made with uneven
+// per-action costs, fed back through WithActionDurations onto costs that know nothing
+// of them, is reproduced span for span; the stage medians alone do not reproduce it.
+TEST(BubbleAnalysisTest, WithActionDurationsReplaysAStepSpanForSpan) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
+  scheduler::CostModel truth;
+  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
+  truth.comm_uniform = 1;
+  truth.actions[{1, scheduler::Op::kF, 0}] = 25;  // one slow forward
+  truth.actions[{0, scheduler::Op::kB, 4}] = 31;  // one slow backward
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
+  scheduler::CostModel medians = truth;
+  medians.actions.clear();
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult plain, scheduler::Simulate(schedule, medians));
+  EXPECT_LT(plain.makespan, measured.makespan);
+  scheduler::CostModel replay = WithActionDurations(medians, measured.timeline, 2);
+  EXPECT_EQ(replay.actions.size(), 24u);  // 6 F + 6 B on each of 2 stages
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult replayed, scheduler::Simulate(schedule, replay));
+  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
+  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+  // Rows beyond num_rows (other replicas) are not taken.
+  EXPECT_TRUE(WithActionDurations(medians, measured.timeline, 0).actions.empty());
+}
+
 TrainerConfig Tiny(const std::string& schedule, int p, int m) {
   TrainerConfig config;
   config.schedule = schedule;
