@@ -20,6 +20,19 @@ std::vector<std::string_view> With(std::vector<std::string_view> flags,
   flags.insert(flags.end(), more.begin(), more.end());
   return flags;
 }
+// The model, data, optimizer and backend flags that train and bench share
+// (TrainerConfigFromFlags reads them).
+constexpr std::string_view kTrainingFlags[] = {
+    "virtual",      "replicas",  "microbatch_size", "layers", "hidden",    "inputs",
+    "classes",      "partition", "steps",           "lr",     "optimizer", "momentum",
+    "weight_decay", "backend",   "devices",         "seed",   "data"};
+std::vector<std::string_view> Training(std::initializer_list<std::string_view> first,
+                                       std::initializer_list<std::string_view> more) {
+  std::vector<std::string_view> flags(first);
+  flags.insert(flags.end(), std::begin(kTrainingFlags), std::end(kTrainingFlags));
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
 }  // namespace
 
 const std::vector<Command>& AllCommands() {
@@ -51,35 +64,8 @@ const std::vector<Command>& AllCommands() {
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
-       {"schedule",
-        "stages",
-        "virtual",
-        "microbatches",
-        "from",
-        "replicas",
-        "microbatch_size",
-        "layers",
-        "hidden",
-        "inputs",
-        "classes",
-        "partition",
-        "steps",
-        "lr",
-        "optimizer",
-        "momentum",
-        "weight_decay",
-        "backend",
-        "devices",
-        "seed",
-        "data",
-        "init",
-        "save",
-        "save_every",
-        "resume",
-        "step_timeout",
-        "trace",
-        "svg",
-        "json"},
+       Training({"schedule", "stages", "microbatches", "from"},
+                {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
@@ -89,33 +75,8 @@ const std::vector<Command>& AllCommands() {
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
        "       --microbatch-size=64]",
        "sweep schedules x P x M: bubble closed form, simulated and measured; idle decomposed",
-       {"schedules",
-        "stages=bench_stages",
-        "microbatches=bench_microbatches",
-        "virtual",
-        "replicas",
-        "microbatch_size",
-        "layers",
-        "hidden",
-        "inputs",
-        "classes",
-        "partition",
-        "steps",
-        "warmup",
-        "lr",
-        "optimizer",
-        "momentum",
-        "weight_decay",
-        "backend",
-        "devices",
-        "seed",
-        "data",
-        "slow_stage",
-        "csv",
-        "json",
-        "md",
-        "svg",
-        "traces"},
+       Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches"},
+                {"warmup", "slow_stage", "csv", "json", "md", "svg", "traces"}),
        &RunBench},
       {"version", "version", "print the version", {}, &RunVersion},
   };
