@@ -16,27 +16,6 @@
 namespace pipesched::model {
 namespace {
 
-// Float offsets of one layer's two slots within a stash of `batch` samples.
-struct Slots {
-  std::int64_t in = 0;
-  std::int64_t z = 0;
-};
-
-std::vector<Slots> StashSlots(const MlpConfig& config, int first, int last, int batch) {
-  std::vector<Slots> slots;
-  std::int64_t offset = 0;
-  for (int layer = first; layer < last; ++layer) {
-    LayerShape s = LayerAt(config, layer);
-    Slots slot;
-    slot.in = offset;
-    offset += static_cast<std::int64_t>(batch) * s.in;
-    slot.z = offset;
-    offset += static_cast<std::int64_t>(batch) * s.out;
-    slots.push_back(slot);
-  }
-  return slots;
-}
-
 std::string ShapeString(const std::vector<std::int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
@@ -58,6 +37,14 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(const ChunkOptions& options
   for (const ParamSpec& spec : chunk->specs_) {
     chunk->param_offsets_.push_back(chunk->num_params_);
     chunk->num_params_ += spec.numel();
+  }
+  std::int64_t offset = 0;
+  for (int layer = options.first_layer; layer < options.last_layer; ++layer) {
+    const LayerShape s = LayerAt(options.config, layer);
+    chunk->slot_in_.push_back(offset);
+    offset += s.in;
+    chunk->slot_z_.push_back(offset);
+    offset += s.out;
   }
   const std::size_t bytes = static_cast<std::size_t>(chunk->num_params_) * sizeof(float);
 
@@ -116,20 +103,19 @@ absl::Status Chunk::Forward(const float* x, Stash& stash, float* y, runtime::Str
   const int first = options_.first_layer;
   const int last = options_.last_layer;
   const MlpConfig& config = options_.config;
-  std::vector<Slots> slots = StashSlots(config, first, last, batch);
   float* base = stash.buffer_.as<float>();
-  PS_RETURN_IF_ERROR(device_->CopyAsync(base + slots[0].in, x,
+  PS_RETURN_IF_ERROR(device_->CopyAsync(base + batch * slot_in_[0], x,
                                         sizeof(float) * batch * in_features(), *device_, stream));
   for (int layer = first; layer < last; ++layer) {
     const int j = layer - first;
     const LayerShape s = LayerAt(config, layer);
     const float* w = params() + param_offsets_[2 * j];
     const float* b = params() + param_offsets_[2 * j + 1];
-    const float* in = base + slots[j].in;
-    float* out = layer + 1 == last ? y : base + slots[j + 1].in;
+    const float* in = base + batch * slot_in_[j];
+    float* out = layer + 1 == last ? y : base + batch * slot_in_[j + 1];
     const std::int64_t n = static_cast<std::int64_t>(batch) * s.out;
     // Blocks keep z for gelu'; the head writes logits straight to the output.
-    float* z = s.gelu ? base + slots[j].z : out;
+    float* z = s.gelu ? base + batch * slot_z_[j] : out;
     // z: (B, out) = in (B, in) W^T (in, out) + b
     PS_RETURN_IF_ERROR(math_->Gemm(Transpose::kNo, Transpose::kYes, batch, s.out, s.in, 1.0f, in,
                                    s.in, w, s.in, 0.0f, z, s.out, stream));
@@ -163,7 +149,6 @@ absl::Status Chunk::BackwardInput(const float* dy, Stash& stash, float* dx,
   const int first = options_.first_layer;
   const int last = options_.last_layer;
   const MlpConfig& config = options_.config;
-  std::vector<Slots> slots = StashSlots(config, first, last, batch);
   float* base = stash.buffer_.as<float>();
 
   // Gradients between the chunk's own layers flow through one (B, d_hidden) buffer,
@@ -181,7 +166,7 @@ absl::Status Chunk::BackwardInput(const float* dy, Stash& stash, float* dx,
     const LayerShape s = LayerAt(config, layer);
     const float* w = params() + param_offsets_[2 * j];
     const std::int64_t n = static_cast<std::int64_t>(batch) * s.out;
-    float* dz = base + slots[j].z;
+    float* dz = base + batch * slot_z_[j];
     if (s.gelu) {
       PS_RETURN_IF_ERROR(math_->GeluBackward(dz, g_out, dz, n, stream));  // z -> dz
     } else {
@@ -211,13 +196,12 @@ absl::Status Chunk::BackwardWeight(Stash& stash, runtime::Stream& stream) {
   const int batch = stash.batch_;
   const int first = options_.first_layer;
   const int last = options_.last_layer;
-  std::vector<Slots> slots = StashSlots(options_.config, first, last, batch);
   const float* base = stash.buffer_.as<float>();
   for (int layer = first; layer < last; ++layer) {
     const int j = layer - first;
     const LayerShape s = LayerAt(options_.config, layer);
-    const float* in = base + slots[j].in;
-    const float* dz = base + slots[j].z;
+    const float* in = base + batch * slot_in_[j];
+    const float* dz = base + batch * slot_z_[j];
     float* dw = grads() + param_offsets_[2 * j];
     float* db = grads() + param_offsets_[2 * j + 1];
     // dW: (out, in) += dz^T (out, B) in (B, in)
