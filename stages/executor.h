@@ -6,7 +6,9 @@
 // (replica, rank) has its own four streams on its device:
 //   compute  every F/B/I/W of the rank's stages, in the rank's program order; the
 //            activation stash and boundary buffers of a micro-batch are allocated here
-//            at its F and freed here after its last backward (stream-ordered);
+//            at its F and freed after its last backward (stream-ordered): the stash
+//            here, a boundary buffer of a stage > 0 on the send stream behind the
+//            gradient copy that reads it, so compute never waits for an outgoing copy;
 //   recv     pulls each stage's input activation from the previous stage (RECV_F);
 //   send     pushes each stage's input gradient to the previous stage (SEND_B);
 //   comm     the stage's data-parallel all-reduce (ALLREDUCE), placed by
