@@ -28,6 +28,7 @@
 //   - BackendOptions::memory_capacity_bytes; BackendOptions::strict applies to CUDA too;
 //   - Stream::status(), Stream::Abort(reason), Stream::aborted() for watchdogs (default
 //     implementations: OK, no-op, false), so that a stuck step can be abandoned.
+//   - BackendOptions::host_spin_micros.
 #pragma once
 
 #include <cstddef>
@@ -240,6 +241,12 @@ struct BackendOptions {
   // Per-device cap on the bytes live through Allocate; 0 = unlimited (host) or the GPU's
   // own memory (CUDA). Lets a host run reproduce a GPU's memory limit.
   std::int64_t memory_capacity_bytes = 0;
+  // Host backend: how long a stream's worker polls for the event it waits on before it
+  // sleeps (keeping a core busy meanwhile). A record/wait hand-off between two streams
+  // then skips the thread wake-up, tens of microseconds on a VM whose idle CPUs halt.
+  // The poll gives way as soon as another thread wants the CPU, so a loaded machine
+  // sleeps as before. 0 = never poll. Ignored by CUDA.
+  int host_spin_micros = 50;
 };
 
 // Owns the devices. Destroy every Stream, Event and Buffer first.

@@ -4,6 +4,8 @@
 //   BM_*Enqueue:      EnqueueHost of an empty closure, amortised over a batch.
 //   BM_*RecordWait:   a ping-pong between two streams (a records, b waits, b records,
 //                     a waits), reported per record/wait hand-off (two per round).
+//   BM_HostRecordWaitNoSpin: the same with BackendOptions::host_spin_micros = 0 (waits
+//                     sleep at once), to show what polling before sleeping buys.
 // Iterations are batches of 1000, so a time of 2.0 ms per iteration is 2.0 us per op.
 #include <memory>
 #include <string>
@@ -17,10 +19,12 @@ namespace {
 
 constexpr int kBatch = 1000;
 
-std::unique_ptr<Backend> MakeBackend(BackendKind kind, benchmark::State& state) {
+std::unique_ptr<Backend> MakeBackend(BackendKind kind, benchmark::State& state,
+                                     int host_spin_micros = BackendOptions{}.host_spin_micros) {
   BackendOptions options;
   options.kind = kind;
   options.num_devices = 1;
+  options.host_spin_micros = host_spin_micros;
   auto backend = CreateBackend(options);
   if (!backend.ok()) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
@@ -68,8 +72,9 @@ void Enqueue(benchmark::State& state, BackendKind kind) {
 }
 
 // `kBatch` ping-pongs between two streams on one device, then wait.
-void RecordWait(benchmark::State& state, BackendKind kind) {
-  auto backend = MakeBackend(kind, state);
+void RecordWait(benchmark::State& state, BackendKind kind,
+                int host_spin_micros = BackendOptions{}.host_spin_micros) {
+  auto backend = MakeBackend(kind, state, host_spin_micros);
   if (backend == nullptr) return;
   Device& device = backend->device(0);
   auto a = device.CreateStream("a").value();
@@ -97,11 +102,15 @@ void RecordWait(benchmark::State& state, BackendKind kind) {
 
 void BM_HostEnqueue(benchmark::State& state) { Enqueue(state, BackendKind::kHost); }
 void BM_HostRecordWait(benchmark::State& state) { RecordWait(state, BackendKind::kHost); }
+void BM_HostRecordWaitNoSpin(benchmark::State& state) {
+  RecordWait(state, BackendKind::kHost, /*host_spin_micros=*/0);
+}
 void BM_CudaEnqueue(benchmark::State& state) { Enqueue(state, BackendKind::kCuda); }
 void BM_CudaRecordWait(benchmark::State& state) { RecordWait(state, BackendKind::kCuda); }
 
 BENCHMARK(BM_HostEnqueue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_HostRecordWait)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_HostRecordWaitNoSpin)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaEnqueue)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_CudaRecordWait)->Unit(benchmark::kMillisecond)->UseManualTime();
 

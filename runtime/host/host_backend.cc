@@ -1,21 +1,33 @@
 // Host backend. How CUDA's semantics are emulated:
 //   - Stream: a worker thread draining a FIFO of tasks. Synchronize() waits until the
-//     count of finished tasks reaches the count enqueued at the call.
+//     count of finished tasks reaches the count enqueued at the call (the worker wakes it
+//     then, not at every task).
 //   - Event: `recorded` counts Record calls (generations); a record enqueues a marker
 //     task that marks its generation complete when the stream reaches it. Wait captures
-//     the generation recorded at enqueue time, and the waiting stream's worker blocks on
-//     the event's condition variable until exactly that generation is complete, so a
-//     later re-record cannot satisfy (nor delay) an already-enqueued wait. Generations
-//     may complete out of order when recorded on different streams, hence a pending set
-//     rather than a single "completed up to" counter.
+//     the generation recorded at enqueue time, and the waiting stream's worker waits
+//     until exactly that generation is complete, so a later re-record cannot satisfy
+//     (nor delay) an already-enqueued wait. Generations may complete out of order when
+//     recorded on different streams, hence a pending set rather than a single
+//     "completed up to" counter.
+//   - Spin, then sleep: a wait task first polls the event's `completions` counter (an
+//     atomic; it takes the event's mutex only when the counter moved) for up to
+//     BackendOptions::host_spin_micros, then sleeps on the event's condition variable.
+//     A sleeping thread costs its waker a futex call and itself a reschedule, tens of
+//     microseconds on a VM whose idle vCPUs halt; a hand-off between busy streams rarely
+//     needs that long. The poll pauses the CPU between reads and yields it every few
+//     microseconds; a yield that took long means other threads wanted the CPU (a loaded
+//     machine, or more streams than cores), and the wait sleeps at once, so that the
+//     thread it waits for can run and the sleeper keeps the scheduler's wake-up
+//     preference. A marker notifies only when someone sleeps on the event. Workers with
+//     an empty queue sleep at once: polling there cost more under load than it saved.
 //   - Poison: the first error returned by a host function is kept; later host functions
 //     are skipped but markers, waits and frees still run, so no other stream hangs.
-//   - Abort (watchdog): poisons, and from then on waits return at once (a wait in
-//     progress is woken through the event it is registered on) and busy waits end; frees
-//     reached afterwards are deferred to the stream's destruction (with waits skipped,
-//     work in flight on another stream may still use the memory); the
-//     worker's state lives in a shared StreamCore so that the destructor can detach a
-//     worker whose host function does not return (see Stream::Abort).
+//   - Abort (watchdog): poisons, and from then on waits return at once (a polling wait
+//     sees the flag, a sleeping one is woken through the event it is registered on) and
+//     busy waits end; frees reached afterwards are deferred to the stream's destruction
+//     (with waits skipped, work in flight on another stream may still use the memory);
+//     the worker's state lives in a shared StreamCore so that the destructor can detach
+//     a worker whose host function does not return (see Stream::Abort).
 #include "runtime/host/host_backend.h"
 
 #include <pthread.h>
@@ -46,6 +58,39 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::align_val_t kAlignment{64};
 
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How often a spinning wait reads the clock and yields the CPU, in polls (a poll and its
+// pause take tens of nanoseconds).
+constexpr int kPollsPerYield = 32;
+// A yield that took longer than this let another thread run: the CPUs are contended, so
+// the spinner sleeps instead (see "Spin, then sleep" above).
+constexpr auto kContendedYield = std::chrono::microseconds(20);
+
+// Polls `ready` until it holds (true), or for at most `limit` (false: the caller sleeps).
+template <typename Ready>
+bool SpinUntil(Clock::duration limit, const Ready& ready) {
+  if (limit <= Clock::duration::zero()) return false;
+  const Clock::time_point deadline = Clock::now() + limit;
+  for (int polls = 1;; ++polls) {
+    if (ready()) return true;
+    if (polls % kPollsPerYield != 0) {
+      CpuRelax();
+      continue;
+    }
+    const Clock::time_point before = Clock::now();
+    if (before >= deadline) return false;
+    std::this_thread::yield();
+    if (Clock::now() - before > kContendedYield) return false;
+  }
+}
+
 class HostDevice;
 class HostBackend;
 
@@ -58,6 +103,10 @@ struct EventState {
   std::vector<std::uint64_t> pending;  // recorded, not yet reached
   std::uint64_t last_completed = 0;    // highest generation reached
   double last_timestamp_us = 0;        // when last_completed was reached
+  int sleepers = 0;                    // threads blocked on cv
+  // Bumped under mu whenever a record completes: a spinning wait polls it and takes mu
+  // only when it changed.
+  std::atomic<std::uint64_t> completions{0};
 
   // Requires mu.
   bool Completed(std::uint64_t generation) const {
@@ -69,8 +118,9 @@ struct EventState {
 // Everything the worker thread touches, shared with it, so that a worker detached by the
 // destructor of an aborted stream (its host function would not return) stays valid.
 struct StreamCore {
-  std::string name;         // the stream's
-  std::string device_desc;  // "host:0"
+  std::string name;            // the stream's
+  std::string device_desc;     // "host:0"
+  const Clock::duration spin;  // how long a wait polls before it sleeps
   std::atomic<bool> poisoned{false};
   std::atomic<bool> aborted{false};
 
@@ -82,6 +132,9 @@ struct StreamCore {
   std::uint64_t enqueued = 0;
   std::uint64_t completed = 0;
   int sync_waiters = 0;
+  // The smallest `completed` count a Synchronize waits for: the worker wakes waiters when
+  // it gets there, not at every completion.
+  std::uint64_t sync_wake_at = UINT64_MAX;
   bool worker_idle = false;
   bool stop = false;
   bool exited = false;
@@ -96,6 +149,8 @@ struct StreamCore {
   // Busy waits sleep here so that Abort can end them.
   std::mutex sleep_mu;
   std::condition_variable sleep_cv;
+
+  explicit StreamCore(Clock::duration spin_limit) : spin(spin_limit) {}
 
   // Requires mu.
   void SetError(const absl::Status& status) {
@@ -136,7 +191,7 @@ class HostStream final : public Stream {
 
   HostDevice& device_;
   const std::string name_;
-  std::shared_ptr<StreamCore> core_ = std::make_shared<StreamCore>();
+  std::shared_ptr<StreamCore> core_;
   std::thread worker_;
 };
 
@@ -204,7 +259,9 @@ class HostDevice final : public Device {
 class HostBackend final : public Backend {
  public:
   explicit HostBackend(const BackendOptions& options)
-      : strict_(options.strict), epoch_(Clock::now()) {
+      : strict_(options.strict),
+        spin_(std::chrono::microseconds(options.host_spin_micros)),
+        epoch_(Clock::now()) {
     for (int i = 0; i < options.num_devices; ++i) {
       devices_.push_back(std::make_unique<HostDevice>(*this, i, options.memory_capacity_bytes));
     }
@@ -215,6 +272,7 @@ class HostBackend final : public Backend {
   Device& device(int index) override { return *devices_.at(index); }
 
   bool strict() const { return strict_; }
+  Clock::duration spin() const { return spin_; }
   Clock::time_point epoch() const { return epoch_; }
   double NowMicros() const {
     return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
@@ -222,6 +280,7 @@ class HostBackend final : public Backend {
 
  private:
   const bool strict_;
+  const Clock::duration spin_;
   const Clock::time_point epoch_;
   std::vector<std::unique_ptr<HostDevice>> devices_;
 };
@@ -236,7 +295,9 @@ absl::Status NotHost(const Stream& stream, std::string_view what) {
 // ---- HostStream -------------------------------------------------------------------
 
 HostStream::HostStream(HostDevice& device, std::string name)
-    : device_(device), name_(std::move(name)) {
+    : device_(device),
+      name_(std::move(name)),
+      core_(std::make_shared<StreamCore>(device.backend().spin())) {
   core_->name = name_;
   core_->device_desc = device_.desc();
   worker_ = std::thread([core = core_] { Run(core); });
@@ -311,7 +372,10 @@ void HostStream::Run(const std::shared_ptr<StreamCore>& core_ptr) {
         break;
       }
       ++core.completed;
-      if (core.sync_waiters > 0) core.done_cv.notify_all();
+      if (core.sync_waiters > 0 && core.completed >= core.sync_wake_at) {
+        core.sync_wake_at = UINT64_MAX;  // each waiter not done yet sets it again
+        core.done_cv.notify_all();
+      }
     }
   }
   std::lock_guard<std::mutex> lock(core.mu);
@@ -419,13 +483,29 @@ absl::Status HostStream::Wait(const Event& event) {
   EnqueueInternal([core = core_, state = std::move(state), generation] {
     auto aborted = [&core] { return core->aborted.load(std::memory_order_acquire); };
     if (aborted()) return;
+    // Read before the first check, so that any completion after it shows as a change.
+    std::uint64_t seen = state->completions.load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->Completed(generation)) return;
+    }
     {
       std::lock_guard<std::mutex> lock(core->mu);
       core->waiting_on = state;
     }
-    {
+    const bool done = SpinUntil(core->spin, [&] {
+      if (aborted()) return true;
+      const std::uint64_t now = state->completions.load(std::memory_order_acquire);
+      if (now == seen) return false;
+      seen = now;
+      std::lock_guard<std::mutex> lock(state->mu);
+      return state->Completed(generation);
+    });
+    if (!done) {
       std::unique_lock<std::mutex> lock(state->mu);
+      ++state->sleepers;
       state->cv.wait(lock, [&] { return state->Completed(generation) || aborted(); });
+      --state->sleepers;
     }
     std::lock_guard<std::mutex> lock(core->mu);
     core->waiting_on.reset();
@@ -437,7 +517,10 @@ absl::Status HostStream::Synchronize() {
   std::unique_lock<std::mutex> lock(core_->mu);
   const std::uint64_t target = core_->enqueued;
   ++core_->sync_waiters;
-  core_->done_cv.wait(lock, [&] { return core_->completed >= target; });
+  while (core_->completed < target) {
+    core_->sync_wake_at = std::min(core_->sync_wake_at, target);
+    core_->done_cv.wait(lock);
+  }
   --core_->sync_waiters;
   return core_->error;
 }
@@ -463,6 +546,7 @@ absl::Status HostEvent::Record(Stream& stream) {
       [state = state_, generation, timing = timing_, epoch = device_.backend().epoch()] {
         const double now =
             timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
+        bool wake;
         {
           std::lock_guard<std::mutex> lock(state->mu);
           std::erase(state->pending, generation);
@@ -470,8 +554,10 @@ absl::Status HostEvent::Record(Stream& stream) {
             state->last_completed = generation;
             state->last_timestamp_us = now;
           }
+          state->completions.fetch_add(1, std::memory_order_release);
+          wake = state->sleepers > 0;
         }
-        state->cv.notify_all();
+        if (wake) state->cv.notify_all();
       });
   return absl::OkStatus();
 }
@@ -484,7 +570,9 @@ absl::StatusOr<bool> HostEvent::Query() {
 absl::Status HostEvent::Synchronize() {
   std::unique_lock<std::mutex> lock(state_->mu);
   const std::uint64_t generation = state_->recorded;
+  ++state_->sleepers;
   state_->cv.wait(lock, [&] { return state_->Completed(generation); });
+  --state_->sleepers;
   return absl::OkStatus();
 }
 
@@ -582,6 +670,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHostBackend(const BackendOptions&
   if (options.num_devices < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("the host backend needs num_devices >= 1, not ", options.num_devices));
+  }
+  if (options.host_spin_micros < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_spin_micros must be >= 0, not ", options.host_spin_micros));
   }
   return std::make_unique<HostBackend>(options);
 }

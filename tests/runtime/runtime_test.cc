@@ -1,5 +1,9 @@
 // Host backend: the CUDA semantics it promises (runtime/runtime.h), checked with the
 // shared scenarios, plus host-only behaviour (strict mode, capacity, backend names).
+// Every HostRuntime test runs three times, since a wait that polls and one that sleeps
+// must keep the same semantics: waits that never poll, that poll for the default time,
+// and that poll for up to a second (until satisfied, or until a yield finds the CPU
+// contended: on an idle 2-core VM, after a few milliseconds).
 #include "runtime/runtime.h"
 
 #include <atomic>
@@ -9,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime_scenarios.h"
@@ -22,14 +27,36 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::unique_ptr<Backend> Host(int num_devices = 1, bool strict = true, std::int64_t capacity = 0) {
-  std::unique_ptr<Backend> backend =
-      scenarios::MustCreate(BackendKind::kHost, num_devices, strict, capacity);
-  EXPECT_NE(backend, nullptr);
-  return backend;
+constexpr int kDefaultSpin = BackendOptions{}.host_spin_micros;
+
+std::unique_ptr<Backend> Host(int num_devices = 1, bool strict = true, std::int64_t capacity = 0,
+                              int spin_micros = kDefaultSpin) {
+  BackendOptions options;
+  options.num_devices = num_devices;
+  options.strict = strict;
+  options.memory_capacity_bytes = capacity;
+  options.host_spin_micros = spin_micros;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? std::move(*backend) : nullptr;
 }
 
-TEST(HostRuntime, RunsWorkInEnqueueOrderWithinAStream) {
+// The parameter is BackendOptions::host_spin_micros.
+class HostRuntime : public ::testing::TestWithParam<int> {
+ protected:
+  std::unique_ptr<Backend> Host(int num_devices = 1, bool strict = true,
+                                std::int64_t capacity = 0) {
+    return runtime::Host(num_devices, strict, capacity, GetParam());
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Spin, HostRuntime, ::testing::Values(0, kDefaultSpin, 1000000),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("NoSpin")
+                                                  : absl::StrCat("Spin", info.param, "us");
+                         });
+
+TEST_P(HostRuntime, RunsWorkInEnqueueOrderWithinAStream) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> log,
                           scenarios::OrderWithinStream(backend->device(0)));
@@ -37,25 +64,25 @@ TEST(HostRuntime, RunsWorkInEnqueueOrderWithinAStream) {
   for (int i = 0; i < 200; ++i) EXPECT_EQ(log[i], std::to_string(i));
 }
 
-TEST(HostRuntime, WaitOrdersWorkAcrossStreamsOfOneDevice) {
+TEST_P(HostRuntime, WaitOrdersWorkAcrossStreamsOfOneDevice) {
   auto backend = Host();
   EXPECT_THAT(scenarios::CrossStreamWait(backend->device(0), backend->device(0)).value(),
               ElementsAre("a", "b"));
 }
 
-TEST(HostRuntime, WaitOrdersWorkAcrossDevices) {
+TEST_P(HostRuntime, WaitOrdersWorkAcrossDevices) {
   auto backend = Host(2);
   EXPECT_THAT(scenarios::CrossStreamWait(backend->device(0), backend->device(1)).value(),
               ElementsAre("a", "b"));
 }
 
-TEST(HostRuntime, WaitCapturesTheRecordMadeBeforeIt) {
+TEST_P(HostRuntime, WaitCapturesTheRecordMadeBeforeIt) {
   auto backend = Host();
   EXPECT_THAT(scenarios::WaitCapturesLatestRecord(backend->device(0)).value(),
               ElementsAre("a1", "b", "a2"));
 }
 
-TEST(HostRuntime, WaitIgnoresEarlierRecordsOnceReRecorded) {
+TEST_P(HostRuntime, WaitIgnoresEarlierRecordsOnceReRecorded) {
   // Record behind 100 ms of work, re-record at once on an idle stream: a wait enqueued
   // after both follows the second record only, so it does not wait the 100 ms.
   auto backend = Host();
@@ -76,7 +103,55 @@ TEST(HostRuntime, WaitIgnoresEarlierRecordsOnceReRecorded) {
   EXPECT_THAT(log.entries(), ElementsAre("waiter", "slow"));
 }
 
-TEST(HostRuntime, StrictModeRejectsWaitOnNeverRecordedEvent) {
+TEST_P(HostRuntime, WaitIsNotSatisfiedByALaterRecordThatCompletesFirst) {
+  // The wait captures the record behind 30 ms of work; a re-record on an idle stream
+  // completes first, which moves the event but must not release the wait.
+  auto backend = Host();
+  Device& device = backend->device(0);
+  scenarios::Log log;  // outlives the streams, whose work refers to it
+  PS_ASSERT_OK_AND_ASSIGN(auto slow, device.CreateStream("slow"));
+  PS_ASSERT_OK_AND_ASSIGN(auto fast, device.CreateStream("fast"));
+  PS_ASSERT_OK_AND_ASSIGN(auto waiter, device.CreateStream("waiter"));
+  PS_ASSERT_OK_AND_ASSIGN(auto event, device.CreateEvent());
+  PS_ASSERT_OK(slow->EnqueueBusyWait(30000));
+  PS_ASSERT_OK(log.On(*slow, "slow"));
+  PS_ASSERT_OK(event->Record(*slow));
+  PS_ASSERT_OK(waiter->Wait(*event));
+  PS_ASSERT_OK(log.On(*waiter, "waiter"));
+  PS_ASSERT_OK(event->Record(*fast));
+  PS_ASSERT_OK(waiter->Synchronize());
+  PS_ASSERT_OK(slow->Synchronize());
+  EXPECT_THAT(log.entries(), ElementsAre("slow", "waiter"));
+}
+
+TEST_P(HostRuntime, AbortEndsAWaitInProgress) {
+  // `waiter` waits on an event recorded behind 10 s of work; aborting it ends the wait
+  // and skips the host function behind it, whether the wait has not started yet, polls
+  // or sleeps (aborted at once, after 2 ms and after 20 ms).
+  for (int delay_ms : {0, 2, 20}) {
+    SCOPED_TRACE(absl::StrCat("aborted after ", delay_ms, " ms"));
+    auto backend = Host();
+    Device& device = backend->device(0);
+    scenarios::Log log;  // outlives the streams, whose work refers to it
+    PS_ASSERT_OK_AND_ASSIGN(auto slow, device.CreateStream("slow"));
+    PS_ASSERT_OK_AND_ASSIGN(auto waiter, device.CreateStream("waiter"));
+    PS_ASSERT_OK_AND_ASSIGN(auto event, device.CreateEvent(false, "slow done"));
+    PS_ASSERT_OK(slow->EnqueueBusyWait(10e6));
+    PS_ASSERT_OK(event->Record(*slow));
+    PS_ASSERT_OK(waiter->Wait(*event));
+    PS_ASSERT_OK(log.On(*waiter, "waiter"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    const auto start = std::chrono::steady_clock::now();
+    waiter->Abort(absl::DeadlineExceededError("watchdog"));
+    EXPECT_THAT(waiter->Synchronize(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("watchdog")));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+    EXPECT_THAT(log.entries(), ::testing::IsEmpty());
+    slow->Abort(absl::CancelledError("test over"));  // ends the busy wait
+  }
+}
+
+TEST_P(HostRuntime, StrictModeRejectsWaitOnNeverRecordedEvent) {
   auto backend = Host(1, /*strict=*/true);
   PS_ASSERT_OK_AND_ASSIGN(scenarios::NeverRecordedResult result,
                           scenarios::WaitOnNeverRecorded(backend->device(0)));
@@ -87,7 +162,7 @@ TEST(HostRuntime, StrictModeRejectsWaitOnNeverRecordedEvent) {
   EXPECT_THAT(result.log, ElementsAre("after"));
 }
 
-TEST(HostRuntime, NonStrictWaitOnNeverRecordedEventIsANoOpLikeCuda) {
+TEST_P(HostRuntime, NonStrictWaitOnNeverRecordedEventIsANoOpLikeCuda) {
   auto backend = Host(1, /*strict=*/false);
   PS_ASSERT_OK_AND_ASSIGN(scenarios::NeverRecordedResult result,
                           scenarios::WaitOnNeverRecorded(backend->device(0)));
@@ -95,7 +170,7 @@ TEST(HostRuntime, NonStrictWaitOnNeverRecordedEventIsANoOpLikeCuda) {
   EXPECT_THAT(result.log, ElementsAre("after"));
 }
 
-TEST(HostRuntime, UnnamedEventsGetDistinctNames) {
+TEST_P(HostRuntime, UnnamedEventsGetDistinctNames) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(auto e0, backend->device(0).CreateEvent());
   PS_ASSERT_OK_AND_ASSIGN(auto e1, backend->device(0).CreateEvent());
@@ -103,13 +178,13 @@ TEST(HostRuntime, UnnamedEventsGetDistinctNames) {
   EXPECT_EQ(e1->name(), "event#1");
 }
 
-TEST(HostRuntime, EventQueryAndSynchronize) {
+TEST_P(HostRuntime, EventQueryAndSynchronize) {
   auto backend = Host();
   EXPECT_THAT(scenarios::QueryAndSynchronize(backend->device(0)).value(),
               ElementsAre(true, false, true));
 }
 
-TEST(HostRuntime, RecordOnAnotherDevicesStreamIsRejected) {
+TEST_P(HostRuntime, RecordOnAnotherDevicesStreamIsRejected) {
   auto backend = Host(2);
   PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(1).CreateStream("s1"));
   PS_ASSERT_OK_AND_ASSIGN(auto event, backend->device(0).CreateEvent(false, "e0"));
@@ -118,7 +193,7 @@ TEST(HostRuntime, RecordOnAnotherDevicesStreamIsRejected) {
                        AllOf(HasSubstr("'e0' belongs to host:0"), HasSubstr("'s1' of host:1"))));
 }
 
-TEST(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
+TEST_P(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(scenarios::TimingResult timing, scenarios::Timing(backend->device(0)));
   EXPECT_GE(timing.elapsed_ms, 19.5);
@@ -127,7 +202,7 @@ TEST(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
   EXPECT_NEAR(timing.end_us - timing.start_us, timing.elapsed_ms * 1000, 1e-6);
 }
 
-TEST(HostRuntime, TimestampsFollowStreamOrder) {
+TEST_P(HostRuntime, TimestampsFollowStreamOrder) {
   auto backend = Host();
   Device& device = backend->device(0);
   PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
@@ -147,7 +222,7 @@ TEST(HostRuntime, TimestampsFollowStreamOrder) {
   }
 }
 
-TEST(HostRuntime, TimingNeedsTimingEventsThatCompleted) {
+TEST_P(HostRuntime, TimingNeedsTimingEventsThatCompleted) {
   auto backend = Host();
   Device& device = backend->device(0);
   PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
@@ -166,7 +241,7 @@ TEST(HostRuntime, TimingNeedsTimingEventsThatCompleted) {
                        HasSubstr("'plain' was created without timing")));
 }
 
-TEST(HostRuntime, StreamsOnDifferentDevicesRunConcurrently) {
+TEST_P(HostRuntime, StreamsOnDifferentDevicesRunConcurrently) {
   auto backend = Host(2);
   PS_ASSERT_OK_AND_ASSIGN(double wall_ms,
                           scenarios::OverlapWallMillis(backend->device(0), backend->device(1)));
@@ -174,14 +249,14 @@ TEST(HostRuntime, StreamsOnDifferentDevicesRunConcurrently) {
   EXPECT_LT(wall_ms, 95) << "two 50 ms streams did not overlap";
 }
 
-TEST(HostRuntime, StreamsOfOneDeviceRunConcurrently) {
+TEST_P(HostRuntime, StreamsOfOneDeviceRunConcurrently) {
   auto backend = Host(1);
   PS_ASSERT_OK_AND_ASSIGN(double wall_ms,
                           scenarios::OverlapWallMillis(backend->device(0), backend->device(0)));
   EXPECT_LT(wall_ms, 95) << "two 50 ms streams did not overlap";
 }
 
-TEST(HostRuntime, MemoryIsAccountedWithStreamOrderedFrees) {
+TEST_P(HostRuntime, MemoryIsAccountedWithStreamOrderedFrees) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(scenarios::MemoryResult memory,
                           scenarios::StreamOrderedMemory(backend->device(0)));
@@ -189,7 +264,7 @@ TEST(HostRuntime, MemoryIsAccountedWithStreamOrderedFrees) {
   EXPECT_EQ(memory.peak, 4000);
 }
 
-TEST(HostRuntime, MemoryIsPerDeviceAlignedAndFreedByDestructor) {
+TEST_P(HostRuntime, MemoryIsPerDeviceAlignedAndFreedByDestructor) {
   auto backend = Host(2);
   PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(1).CreateStream("s"));
   {
@@ -211,7 +286,7 @@ TEST(HostRuntime, MemoryIsPerDeviceAlignedAndFreedByDestructor) {
   PS_EXPECT_OK(empty.FreeAsync(*stream));
 }
 
-TEST(HostRuntime, CapacityErrorNamesRequestedAndFreeBytes) {
+TEST_P(HostRuntime, CapacityErrorNamesRequestedAndFreeBytes) {
   auto backend = Host(1, true, /*capacity=*/1 << 20);
   Device& device = backend->device(0);
   PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
@@ -225,7 +300,7 @@ TEST(HostRuntime, CapacityErrorNamesRequestedAndFreeBytes) {
   PS_EXPECT_OK(device.Allocate(600 << 10, *stream).status());
 }
 
-TEST(HostRuntime, CopyAsyncAcrossDevices) {
+TEST_P(HostRuntime, CopyAsyncAcrossDevices) {
   auto backend = Host(2);
   PS_ASSERT_OK_AND_ASSIGN(std::vector<unsigned char> back,
                           scenarios::CopyAcrossDevices(backend->device(0), backend->device(1)));
@@ -234,7 +309,7 @@ TEST(HostRuntime, CopyAsyncAcrossDevices) {
   }
 }
 
-TEST(HostRuntime, FailedHostWorkPoisonsTheStream) {
+TEST_P(HostRuntime, FailedHostWorkPoisonsTheStream) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(scenarios::PoisonResult result,
                           scenarios::PoisonedStream(backend->device(0)));
@@ -246,7 +321,7 @@ TEST(HostRuntime, FailedHostWorkPoisonsTheStream) {
   EXPECT_TRUE(result.event_completed);
 }
 
-TEST(HostRuntime, DestroyingStreamsAndEventsWithPendingWorkIsClean) {
+TEST_P(HostRuntime, DestroyingStreamsAndEventsWithPendingWorkIsClean) {
   auto backend = Host(2);
   std::atomic<int> ran{0};
   {
@@ -265,7 +340,7 @@ TEST(HostRuntime, DestroyingStreamsAndEventsWithPendingWorkIsClean) {
   EXPECT_EQ(ran.load(), 1);
 }
 
-TEST(HostRuntime, ManyThreadsDriveStreamsConcurrently) {
+TEST_P(HostRuntime, ManyThreadsDriveStreamsConcurrently) {
   // Four host threads, each with its own pair of streams on its own device, ping-pong
   // through events. Exercises the locking for TSan.
   auto backend = Host(4);
@@ -325,6 +400,10 @@ TEST(Runtime, CreateBackendRejectsBadOptions) {
   options.memory_capacity_bytes = -1;
   EXPECT_THAT(CreateBackend(options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("memory_capacity_bytes")));
+  options.memory_capacity_bytes = 0;
+  options.host_spin_micros = -1;
+  EXPECT_THAT(CreateBackend(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("host_spin_micros must be >= 0, not -1")));
 }
 
 TEST(Runtime, CudaBackendWithoutAGpuIsUnavailable) {
