@@ -191,6 +191,20 @@ absl::Status Train(const CommandContext& ctx) {
       "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
       "action and copy times, %.4f with the measured hand-off latency between ranks\n",
       Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction);
+  // The last step replayed action by action (each compute action's own measured duration,
+  // the measured hand-offs): what is left against the measured step is what the simulator
+  // does not model, not the spread of the actions' durations.
+  const scheduler::CostModel handoff_costs =
+      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
+  PS_ASSIGN_OR_RETURN(
+      scheduler::SimResult replayed,
+      scheduler::Simulate(trainer->schedule(),
+                          stages::WithActionDurations(handoff_costs, last.timeline, p)));
+  out << absl::StrFormat(
+      "last step: bubble fraction measured %.4f, replayed %.4f from its own action "
+      "durations; makespan measured %.3f ms, replayed %.3f ms; step %.3f ms\n",
+      measured.bubble_fraction, replayed.bubble_fraction, measured.makespan / 1000,
+      replayed.makespan / 1000, last.step_micros / 1000);
   auto idle_share = [](const scheduler::SimResult& sim, int r) {
     return sim.makespan > 0 ? sim.ranks[r].idle / sim.makespan : 0.0;
   };
@@ -260,6 +274,11 @@ absl::Status Train(const CommandContext& ctx) {
     j["measured_bubble_fraction"] = Median(bubbles);
     j["planned_bubble_fraction"] = planned.bubble_fraction;
     j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
+    j["last_step_measured_bubble_fraction"] = measured.bubble_fraction;
+    j["last_step_replayed_bubble_fraction"] = replayed.bubble_fraction;
+    j["last_step_makespan_ms"] = measured.makespan / 1000;
+    j["last_step_replayed_makespan_ms"] = replayed.makespan / 1000;
+    j["last_step_ms"] = last.step_micros / 1000;
     nlohmann::json ranks = nlohmann::json::array();
     for (int r = 0; r < p; ++r) {
       ranks.push_back({{"measured_busy_us", measured.rows[r].busy},

@@ -1,4 +1,5 @@
 // Drives the pipesched program in-process: exit codes, one-line errors, outputs.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -181,6 +182,17 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   double with_handoff = j["planned_with_handoff_bubble_fraction"].get<double>();
   EXPECT_GE(with_handoff, 0.0);
   EXPECT_LT(with_handoff, 1.0);
+  // The last step replayed with its own action durations: each rank is busy exactly as
+  // measured, so the replay lasts at least as long as the busiest rank's compute.
+  const double replayed = j["last_step_replayed_bubble_fraction"].get<double>();
+  EXPECT_GE(replayed, 0.0);
+  EXPECT_LT(replayed, 1.0);
+  double busiest_us = 0;
+  for (const nlohmann::json& rank : j["ranks"]) {
+    busiest_us = std::max(busiest_us, rank["measured_busy_us"].get<double>());
+  }
+  EXPECT_GE(j["last_step_replayed_makespan_ms"].get<double>() * 1000, busiest_us * (1 - 1e-9));
+  EXPECT_LE(j["last_step_makespan_ms"].get<double>(), j["last_step_ms"].get<double>());
   // Resuming from the saved parameters starts where training ended.
   RunResult again =
       RunCli({"train", "--schedule=gpipe", "--stages=2", "--microbatches=4", "--microbatch-size=4",
