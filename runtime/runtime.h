@@ -163,12 +163,13 @@ class Stream {
   // waiting on its events hangs (it may then run on stale data: abort every stream of a
   // step). The stream stays unusable (later EnqueueHost returns the error).
   //   Host backend: a wait or a busy wait in progress ends at once; frees reached after
-  //   the abort run when the stream is destroyed (work in flight on other streams may
-  //   still use the memory until they are aborted and drained too). A host function in
+  //   the abort run once every stream of the device has been destroyed (work in flight
+  //   on other streams may still use the memory until they are aborted and drained
+  //   too). A host function in
   //   progress cannot be interrupted: it may poll aborted() and return early. If it has
   //   not returned when the stream is destroyed, the destructor waits for it up to
   //   kAbortGraceMillis, then runs the remaining records itself and detaches the worker
-  //   thread, which exits when the function returns (the stream's deferred frees are
+  //   thread, which exits when the function returns (the device's deferred frees are
   //   leaked, as the function may still use that memory; it must not touch memory its
   //   owners free meanwhile; a function that never returns keeps its thread).
   //   CUDA: host functions not yet started are skipped; device work (kernels, copies,

@@ -14,8 +14,8 @@
 //     BackendOptions::host_spin_micros, then sleeps on the event's condition variable.
 //     A sleeping thread costs its waker a futex call and itself a reschedule, tens of
 //     microseconds on a VM whose idle vCPUs halt; a hand-off between busy streams rarely
-//     needs that long. The poll pauses the CPU between reads and yields it every few
-//     microseconds; a yield that took long means other threads wanted the CPU (a loaded
+//     needs that long. The poll pauses the CPU between reads and yields it every 32 polls
+//     (about a microsecond); a yield that took long means other threads wanted the CPU (a loaded
 //     machine, or more streams than cores), and the wait sleeps at once, so that the
 //     thread it waits for can run and the sleeper keeps the scheduler's wake-up
 //     preference. A marker notifies only when someone sleeps on the event. Workers with
@@ -24,10 +24,14 @@
 //     are skipped but markers, waits and frees still run, so no other stream hangs.
 //   - Abort (watchdog): poisons, and from then on waits return at once (a polling wait
 //     sees the flag, a sleeping one is woken through the event it is registered on) and
-//     busy waits end; frees reached afterwards are deferred to the stream's destruction
-//     (with waits skipped, work in flight on another stream may still use the memory);
-//     the worker's state lives in a shared StreamCore so that the destructor can detach
-//     a worker whose host function does not return (see Stream::Abort).
+//     busy waits end; frees reached afterwards are deferred (with waits skipped, work in
+//     flight on another stream may still use the memory): the stream's destructor hands
+//     them to its device, which runs them once the last of its streams is destroyed --
+//     a buffer freed on one stream may still be in use by a host function of another
+//     stream of the device that has not returned yet -- or leaks them if one of those
+//     streams had to be detached. The worker's state lives in a shared StreamCore so
+//     that the destructor can detach a worker whose host function does not return (see
+//     Stream::Abort).
 #include "runtime/host/host_backend.h"
 
 #include <pthread.h>
@@ -40,6 +44,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <string>
@@ -68,7 +73,7 @@ void CpuRelax() {
 
 // How often a spinning wait reads the clock and yields the CPU, in polls (a poll and its
 // pause take tens of nanoseconds).
-constexpr int kPollsPerYield = 32;
+constexpr unsigned kPollsPerYield = 32;
 // A yield that took longer than this let another thread run: the CPUs are contended, so
 // the spinner sleeps instead (see "Spin, then sleep" above).
 constexpr auto kContendedYield = std::chrono::microseconds(20);
@@ -78,7 +83,7 @@ template <typename Ready>
 bool SpinUntil(Clock::duration limit, const Ready& ready) {
   if (limit <= Clock::duration::zero()) return false;
   const Clock::time_point deadline = Clock::now() + limit;
-  for (int polls = 1;; ++polls) {
+  for (unsigned polls = 1;; ++polls) {  // wraps harmlessly
     if (ready()) return true;
     if (polls % kPollsPerYield != 0) {
       CpuRelax();
@@ -134,16 +139,17 @@ struct StreamCore {
   int sync_waiters = 0;
   // The smallest `completed` count a Synchronize waits for: the worker wakes waiters when
   // it gets there, not at every completion.
-  std::uint64_t sync_wake_at = UINT64_MAX;
+  std::uint64_t sync_wake_at = std::numeric_limits<std::uint64_t>::max();
   bool worker_idle = false;
   bool stop = false;
   bool exited = false;
   bool detached = false;
   absl::Status error;
   std::shared_ptr<EventState> waiting_on;  // the event a wait task is blocked on
-  // Frees reached after Abort: run by the destructor once the worker has exited, because
-  // waits are skipped after an abort and work still in flight on another stream may use
-  // the memory until that stream drains too.
+  // Frees reached after Abort: handed by the destructor, once the worker has exited, to
+  // the device, which runs them when all its streams are gone (HostDevice::StreamClosed),
+  // because waits are skipped after an abort and work still in flight on another stream
+  // may use the memory until that stream drains too.
   std::vector<std::function<void()>> deferred_frees;
 
   // Busy waits sleep here so that Abort can end them.
@@ -243,6 +249,13 @@ class HostDevice final : public Device {
     ::operator delete(data, kAlignment);
     memory_.Release(static_cast<std::int64_t>(size));
   }
+  // Every stream of the device registers here; a closing stream hands over the frees it
+  // deferred after an abort and says whether its worker was detached (the header).
+  void StreamOpened() {
+    std::lock_guard<std::mutex> lock(graveyard_mu_);
+    ++open_streams_;
+  }
+  void StreamClosed(std::vector<std::function<void()>> deferred_frees, bool detached);
 
  protected:
   void FreeNow(void* data, std::size_t size) override { Free(data, size); }
@@ -254,6 +267,10 @@ class HostDevice final : public Device {
   const std::string description_;
   MemoryAccount memory_;
   std::atomic<int> next_event_id_{0};
+  std::mutex graveyard_mu_;
+  int open_streams_ = 0;
+  std::vector<std::function<void()>> graveyard_;  // deferred frees of closed streams
+  bool leak_graveyard_ = false;                   // a closed stream's worker was detached
 };
 
 class HostBackend final : public Backend {
@@ -300,6 +317,7 @@ HostStream::HostStream(HostDevice& device, std::string name)
       core_(std::make_shared<StreamCore>(device.backend().spin())) {
   core_->name = name_;
   core_->device_desc = device_.desc();
+  device_.StreamOpened();
   worker_ = std::thread([core = core_] { Run(core); });
   // Thread names show up in debuggers, perf and TSan reports; at most 15 characters.
   std::string thread_name = absl::StrCat("ps", device_.index(), ":", name_).substr(0, 15);
@@ -315,19 +333,16 @@ HostStream::~HostStream() {
   core.work_cv.notify_one();
   if (!aborted()) {
     worker_.join();  // the worker drains the queue first
+    device_.StreamClosed({}, /*detached=*/false);
     return;
   }
-  auto run_deferred_frees = [&core] {
-    for (std::function<void()>& free_fn : core.deferred_frees) free_fn();
-    core.deferred_frees.clear();
-  };
   // Aborted: the queue drains at once unless a host function does not return.
   std::unique_lock<std::mutex> lock(core.mu);
   if (core.exit_cv.wait_for(lock, std::chrono::milliseconds(kAbortGraceMillis),
                             [&core] { return core.exited; })) {
     lock.unlock();
     worker_.join();
-    run_deferred_frees();
+    device_.StreamClosed(std::move(core.deferred_frees), /*detached=*/false);
     return;
   }
   // Run what is left here (records and frees; host functions and waits are skipped in
@@ -338,8 +353,10 @@ HostStream::~HostStream() {
   lock.unlock();
   for (std::function<void()>& task : rest) task();
   // The deferred frees stay with the detached worker's state, unrun: its host function
-  // may still use that memory (a leak, for a function that ignored the abort).
+  // may still use that memory (a leak, for a function that ignored the abort). So does
+  // every free deferred by the device's other streams.
   worker_.detach();
+  device_.StreamClosed({}, /*detached=*/true);
 }
 
 Device& HostStream::device() const { return device_; }
@@ -373,7 +390,8 @@ void HostStream::Run(const std::shared_ptr<StreamCore>& core_ptr) {
       }
       ++core.completed;
       if (core.sync_waiters > 0 && core.completed >= core.sync_wake_at) {
-        core.sync_wake_at = UINT64_MAX;  // each waiter not done yet sets it again
+        core.sync_wake_at =
+            std::numeric_limits<std::uint64_t>::max();  // each waiter not done yet sets it again
         core.done_cv.notify_all();
       }
     }
@@ -384,7 +402,7 @@ void HostStream::Run(const std::shared_ptr<StreamCore>& core_ptr) {
 }
 
 void HostStream::EnqueueInternal(std::function<void()> task) {
-  bool wake;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->queue.push_back(std::move(task));
@@ -546,7 +564,7 @@ absl::Status HostEvent::Record(Stream& stream) {
       [state = state_, generation, timing = timing_, epoch = device_.backend().epoch()] {
         const double now =
             timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
-        bool wake;
+        bool wake = false;
         {
           std::lock_guard<std::mutex> lock(state->mu);
           std::erase(state->pending, generation);
@@ -626,6 +644,20 @@ absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
         absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: out of host memory"));
   }
   return MakeBuffer(this, data, bytes);
+}
+
+void HostDevice::StreamClosed(std::vector<std::function<void()>> deferred_frees, bool detached) {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> lock(graveyard_mu_);
+    for (std::function<void()>& free_fn : deferred_frees) graveyard_.push_back(std::move(free_fn));
+    leak_graveyard_ = leak_graveyard_ || detached;
+    if (--open_streams_ > 0) return;
+    if (!leak_graveyard_) run.swap(graveyard_);
+    graveyard_.clear();  // when leaking: dropping the closures keeps their memory
+    leak_graveyard_ = false;
+  }
+  for (std::function<void()>& free_fn : run) free_fn();
 }
 
 absl::Status HostDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& stream) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -172,6 +173,83 @@ TEST(WatchdogTest, StuckStageCallbackEndsInTimeoutNamingEachRank) {
     EXPECT_FALSE(ex->Step(data.inputs()).ok());
   }
   EXPECT_EQ(ThreadCount(), threads_before);
+}
+
+// A stage callback that ignores the abort and only returns after the executor has given
+// up on it (Stream::kAbortGraceMillis), then writes into its micro-batch's boundary
+// buffer. The executor frees that buffer on the send stream, which drains at once after
+// the abort; the host backend must keep the free until every stream of the device --
+// this compute stream too -- is gone. ASan reports a heap-use-after-free otherwise.
+TEST(WatchdogTest, CallbackThatOutlivesTheAbortKeepsItsBuffersUntilItReturns) {
+  const ToyOptions toy{.features = 2, .batch = 2};
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  std::atomic<bool> wrote{false};
+  {
+    // Stage 1's B of micro-batch 0: the toy backward, then 3.5 s of a host function that
+    // does not look at Stream::aborted(), then a write to its input-gradient region.
+    class Stuck final : public StageWork {
+     public:
+      Stuck(std::unique_ptr<ToyStage> inner, std::atomic<bool>& wrote)
+          : inner_(std::move(inner)), wrote_(wrote) {}
+      std::size_t input_bytes() const override { return inner_->input_bytes(); }
+      std::size_t output_bytes() const override { return inner_->output_bytes(); }
+      std::size_t target_bytes() const override { return inner_->target_bytes(); }
+      std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
+      std::int64_t num_params() const override { return inner_->num_params(); }
+      absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& s) override {
+        return inner_->AllocateStash(s);
+      }
+      absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
+        return inner_->Forward(io, stream);
+      }
+      absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override {
+        PS_RETURN_IF_ERROR(inner_->Backward(io, stream));
+        if (io.microbatch != 0) return absl::OkStatus();
+        void* grad_input = io.grad_input;
+        const std::size_t bytes = input_bytes();
+        return stream.EnqueueHost([grad_input, bytes, &wrote = wrote_] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+          std::memset(grad_input, 0, bytes);
+          wrote = true;
+          return absl::OkStatus();
+        });
+      }
+      absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
+        return inner_->BackwardInput(io, stream);
+      }
+      absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override {
+        return inner_->BackwardWeight(io, stream);
+      }
+      absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
+      absl::Status OptimizerStep(runtime::Stream& stream) override {
+        return inner_->OptimizerStep(stream);
+      }
+      std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
+
+     private:
+      std::unique_ptr<ToyStage> inner_;
+      std::atomic<bool>& wrote_;
+    };
+    StageWorkFactory factory =
+        [&](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      auto inner = std::make_unique<ToyStage>(stage, 2, toy, device);
+      if (stage != 1) return inner;
+      return std::make_unique<Stuck>(std::move(inner), wrote);
+    };
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
+    StepData data(2, toy);
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no action finished")));
+    EXPECT_FALSE(wrote);  // the executor gave up on it (after the grace period)
+  }                       // the send stream's deferred free waits for the compute stream's worker
+  EXPECT_TRUE(wrote);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(backend->device(d).memory_stats().current_bytes, 0) << "device " << d;
+  }
 }
 
 // A schedule that deadlocks at run time but not statically. The executor alone cannot
