@@ -279,10 +279,21 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   row.sim_ms = sim.makespan / 1000;
   for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
   if (!sweep.traces_dir.empty()) {
-    row.measured_tl = med.timeline;
-    for (trace::Span& span : row.measured_tl.spans) {
+    // Replica 0 (rows 0..P-1), the rows the simulator plans, shifted to start at 0.
+    row.measured_tl = {.time_unit = med.timeline.time_unit, .num_ranks = p};
+    std::vector<int> index(med.timeline.spans.size(), -1);  // old span index -> new
+    for (std::size_t k = 0; k < med.timeline.spans.size(); ++k) {
+      trace::Span span = med.timeline.spans[k];
+      if (span.rank >= p) continue;
       span.start -= measured.start;
       span.end -= measured.start;
+      index[k] = static_cast<int>(row.measured_tl.spans.size());
+      row.measured_tl.spans.push_back(span);
+    }
+    for (const trace::Flow& flow : med.timeline.flows) {
+      if (index[flow.from] >= 0 && index[flow.to] >= 0) {
+        row.measured_tl.flows.push_back({.from = index[flow.from], .to = index[flow.to]});
+      }
     }
     row.measured_tl.name = absl::StrCat(ConfigName(row), " (measured, median step)");
     row.simulated_tl = sim.timeline;

@@ -182,11 +182,10 @@ absl::Status Train(const CommandContext& ctx) {
   // what a dependency really costs on this machine (stages/bubble_analysis.h).
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
-  PS_ASSIGN_OR_RETURN(
-      scheduler::SimResult with_handoff,
-      scheduler::Simulate(
-          trainer->schedule(),
-          stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}))));
+  const scheduler::CostModel handoff_costs =
+      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
+                      scheduler::Simulate(trainer->schedule(), handoff_costs));
   out << absl::StrFormat(
       "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
       "action and copy times, %.4f with the measured hand-off latency between ranks\n",
@@ -194,8 +193,6 @@ absl::Status Train(const CommandContext& ctx) {
   // The last step replayed action by action (each compute action's own measured duration,
   // the measured hand-offs): what is left against the measured step is what the simulator
   // does not model, not the spread of the actions' durations.
-  const scheduler::CostModel handoff_costs =
-      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
   PS_ASSIGN_OR_RETURN(
       scheduler::SimResult replayed,
       scheduler::Simulate(trainer->schedule(),

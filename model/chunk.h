@@ -155,7 +155,8 @@ class Chunk {
   std::vector<std::int64_t> param_offsets_;  // per spec, in floats
   // Float offsets of layer j's stash slots (in_j, z_j) for a micro-batch of one sample;
   // a stash of B samples has them at B times these (every slot scales with B).
-  std::vector<std::int64_t> slot_in_, slot_z_;
+  std::vector<std::int64_t> slot_in_;
+  std::vector<std::int64_t> slot_z_;
   std::int64_t num_params_ = 0;
   runtime::Buffer params_;
   runtime::Buffer grads_;

@@ -42,8 +42,8 @@ struct CostModel {
     return boundary >= 0 && static_cast<std::size_t>(boundary) < comm.size() ? comm[boundary]
                                                                              : comm_uniform;
   }
-  // Duration of a compute or ALLREDUCE action; lowered SEND/RECV take Comm() of their
-  // boundary.
+  // Duration of a compute or ALLREDUCE action (its entry in `actions` if it has one, else
+  // its stage's); lowered SEND/RECV take Comm() of their boundary.
   double Duration(const Action& action) const;
 };
 

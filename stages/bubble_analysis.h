@@ -17,7 +17,9 @@
 //   i    the host had issued X (issue_micros);
 //   t    X's transfers had finished: RECV_F(s, m) for F(s, m), SEND_B(s+1, m) for
 //        B/I(s, m). (The compute stream never waits for an outgoing copy: the executor
-//        frees a boundary buffer on the send stream, behind its gradient copy.)
+//        frees a boundary buffer on the send stream, behind its gradient copy -- except
+//        with ExecutorOptions::exact_memory_accounting, whose steps this analysis
+//        does not describe exactly.)
 // The gap is cut at the moments these became true, in this priority:
 //   [g0, p.end)                    dependency: split into (a) and (e) below;
 //   [.., i)                        (d) host: the producer was done, the host had not issued;

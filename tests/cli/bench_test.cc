@@ -126,6 +126,21 @@ TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
     EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(measured, median step)"));
     EXPECT_THAT(Slurp(dir + "/" + stem + ".svg"), HasSubstr("</svg>")) << stem;
   }
+  // With D = 2 the measured step has P x D rows; the trace keeps replica 0's P, the rows
+  // the simulator plans.
+  RunResult d2 = RunCli(Tiny(
+      {"--schedules=1f1b", "--stages=2", "--microbatches=4", "--replicas=2", "--traces=" + dir}));
+  ASSERT_EQ(d2.code, 0) << d2.err << d2.out;
+  nlohmann::json trace = nlohmann::json::parse(Slurp(dir + "/1f1b-p2-m4.json"));
+  std::set<std::string> processes;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      processes.insert(e["args"]["name"].get<std::string>());
+    }
+    if (e["ph"] == "X") EXPECT_GE(e["ts"].get<double>(), 0) << e.dump();
+  }
+  EXPECT_EQ(processes.size(), 4u) << absl::StrJoin(processes, "|");  // 2 timelines x 2 ranks
+  EXPECT_THAT(absl::StrJoin(processes, "|"), ::testing::Not(HasSubstr("rank 2")));
 }
 
 TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
