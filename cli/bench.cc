@@ -78,6 +78,12 @@ struct Row {
   double loss = 0;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;
+  // Every measured step, in order (JSON only): how much the three bubbles move from step
+  // to step on this machine.
+  struct Step {
+    double step_ms = 0, measured = 0, simulated = 0, replayed = 0;
+  };
+  std::vector<Step> steps;
 };
 
 double Median(std::vector<double> v) {
@@ -274,6 +280,26 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                                           stages::WithActionDurations(effective, med.timeline, p)));
   row.replayed = replay.bubble_fraction;
   row.replay_ms = replay.makespan / 1000;
+  // The same three numbers for every measured step, each fed with its own step's costs.
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    std::vector<double> step_handoff = stages::MedianHandoff({&analyses[k]});
+    for (std::size_t b = 0; b < step_handoff.size() && b < pooled.size(); ++b) {
+      if (step_handoff[b] < 0) step_handoff[b] = pooled[b];
+    }
+    const scheduler::CostModel step_costs = stages::WithHandoffLatency(
+        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor()), step_handoff);
+    PS_ASSIGN_OR_RETURN(scheduler::SimResult step_sim,
+                        scheduler::Simulate(trainer->schedule(), step_costs));
+    PS_ASSIGN_OR_RETURN(
+        scheduler::SimResult step_replay,
+        scheduler::Simulate(trainer->schedule(),
+                            stages::WithActionDurations(step_costs, results[k].timeline, p)));
+    row.steps.push_back(
+        {.step_ms = results[k].step_micros / 1000,
+         .measured = trace::ComputeBubbleStats(results[k].timeline, p).bubble_fraction,
+         .simulated = step_sim.bubble_fraction,
+         .replayed = step_replay.bubble_fraction});
+  }
   row.simulated = sim.bubble_fraction;
   row.sim_plain_ms = sim_plain.makespan / 1000;
   row.sim_ms = sim.makespan / 1000;
@@ -458,6 +484,14 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["idle_by_rank"] = ranks;                  // JSON only
   j["simulator_stage_costs"] = costs;         // JSON only: per virtual stage
   j["simulator_boundary_us"] = r.costs.comm;  // per boundary: hand-off latency
+  nlohmann::json steps = nlohmann::json::array();
+  for (const Row::Step& st : r.steps) {
+    steps.push_back({{"step_ms", st.step_ms},
+                     {"bubble_measured", st.measured},
+                     {"bubble_simulated", st.simulated},
+                     {"bubble_replayed", st.replayed}});
+  }
+  j["steps"] = steps;  // JSON only: every measured step
   return j;
 }
 

@@ -75,6 +75,16 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
                          c["idle_imbalance_us"].get<double>();
     EXPECT_NEAR(parts, c["idle_us"].get<double>(), 1e-6 * c["idle_us"].get<double>() + 1e-6);
     EXPECT_NEAR(c["idle_explained"].get<double>(), 1.0, 1e-9);
+    // Every measured step, each simulated with its own costs; the median step's entry
+    // is the row itself.
+    ASSERT_EQ(c["steps"].size(), 2u);
+    int same = 0;
+    for (const nlohmann::json& st : c["steps"]) {
+      same += st["step_ms"] == c["step_ms"] && st["bubble_measured"] == c["bubble_measured"] &&
+              st["bubble_simulated"] == c["bubble_simulated"] &&
+              st["bubble_replayed"] == c["bubble_replayed"];
+    }
+    EXPECT_GE(same, 1) << c["steps"].dump();
     EXPECT_EQ(c["peak_activation_bytes"].size(), 2u);
     EXPECT_EQ(c["simulated_peak_activation_bytes"].size(), 2u);
   }
