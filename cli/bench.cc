@@ -209,7 +209,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   for (int i = 0; i < static_cast<int>(order.size()); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](int a, int b) { return results[a].step_micros < results[b].step_micros; });
-  const stages::StepResult& med = results[order[(order.size() - 1) / 2]];
+  const std::size_t median_step = order[(order.size() - 1) / 2];
+  const stages::StepResult& med = results[median_step];
   row.step_ms = med.step_micros / 1000;
   row.samples_per_s = trainer->global_batch() / (med.step_micros * 1e-6);
   row.loss = med.loss;
@@ -227,7 +228,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     PS_ASSIGN_OR_RETURN(stages::IdleAnalysis a, stages::AnalyzeIdle(r.timeline, r.issue_micros, p));
     analyses.push_back(std::move(a));
   }
-  stages::IdleAnalysis& a = analyses[order[(order.size() - 1) / 2]];
+  stages::IdleAnalysis& a = analyses[median_step];
   trace::BubbleStats measured = trace::ComputeBubbleStats(med.timeline, p);
   row.measured = measured.bubble_fraction;
   row.makespan_ms = measured.makespan / 1000;
@@ -247,11 +248,15 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   scheduler::CostModel plain = stages::MeasuredCostModel({&med.timeline}, trainer->executor());
   std::vector<const stages::IdleAnalysis*> pointers;
   for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
-  std::vector<double> handoff = stages::MedianHandoff({&a});
   const std::vector<double> pooled = stages::MedianHandoff(pointers);
-  for (std::size_t k = 0; k < handoff.size() && k < pooled.size(); ++k) {
-    if (handoff[k] < 0) handoff[k] = pooled[k];
-  }
+  auto handoff_of = [&pooled](const stages::IdleAnalysis& step) {
+    std::vector<double> h = stages::MedianHandoff({&step});
+    for (std::size_t b = 0; b < h.size() && b < pooled.size(); ++b) {
+      if (h[b] < 0) h[b] = pooled[b];
+    }
+    return h;
+  };
+  const std::vector<double> handoff = handoff_of(a);
   std::vector<double> measured_handoffs;
   for (double h : handoff) {
     if (h >= 0) measured_handoffs.push_back(h);
@@ -280,14 +285,23 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                                           stages::WithActionDurations(effective, med.timeline, p)));
   row.replayed = replay.bubble_fraction;
   row.replay_ms = replay.makespan / 1000;
-  // The same three numbers for every measured step, each fed with its own step's costs.
+  row.simulated = sim.bubble_fraction;
+  row.sim_plain_ms = sim_plain.makespan / 1000;
+  row.sim_ms = sim.makespan / 1000;
+  for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
+  // The same three numbers for every measured step, each fed with its own step's costs
+  // (the median step's are the row's).
   for (std::size_t k = 0; k < results.size(); ++k) {
-    std::vector<double> step_handoff = stages::MedianHandoff({&analyses[k]});
-    for (std::size_t b = 0; b < step_handoff.size() && b < pooled.size(); ++b) {
-      if (step_handoff[b] < 0) step_handoff[b] = pooled[b];
+    if (k == median_step) {
+      row.steps.push_back({.step_ms = row.step_ms,
+                           .measured = row.measured,
+                           .simulated = row.simulated,
+                           .replayed = row.replayed});
+      continue;
     }
     const scheduler::CostModel step_costs = stages::WithHandoffLatency(
-        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor()), step_handoff);
+        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor()),
+        handoff_of(analyses[k]));
     PS_ASSIGN_OR_RETURN(scheduler::SimResult step_sim,
                         scheduler::Simulate(trainer->schedule(), step_costs));
     PS_ASSIGN_OR_RETURN(
@@ -300,10 +314,6 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
          .simulated = step_sim.bubble_fraction,
          .replayed = step_replay.bubble_fraction});
   }
-  row.simulated = sim.bubble_fraction;
-  row.sim_plain_ms = sim_plain.makespan / 1000;
-  row.sim_ms = sim.makespan / 1000;
-  for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
   if (!sweep.traces_dir.empty()) {
     // Replica 0 (rows 0..P-1), the rows the simulator plans, shifted to start at 0.
     row.measured_tl = {.time_unit = med.timeline.time_unit, .num_ranks = p};

@@ -65,7 +65,8 @@ absl::Status BlockUntilAborted(runtime::Stream& stream) {
 // The toy stage, with hooks before its F and B callbacks of chosen micro-batches.
 class HookedStage final : public StageWork {
  public:
-  using Hook = std::function<absl::Status(int microbatch, runtime::Stream& stream)>;
+  // Runs after the toy's own work is enqueued (B) or before it (F), with the same io.
+  using Hook = std::function<absl::Status(const MicrobatchIO& io, runtime::Stream& stream)>;
   HookedStage(std::unique_ptr<ToyStage> inner, Hook before_forward, Hook after_backward)
       : inner_(std::move(inner)),
         before_forward_(std::move(before_forward)),
@@ -80,12 +81,12 @@ class HookedStage final : public StageWork {
     return inner_->AllocateStash(s);
   }
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
-    if (before_forward_) PS_RETURN_IF_ERROR(before_forward_(io.microbatch, stream));
+    if (before_forward_) PS_RETURN_IF_ERROR(before_forward_(io, stream));
     return inner_->Forward(io, stream);
   }
   absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override {
     PS_RETURN_IF_ERROR(inner_->Backward(io, stream));
-    return after_backward_ ? after_backward_(io.microbatch, stream) : absl::OkStatus();
+    return after_backward_ ? after_backward_(io, stream) : absl::OkStatus();
   }
   absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
     return inner_->BackwardInput(io, stream);
@@ -143,8 +144,8 @@ TEST(WatchdogTest, StuckStageCallbackEndsInTimeoutNamingEachRank) {
                runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
       HookedStage::Hook hook;
       if (stage == 1) {
-        hook = [](int mb, runtime::Stream& stream) {
-          return mb == 1 ? BlockUntilAborted(stream) : absl::OkStatus();
+        hook = [](const MicrobatchIO& io, runtime::Stream& stream) {
+          return io.microbatch == 1 ? BlockUntilAborted(stream) : absl::OkStatus();
         };
       }
       return std::make_unique<HookedStage>(std::make_unique<ToyStage>(stage, 2, toy, device), hook,
@@ -190,54 +191,24 @@ TEST(WatchdogTest, CallbackThatOutlivesTheAbortKeepsItsBuffersUntilItReturns) {
   {
     // Stage 1's B of micro-batch 0: the toy backward, then 3.5 s of a host function that
     // does not look at Stream::aborted(), then a write to its input-gradient region.
-    class Stuck final : public StageWork {
-     public:
-      Stuck(std::unique_ptr<ToyStage> inner, std::atomic<bool>& wrote)
-          : inner_(std::move(inner)), wrote_(wrote) {}
-      std::size_t input_bytes() const override { return inner_->input_bytes(); }
-      std::size_t output_bytes() const override { return inner_->output_bytes(); }
-      std::size_t target_bytes() const override { return inner_->target_bytes(); }
-      std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
-      std::int64_t num_params() const override { return inner_->num_params(); }
-      absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& s) override {
-        return inner_->AllocateStash(s);
-      }
-      absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
-        return inner_->Forward(io, stream);
-      }
-      absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override {
-        PS_RETURN_IF_ERROR(inner_->Backward(io, stream));
-        if (io.microbatch != 0) return absl::OkStatus();
-        void* grad_input = io.grad_input;
-        const std::size_t bytes = input_bytes();
-        return stream.EnqueueHost([grad_input, bytes, &wrote = wrote_] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(3500));
-          std::memset(grad_input, 0, bytes);
-          wrote = true;
-          return absl::OkStatus();
-        });
-      }
-      absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
-        return inner_->BackwardInput(io, stream);
-      }
-      absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override {
-        return inner_->BackwardWeight(io, stream);
-      }
-      absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
-      absl::Status OptimizerStep(runtime::Stream& stream) override {
-        return inner_->OptimizerStep(stream);
-      }
-      std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
-
-     private:
-      std::unique_ptr<ToyStage> inner_;
-      std::atomic<bool>& wrote_;
-    };
     StageWorkFactory factory =
         [&](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
       auto inner = std::make_unique<ToyStage>(stage, 2, toy, device);
-      if (stage != 1) return inner;
-      return std::make_unique<Stuck>(std::move(inner), wrote);
+      HookedStage::Hook after_backward;
+      if (stage == 1) {
+        after_backward = [&wrote, bytes = inner->input_bytes()](const MicrobatchIO& io,
+                                                                runtime::Stream& stream) {
+          if (io.microbatch != 0) return absl::OkStatus();
+          void* grad_input = io.grad_input;
+          return stream.EnqueueHost([grad_input, bytes, &wrote] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+            std::memset(grad_input, 0, bytes);
+            wrote = true;
+            return absl::OkStatus();
+          });
+        };
+      }
+      return std::make_unique<HookedStage>(std::move(inner), nullptr, after_backward);
     };
     PS_ASSERT_OK_AND_ASSIGN(
         auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
@@ -245,7 +216,9 @@ TEST(WatchdogTest, CallbackThatOutlivesTheAbortKeepsItsBuffersUntilItReturns) {
     EXPECT_THAT(ex->Step(data.inputs()).status(),
                 StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no action finished")));
     EXPECT_FALSE(wrote);  // the executor gave up on it (after the grace period)
-  }                       // the send stream's deferred free waits for the compute stream's worker
+    // Destroying the executor: the send stream's deferred free waits for the compute
+    // stream's worker.
+  }
   EXPECT_TRUE(wrote);
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(backend->device(d).memory_stats().current_bytes, 0) << "device " << d;
@@ -283,8 +256,8 @@ TEST(WatchdogTest, ScheduleThatDeadlocksOnlyAtRunTimeEndsInTimeout) {
                       runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
       HookedStage::Hook before_forward, after_backward;
       if (stage == 1) {
-        before_forward = [latch](int mb, runtime::Stream& stream) -> absl::Status {
-          if (mb != 1) return absl::OkStatus();
+        before_forward = [latch](const MicrobatchIO& io, runtime::Stream& stream) -> absl::Status {
+          if (io.microbatch != 1) return absl::OkStatus();
           return stream.EnqueueHost([latch, &stream] {
             while (!latch->load() && !stream.aborted()) {
               std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -293,8 +266,8 @@ TEST(WatchdogTest, ScheduleThatDeadlocksOnlyAtRunTimeEndsInTimeout) {
           });
         };
       } else {
-        after_backward = [latch](int mb, runtime::Stream& stream) -> absl::Status {
-          if (mb != 0) return absl::OkStatus();
+        after_backward = [latch](const MicrobatchIO& io, runtime::Stream& stream) -> absl::Status {
+          if (io.microbatch != 0) return absl::OkStatus();
           return stream.EnqueueHost([latch] {
             latch->store(true);
             return absl::OkStatus();
