@@ -9,6 +9,11 @@
 //     (nor delay) an already-enqueued wait. Generations may complete out of order when
 //     recorded on different streams, hence a pending set rather than a single
 //     "completed up to" counter.
+//   - Fast paths: a wait whose generation has already completed enqueues nothing, and a
+//     record or free on a drained stream (every task enqueued so far has completed)
+//     takes effect on the calling thread, under the stream's lock: the stream has
+//     already reached that point, and its sleeping worker is not woken for it. When the
+//     host issues behind the streams (short work), most hand-offs take these paths.
 //   - Spin, then sleep: a wait task first polls the event's `completions` counter (an
 //     atomic; it takes the event's mutex only when the counter moved) for up to
 //     BackendOptions::host_spin_micros, then sleeps on the event's condition variable.
@@ -190,6 +195,11 @@ class HostStream final : public Stream {
   absl::Status EnqueueWork(std::function<absl::Status()> fn);
   // Runs `free_fn` in stream order, or once the stream is destroyed if it was aborted.
   void EnqueueFree(std::function<void()> free_fn);
+  // Runs `task` on the calling thread, under the stream's lock, when everything enqueued
+  // so far has completed (the stream has reached this point already): a marker or free
+  // then costs no hand-off to the worker, which stays asleep. False: nothing ran.
+  template <typename Task>
+  bool RunIfDrained(Task& task);
   HostDevice& host_device() const { return device_; }
 
  private:
@@ -412,7 +422,16 @@ void HostStream::EnqueueInternal(std::function<void()> task) {
   if (wake) core_->work_cv.notify_one();
 }
 
+template <typename Task>
+bool HostStream::RunIfDrained(Task& task) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  if (core_->completed != core_->enqueued || core_->detached) return false;
+  task();
+  return true;
+}
+
 void HostStream::EnqueueFree(std::function<void()> free_fn) {
+  if (!core_->aborted.load(std::memory_order_acquire) && RunIfDrained(free_fn)) return;
   EnqueueInternal([core = core_, free_fn = std::move(free_fn)]() mutable {
     if (core->aborted.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(core->mu);
@@ -486,10 +505,14 @@ absl::Status HostStream::Wait(const Event& event) {
   }
   std::shared_ptr<EventState> state = host_event->state();
   std::uint64_t generation;
+  bool completed;
   {
     std::lock_guard<std::mutex> lock(state->mu);
     generation = state->recorded;
+    completed = generation > 0 && state->Completed(generation);
   }
+  // A generation that has completed stays completed: the wait would be a no-op.
+  if (completed) return absl::OkStatus();
   if (generation == 0) {
     if (device_.backend().strict()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -560,23 +583,24 @@ absl::Status HostEvent::Record(Stream& stream) {
     state_->pending.push_back(generation);
   }
   // Captures the epoch, not the backend: a detached worker must not refer to it.
-  host_stream->EnqueueInternal(
-      [state = state_, generation, timing = timing_, epoch = device_.backend().epoch()] {
-        const double now =
-            timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
-        bool wake = false;
-        {
-          std::lock_guard<std::mutex> lock(state->mu);
-          std::erase(state->pending, generation);
-          if (generation > state->last_completed) {
-            state->last_completed = generation;
-            state->last_timestamp_us = now;
-          }
-          state->completions.fetch_add(1, std::memory_order_release);
-          wake = state->sleepers > 0;
-        }
-        if (wake) state->cv.notify_all();
-      });
+  auto marker = [state = state_, generation, timing = timing_, epoch = device_.backend().epoch()] {
+    const double now =
+        timing ? std::chrono::duration<double, std::micro>(Clock::now() - epoch).count() : 0.0;
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      std::erase(state->pending, generation);
+      if (generation > state->last_completed) {
+        state->last_completed = generation;
+        state->last_timestamp_us = now;
+      }
+      state->completions.fetch_add(1, std::memory_order_release);
+      wake = state->sleepers > 0;
+    }
+    if (wake) state->cv.notify_all();
+  };
+  // On a drained stream the record completes here (lock order: stream, then event).
+  if (!host_stream->RunIfDrained(marker)) host_stream->EnqueueInternal(std::move(marker));
   return absl::OkStatus();
 }
 

@@ -321,6 +321,46 @@ TEST_P(HostRuntime, FailedHostWorkPoisonsTheStream) {
   EXPECT_TRUE(result.event_completed);
 }
 
+TEST_P(HostRuntime, RecordAndFreeTakeEffectInStreamOrderOnADrainedStreamToo) {
+  // On a stream whose work has all completed, a record or free takes effect on the
+  // calling thread (no hand-off to the worker: the executor's fast path when the host is
+  // behind the streams); the timestamp still follows the earlier work, and behind
+  // pending work both still wait for it.
+  auto backend = Host();
+  Device& device = backend->device(0);
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("s"));
+  PS_ASSERT_OK_AND_ASSIGN(auto first, device.CreateEvent(true, "first"));
+  PS_ASSERT_OK_AND_ASSIGN(auto second, device.CreateEvent(true, "second"));
+  PS_ASSERT_OK_AND_ASSIGN(Buffer buffer, device.Allocate(1000, *stream));
+  PS_ASSERT_OK(first->Record(*stream));
+  PS_ASSERT_OK(stream->EnqueueBusyWait(2000));
+  PS_ASSERT_OK(stream->Synchronize());
+
+  PS_ASSERT_OK(second->Record(*stream));
+  PS_ASSERT_OK(stream->Synchronize());
+  EXPECT_TRUE(second->Query().value_or(false));
+  PS_ASSERT_OK_AND_ASSIGN(double elapsed_ms, second->ElapsedMillis(*first));
+  EXPECT_GE(elapsed_ms, 1.9);  // after the busy wait, in stream order
+  PS_ASSERT_OK(buffer.FreeAsync(*stream));
+  PS_ASSERT_OK(stream->Synchronize());
+  EXPECT_EQ(device.memory_stats().current_bytes, 0);
+
+  std::atomic<bool> release{false};
+  PS_ASSERT_OK(stream->EnqueueHost([&release] {
+    while (!release.load()) std::this_thread::yield();
+    return absl::OkStatus();
+  }));
+  PS_ASSERT_OK_AND_ASSIGN(Buffer pending, device.Allocate(500, *stream));
+  PS_ASSERT_OK(pending.FreeAsync(*stream));
+  PS_ASSERT_OK(second->Record(*stream));
+  EXPECT_FALSE(second->Query().value_or(true)) << "completed ahead of pending work";
+  EXPECT_EQ(device.memory_stats().current_bytes, 500);
+  release.store(true);
+  PS_ASSERT_OK(stream->Synchronize());
+  EXPECT_TRUE(second->Query().value_or(false));
+  EXPECT_EQ(device.memory_stats().current_bytes, 0);
+}
+
 TEST_P(HostRuntime, DestroyingStreamsAndEventsWithPendingWorkIsClean) {
   auto backend = Host(2);
   std::atomic<int> ran{0};
