@@ -55,6 +55,34 @@ inline bool IsCudaError(const absl::Status& status, cudaError_t error) {
   return !status.ok() && absl::StartsWith(status.message(), cudaGetErrorName(error));
 }
 
+// Makes `device` current for its scope and restores the caller's current device after;
+// costs one cudaGetDevice when `device` is current already. status(): the switch's error
+// (check it before launching: a launch must never go to the wrong device unnoticed).
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      current = -1;
+    }
+    if (current != device) {
+      status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice(device)", __FILE__, __LINE__);
+      if (status_.ok()) previous_ = current;
+    }
+  }
+  ~CudaDeviceGuard() {
+    if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+  absl::Status status_;
+};
+
 }  // namespace pipesched
 
 // absl::Status of one CUDA runtime call.

@@ -652,17 +652,16 @@ absl::Status Executor::AwaitStep() {
   std::vector<std::array<bool, 4>> drained(ranks_.size(), {false, false, false, false});
   auto last_progress = WatchClock::now();
   std::chrono::microseconds wait(0);
-  for (;;) {
+  // A failure anywhere: the first stream error, else the first all-reduce error.
+  auto first_error = [this]() -> absl::Status {
     for (auto& rk : ranks_) {
-      for (runtime::Stream* stream : rk->streams()) {
-        absl::Status status = stream->status();
-        if (!status.ok()) return AbortStep(status);
-      }
+      for (runtime::Stream* stream : rk->streams()) PS_RETURN_IF_ERROR(stream->status());
     }
-    for (auto& reducer : reducers_) {
-      absl::Status status = reducer->AsyncError();
-      if (!status.ok()) return AbortStep(status);
-    }
+    for (auto& reducer : reducers_) PS_RETURN_IF_ERROR(reducer->AsyncError());
+    return absl::OkStatus();
+  };
+  for (;;) {
+    if (absl::Status error = first_error(); !error.ok()) return AbortStep(error);
     bool progress = false;
     for (int d = 0; d < D; ++d) {
       for (int r = 0; r < P; ++r) {
@@ -691,7 +690,12 @@ absl::Status Executor::AwaitStep() {
         all_drained = all_drained && drained[j][i];
       }
     }
-    if (all_drained) return absl::OkStatus();
+    if (all_drained) {
+      // Read again: work that failed after the check above has set its error before its
+      // stream's drained event completed.
+      if (absl::Status error = first_error(); !error.ok()) return AbortStep(error);
+      return absl::OkStatus();
+    }
     if (progress) {
       last_progress = WatchClock::now();
       wait = std::chrono::microseconds(0);
@@ -922,8 +926,11 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
   double issued = 0;  // of the action being collected, on the events' clock
   auto add = [&](int row, int lane, int stage, int mb, std::string op, const runtime::Event& start,
                  const runtime::Event& end) -> absl::Status {
+    // The duration straight from the two events (one device): exact even if the device's
+    // timestamp anchor is replaced between the two readings.
     PS_ASSIGN_OR_RETURN(double t_start, start.TimestampMicros());
-    PS_ASSIGN_OR_RETURN(double t_end, end.TimestampMicros());
+    PS_ASSIGN_OR_RETURN(double ms, end.ElapsedMillis(start));
+    const double t_end = t_start + ms * 1000;
     timeline.spans.push_back(trace::Span{.rank = row,
                                          .lane = lane,
                                          .stage = stage,

@@ -19,6 +19,9 @@ __global__ void BusyWaitKernel(unsigned long long nanoseconds) {
 }  // namespace
 
 cudaError_t LaunchBusyWait(unsigned long long nanoseconds, cudaStream_t stream) {
+  // Clear an earlier call's non-sticky error first, so that the check after the launch
+  // reports this launch's error only.
+  (void)cudaGetLastError();
   BusyWaitKernel<<<1, 1, 0, stream>>>(nanoseconds);
   return cudaGetLastError();
 }

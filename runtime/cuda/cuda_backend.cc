@@ -8,8 +8,20 @@
 //     function, exactly as on the host backend.
 //   - Peer access is enabled between every pair of devices that supports it, for both
 //     kernels and the pools.
-//   - Timestamps: each device records an origin event at creation, and we note the host
-//     time at which it completed; TimestampMicros = that host time + elapsed(origin, e).
+//   - Timestamps: each device keeps an anchor, an event of its own whose host time we
+//     noted when it completed (recorded on an idle stream between two host clock reads);
+//     TimestampMicros = anchor time + elapsed(anchor, e). cudaEventElapsedTime returns
+//     float milliseconds, whose rounding step grows with the interval (62 us at 10
+//     minutes), so an anchor older than kAnchorMaxAgeMillis is replaced by a fresh one
+//     before it is used: intervals stay short, timestamps keep ~1 us precision however
+//     long the process runs.
+//   - Destroying a stream waits for its work, as the seam promises (cudaStreamDestroy
+//     alone returns at once and would leave queued host functions to run after their
+//     captures are gone); an aborted stream is waited for at most kAbortGraceMillis.
+//   - Synchronous copies from the host wait until the data has landed (a pageable
+//     cudaMemcpy may return once the bytes are staged, on the legacy stream, which our
+//     non-blocking streams are not ordered after); a Buffer freed without FreeAsync
+//     waits for every device first (cudaFree does not wait for pool memory).
 //   - Abort (watchdog): poisons the stream so that host functions not yet started are
 //     skipped; kernels, copies and event waits already enqueued cannot be cancelled.
 //   - Strict mode: the wrapper remembers whether an event was ever recorded, so waiting
@@ -27,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -52,28 +65,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Makes `device` current for its scope and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (!PS_CUDA_STATUS(cudaGetDevice(&previous_)).ok()) previous_ = -1;
-    if (previous_ != device) {
-      status_ = PS_CUDA_STATUS(cudaSetDevice(device));
-    } else {
-      previous_ = -1;  // nothing to restore
-    }
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) (void)PS_CUDA_STATUS(cudaSetDevice(previous_));
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  const absl::Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  absl::Status status_;
-};
+// An anchor older than this (host time) is replaced before a timestamp is taken from it:
+// cudaEventElapsedTime's float milliseconds then round to well under a microsecond.
+constexpr double kAnchorMaxAgeMillis = 4000;
 
 // A move-only owner of one CUDA handle of type T, destroyed on `device` by Traits.
 template <typename T, typename Traits>
@@ -101,7 +95,7 @@ class CudaHandle {
  private:
   void Reset() {
     if (handle_ == nullptr) return;
-    DeviceGuard guard(device_);
+    CudaDeviceGuard guard(device_);
     (void)Traits::Destroy(handle_);  // errors cannot be reported from a destructor
     handle_ = nullptr;
   }
@@ -123,7 +117,7 @@ using EventHandle = CudaHandle<cudaEvent_t, EventTraits>;
 using PoolHandle = CudaHandle<cudaMemPool_t, PoolTraits>;
 
 absl::StatusOr<StreamHandle> CreateStreamHandle(int device) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   PS_RETURN_IF_ERROR(guard.status());
   cudaStream_t stream = nullptr;
   PS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -131,7 +125,7 @@ absl::StatusOr<StreamHandle> CreateStreamHandle(int device) {
 }
 
 absl::StatusOr<EventHandle> CreateEventHandle(int device, bool timing) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   PS_RETURN_IF_ERROR(guard.status());
   cudaEvent_t event = nullptr;
   PS_CUDA_RETURN_IF_ERROR(
@@ -140,7 +134,7 @@ absl::StatusOr<EventHandle> CreateEventHandle(int device, bool timing) {
 }
 
 absl::StatusOr<PoolHandle> CreatePoolHandle(int device) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   PS_RETURN_IF_ERROR(guard.status());
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
@@ -159,6 +153,15 @@ absl::StatusOr<PoolHandle> CreatePoolHandle(int device) {
 
 class CudaBackend;
 class CudaDevice;
+
+// A timing event of the device's own, recorded on an idle stream between two host clock
+// reads: `micros` (their midpoint, on the backend's clock) is when it completed, to half
+// the round trip (a few microseconds).
+struct Anchor {
+  EventHandle event;
+  double micros = 0;
+  double host_millis = 0;  // when it was made, for its age
+};
 
 // Shared with host functions in flight, which may outlive the CudaStream object
 // (cudaStreamDestroy returns before the stream's work is done).
@@ -206,6 +209,7 @@ void CUDART_CB RunRelease(void* data) {
 class CudaStream final : public Stream {
  public:
   CudaStream(CudaDevice& device, std::string name, StreamHandle handle);
+  ~CudaStream() override;
 
   Device& device() const override;
   const std::string& name() const override { return name_; }
@@ -213,7 +217,9 @@ class CudaStream final : public Stream {
   absl::Status EnqueueHost(std::function<absl::Status()> fn) override;
   absl::Status EnqueueBusyWait(double microseconds) override;
   absl::Status Synchronize() override;
-  absl::Status status() const override { return PoisonStatus(); }
+  // The first host-function error or abort, else a device fault (sticky) seen by the
+  // stream: both poison it.
+  absl::Status status() const override;
   // Device work cannot be cancelled: poisons (so host functions not yet started are
   // skipped); NCCL communicators are aborted by their AllReducer.
   void Abort(const absl::Status& reason) override {
@@ -282,8 +288,10 @@ class CudaDevice final : public Device {
   CudaBackend& backend() const { return backend_; }
   const std::string& desc() const { return description_; }
   cudaMemPool_t pool() const { return pool_.get(); }
-  cudaEvent_t origin() const { return origin_.get(); }
-  double origin_micros() const { return origin_micros_; }
+  // The anchor of this device's timestamps, replaced first when it is older than
+  // kAnchorMaxAgeMillis (see the file comment). Shared: a caller keeps using the one it
+  // got while another thread replaces it.
+  absl::StatusOr<std::shared_ptr<const Anchor>> CurrentAnchor() const;
 
  protected:
   void FreeNow(void* data, std::size_t size) override;
@@ -301,18 +309,21 @@ class CudaDevice final : public Device {
   const std::string description_;
   std::shared_ptr<MemoryAccount> memory_;
   PoolHandle pool_;
-  EventHandle origin_;
-  double origin_micros_ = 0;
+  mutable std::mutex anchor_mu_;
+  mutable std::shared_ptr<const Anchor> anchor_;
   std::atomic<int> next_event_id_{0};
 };
 
 class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
-  ~CudaBackend() override {
-    // Host functions still queued (frees, user callbacks) refer to the devices' state.
+  // Host functions still queued (frees, user callbacks) refer to the devices' state.
+  ~CudaBackend() override { SynchronizeAll(); }
+
+  // Waits for all work on every device; errors are left to the streams to report.
+  void SynchronizeAll() const {
     for (const auto& device : devices_) {
-      DeviceGuard guard(device->index());
+      CudaDeviceGuard guard(device->index());
       (void)PS_CUDA_STATUS(cudaDeviceSynchronize());
     }
   }
@@ -349,7 +360,29 @@ CudaStream::CudaStream(CudaDevice& device, std::string name, StreamHandle handle
   error_->prefix = absl::StrCat("stream '", name_, "' on ", device_.desc(), ": ");
 }
 
+CudaStream::~CudaStream() {
+  if (!aborted()) {
+    (void)PS_CUDA_STATUS(cudaStreamSynchronize(handle_.get()));
+    return;
+  }
+  // Device work cannot be cancelled: give it the grace period, as the host backend does.
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kAbortGraceMillis);
+  while (Clock::now() < deadline) {
+    const cudaError_t state = cudaStreamQuery(handle_.get());
+    if (state != cudaErrorNotReady) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 Device& CudaStream::device() const { return device_; }
+
+absl::Status CudaStream::status() const {
+  PS_RETURN_IF_ERROR(PoisonStatus());
+  const cudaError_t state = cudaStreamQuery(handle_.get());
+  if (state == cudaSuccess || state == cudaErrorNotReady) return absl::OkStatus();
+  error_->Set(PS_CUDA_STATUS(state));
+  return error_->Get();
+}
 
 absl::Status CudaStream::Wait(const Event& event) {
   const auto* cuda_event = dynamic_cast<const CudaEvent*>(&event);
@@ -380,11 +413,12 @@ absl::Status CudaStream::EnqueueHost(std::function<absl::Status()> fn) {
 }
 
 absl::Status CudaStream::EnqueueBusyWait(double microseconds) {
-  if (!(microseconds >= 0)) {
+  // An hour is far beyond any use and keeps the nanoseconds well inside 64 bits.
+  if (!(microseconds >= 0) || microseconds > 3.6e9) {
     return absl::InvalidArgumentError(
-        absl::StrCat("EnqueueBusyWait: microseconds must be >= 0, not ", microseconds));
+        absl::StrCat("EnqueueBusyWait: microseconds must be in [0, 3.6e9], not ", microseconds));
   }
-  DeviceGuard guard(device_.index());
+  CudaDeviceGuard guard(device_.index());
   PS_RETURN_IF_ERROR(guard.status());
   const auto nanoseconds = static_cast<unsigned long long>(microseconds * 1000.0);
   PS_CUDA_RETURN_IF_ERROR(cuda_detail::LaunchBusyWait(nanoseconds, handle_.get()));
@@ -412,11 +446,12 @@ absl::Status CudaEvent::Record(Stream& stream) {
 }
 
 absl::StatusOr<bool> CudaEvent::Query() {
-  // cudaEventQuery reports a never-recorded event as complete, as the seam promises.
-  absl::Status status = PS_CUDA_STATUS(cudaEventQuery(handle_.get()));
-  if (status.ok()) return true;
-  if (IsCudaError(status, cudaErrorNotReady)) return false;
-  return status;
+  // cudaEventQuery reports a never-recorded event as complete, as the seam promises. Not
+  // ready is an answer, not an error: no message is built for it (the executor polls).
+  const cudaError_t state = cudaEventQuery(handle_.get());
+  if (state == cudaSuccess) return true;
+  if (state == cudaErrorNotReady) return false;
+  return PS_CUDA_STATUS(state);
 }
 
 absl::Status CudaEvent::Synchronize() {
@@ -449,8 +484,9 @@ absl::StatusOr<double> ElapsedBetween(cudaEvent_t start, cudaEvent_t end, const 
 
 absl::StatusOr<double> CudaEvent::TimestampMicros() const {
   PS_RETURN_IF_ERROR(CheckTimed());
-  PS_ASSIGN_OR_RETURN(const double ms, ElapsedBetween(device_.origin(), get(), name_));
-  return device_.origin_micros() + ms * 1000.0;
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<const Anchor> anchor, device_.CurrentAnchor());
+  PS_ASSIGN_OR_RETURN(const double ms, ElapsedBetween(anchor->event.get(), get(), name_));
+  return anchor->micros + ms * 1000.0;
 }
 
 absl::StatusOr<double> CudaEvent::ElapsedMillis(const Event& start) const {
@@ -470,28 +506,41 @@ absl::StatusOr<double> CudaEvent::ElapsedMillis(const Event& start) const {
 
 // ---- CudaDevice -------------------------------------------------------------------
 
+absl::StatusOr<std::shared_ptr<const Anchor>> MakeAnchor(const CudaBackend& backend, int index);
+
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(CudaBackend& backend, int index,
                                                                std::int64_t capacity) {
-  DeviceGuard guard(index);
+  CudaDeviceGuard guard(index);
   PS_RETURN_IF_ERROR(guard.status());
   cudaDeviceProp props = {};
   PS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, index));
   std::unique_ptr<CudaDevice> device(new CudaDevice(
       backend, index, absl::StrCat("cuda:", index, " (", props.name, ")"), capacity));
   PS_ASSIGN_OR_RETURN(device->pool_, CreatePoolHandle(index));
+  PS_ASSIGN_OR_RETURN(device->anchor_, MakeAnchor(backend, index));
+  return device;
+}
 
-  // The origin of this device's timestamps: recorded on an idle stream, so it completes
-  // between the two host readings; their midpoint is its host time (error: half the
-  // round trip, a few microseconds).
-  PS_ASSIGN_OR_RETURN(device->origin_, CreateEventHandle(index, /*timing=*/true));
+absl::StatusOr<std::shared_ptr<const Anchor>> MakeAnchor(const CudaBackend& backend, int index) {
+  auto anchor = std::make_shared<Anchor>();
+  PS_ASSIGN_OR_RETURN(anchor->event, CreateEventHandle(index, /*timing=*/true));
   PS_ASSIGN_OR_RETURN(StreamHandle stream, CreateStreamHandle(index));
   PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
   const double before = backend.NowMicros();
-  PS_CUDA_RETURN_IF_ERROR(cudaEventRecord(device->origin_.get(), stream.get()));
-  PS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(device->origin_.get()));
+  PS_CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor->event.get(), stream.get()));
+  PS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor->event.get()));
   const double after = backend.NowMicros();
-  device->origin_micros_ = (before + after) / 2;
-  return device;
+  anchor->micros = (before + after) / 2;
+  anchor->host_millis = after / 1000;
+  return std::shared_ptr<const Anchor>(std::move(anchor));
+}
+
+absl::StatusOr<std::shared_ptr<const Anchor>> CudaDevice::CurrentAnchor() const {
+  std::lock_guard<std::mutex> lock(anchor_mu_);
+  if (backend_.NowMicros() / 1000 - anchor_->host_millis > kAnchorMaxAgeMillis) {
+    PS_ASSIGN_OR_RETURN(anchor_, MakeAnchor(backend_, index_));
+  }
+  return anchor_;
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::CreateStream(std::string_view name) {
@@ -510,6 +559,10 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
   CudaStream* cuda_stream = AsCudaStream(stream);
   if (cuda_stream == nullptr) return NotCuda(stream, "Allocate");
   if (bytes == 0) return Buffer();
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max() / 2)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: beyond any GPU"));
+  }
   PS_RETURN_IF_ERROR(memory_->Reserve(static_cast<std::int64_t>(bytes), description_));
   void* data = nullptr;
   absl::Status status =
@@ -520,7 +573,7 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     (void)PS_CUDA_STATUS(cudaMemGetInfo(&free_bytes, &total_bytes));
   }
   return absl::ResourceExhaustedError(
@@ -530,9 +583,11 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
 }
 
 void CudaDevice::FreeNow(void* data, std::size_t size) {
-  DeviceGuard guard(index_);
-  // cudaFree of stream-ordered memory waits for the device first; errors cannot be
+  // cudaFree does not wait for memory of a stream-ordered pool (CUDA 13): wait for every
+  // device first, since a peer copy on another GPU may still read it. Errors cannot be
   // reported from a Buffer's destructor.
+  backend_.SynchronizeAll();
+  CudaDeviceGuard guard(index_);
   (void)PS_CUDA_STATUS(cudaFree(data));
   memory_->Release(static_cast<std::int64_t>(size));
 }
@@ -574,16 +629,21 @@ absl::Status CudaDevice::CopyAsync(void* dst, const void* src, std::size_t bytes
 }
 
 absl::Status CudaDevice::CopyToHost(void* host_dst, const void* src, std::size_t bytes) {
-  DeviceGuard guard(index_);
+  if (bytes == 0) return absl::OkStatus();
+  CudaDeviceGuard guard(index_);
   PS_RETURN_IF_ERROR(guard.status());
   PS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::CopyFromHost(void* dst, const void* host_src, std::size_t bytes) {
-  DeviceGuard guard(index_);
+  if (bytes == 0) return absl::OkStatus();
+  CudaDeviceGuard guard(index_);
   PS_RETURN_IF_ERROR(guard.status());
   PS_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return once the bytes are staged, before the DMA
+  // has landed, and the legacy stream carrying it orders none of our non-blocking streams.
+  PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return absl::OkStatus();
 }
 
@@ -619,7 +679,7 @@ absl::Status CudaBackend::EnablePeerAccess() {
       PS_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can, device->index(), peer->index()));
       if (can == 0) continue;  // copies between them are staged by the driver instead
       {
-        DeviceGuard guard(device->index());
+        CudaDeviceGuard guard(device->index());
         PS_RETURN_IF_ERROR(guard.status());
         absl::Status status = PS_CUDA_STATUS(cudaDeviceEnablePeerAccess(peer->index(), 0));
         // Another backend in this process may have enabled it already.
