@@ -3,8 +3,10 @@
 //   host: OpenBLAS (single-threaded inside each stream, so that stages run in parallel
 //         on their own stream threads) plus plain loops; each op is one closure
 //         enqueued with Stream::EnqueueHost;
-//   cuda: cuBLAS in fp32 with TF32 off (pedantic math) plus small kernels, launched on
-//         the stream's cudaStream_t, every launch checked.
+//   cuda: cuBLAS sgemm in fp32 with CUBLAS_DEFAULT_MATH, which never uses TF32 for
+//         sgemm (TF32 stays off so that results match the host's to ~1e-5), plus small
+//         kernels, launched on the stream's cudaStream_t, every launch checked. Empty
+//         shapes behave as on the host.
 // It is not a tensor library: no shapes, no allocation, no autograd. model/chunk.h builds
 // the layers on top of it.
 //
@@ -12,7 +14,7 @@
 // elements. Every op is enqueued on `stream` (the last parameter) and returns
 // immediately; the returned Status reports enqueue errors only. Errors found while the
 // op runs (host: a label out of range) poison the stream and surface from
-// Stream::Synchronize().
+// Stream::Synchronize(); the CUDA kernels report no data errors (see SoftmaxCrossEntropy).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +56,8 @@ class Math {
   virtual runtime::BackendKind kind() const = 0;
 
   // c: (m, n) = alpha * op(a) * op(b) + beta * c, where op(a): (m, k), op(b): (k, n).
-  // With beta == 0, c is not read (it may hold NaN).
+  // With beta == 0, c is not read (it may hold NaN). k <= 0: c = beta * c (0 when
+  // beta == 0); m <= 0 or n <= 0: nothing.
   virtual absl::Status Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, float alpha,
                             const float* a, int lda, const float* b, int ldb, float beta, float* c,
                             int ldc, runtime::Stream& stream) = 0;
@@ -86,8 +89,10 @@ class Math {
   // in [0, classes).
   //   loss[0] = (1 / rows) * sum_r -log softmax(logits[r])[labels[r]]   (one float)
   //   dlogits = grad_scale / rows * (softmax(logits) - onehot(labels))
-  // dlogits may alias logits. A label out of range: the host poisons the stream with
-  // InvalidArgument naming the row and the label; CUDA writes NaN to loss and that row.
+  // dlogits may alias logits. rows == 0: loss[0] = 0. A label out of range: the host
+  // poisons the stream with InvalidArgument naming the row and the label (writing
+  // nothing); CUDA returns OK and never poisons the stream: it writes NaN to loss[0] and
+  // to that row of dlogits (the other rows are correct), so check the loss for NaN.
   virtual absl::Status SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels,
                                            int rows, int classes, float grad_scale, float* loss,
                                            float* dlogits, runtime::Stream& stream) = 0;

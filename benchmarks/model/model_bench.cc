@@ -5,12 +5,15 @@
 // seam's overhead is included) and direct cblas_sgemm with OpenBLAS single-threaded on
 // the same shape (its peak for that shape on one core). Host times are process CPU
 // time (the seam's gemm runs on the stream's thread; shared build machines are loaded). Cuda:
-// through the seam, timed with events (UseManualTime); SkipWithError without a GPU.
+// through the seam, timed with events (UseManualTime); SkipWithError without a GPU. Every
+// seam call is checked: a failing op ends its benchmark with an error, never a number.
 #include <cblas.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "benchmark/benchmark.h"
 #include "model/host_kernels.h"
 #include "model/math.h"
@@ -35,6 +38,18 @@ Shape ShapeOf(int kind, int b, int h) {
       return {Transpose::kYes, Transpose::kNo, h, h, b, h, h, h};
   }
 }
+
+// Skips the benchmark with the failed expression and its status, so that a failing op is
+// reported (ERROR OCCURRED) instead of timed.
+#define BENCH_CHECK(expr)                                                                 \
+  do {                                                                                    \
+    const absl::Status ps_bench_status_ = (expr);                                         \
+    if (!ps_bench_status_.ok()) {                                                         \
+      state.SkipWithError(                                                                \
+          (std::string(#expr) + ": " + std::string(ps_bench_status_.message())).c_str()); \
+      return;                                                                             \
+    }                                                                                     \
+  } while (0)
 
 const char* KindName(int kind) { return kind == 0 ? "F" : kind == 1 ? "I" : "W"; }
 
@@ -81,9 +96,9 @@ void BM_HostSgemmSeam(benchmark::State& state) {
       bm(static_cast<std::size_t>(s.k) * s.n + s.n * s.k, 0.25f),
       c(static_cast<std::size_t>(s.m) * s.n, 0.0f);
   for (auto _ : state) {
-    (void)(*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.lda, bm.data(), s.ldb, 0.0f,
-                        c.data(), s.ldc, **stream);
-    (void)(*stream)->Synchronize();
+    BENCH_CHECK((*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.lda, bm.data(), s.ldb,
+                              0.0f, c.data(), s.ldc, **stream));
+    BENCH_CHECK((*stream)->Synchronize());
   }
   SetCounters(state, s, state.range(0));
 }
@@ -94,9 +109,8 @@ void BM_CudaSgemmSeam(benchmark::State& state) {
   runtime::BackendOptions options;
   options.kind = runtime::BackendKind::kCuda;
   auto backend = runtime::CreateBackend(options);
-  if (!backend.ok()) {
-    return state.SkipWithError(
-        ("no usable GPU: " + std::string(backend.status().message())).c_str());
+  if (!backend.ok()) {  // "no usable GPU: <why>", or built without CUDA
+    return state.SkipWithError(std::string(backend.status().message()).c_str());
   }
   runtime::Device& device = (*backend)->device(0);
   auto stream = device.CreateStream("bench");
@@ -112,22 +126,23 @@ void BM_CudaSgemmSeam(benchmark::State& state) {
   float* a = buffer->as<float>();
   float* b = a + static_cast<std::size_t>(s.m) * s.k;
   float* c = b + static_cast<std::size_t>(s.k) * s.n;
-  (void)(*math)->Fill(a, floats, 0.5f, **stream);
+  BENCH_CHECK((*math)->Fill(a, floats, 0.5f, **stream));
   constexpr int kReps = 20;  // per timed iteration, so launch latency does not dominate
   for (auto _ : state) {
-    (void)(*start)->Record(**stream);
+    BENCH_CHECK((*start)->Record(**stream));
     for (int r = 0; r < kReps; ++r) {
-      (void)(*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
-                          **stream);
+      BENCH_CHECK((*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
+                                **stream));
     }
-    (void)(*stop)->Record(**stream);
-    (void)(*stop)->Synchronize();
+    BENCH_CHECK((*stop)->Record(**stream));
+    // The stream's status too: a failure while the gemms ran poisons it, not the event.
+    BENCH_CHECK((*stream)->Synchronize());
     auto ms = (*stop)->ElapsedMillis(**start);
     if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
     state.SetIterationTime(*ms * 1e-3 / kReps);
   }
-  (void)buffer->FreeAsync(**stream);
-  (void)(*stream)->Synchronize();
+  BENCH_CHECK(buffer->FreeAsync(**stream));
+  BENCH_CHECK((*stream)->Synchronize());
   SetCounters(state, s, state.range(0));
 }
 BENCHMARK(BM_CudaSgemmSeam)->Apply(Args)->UseManualTime();

@@ -26,18 +26,27 @@ unsigned Blocks(std::size_t n) {
   return static_cast<unsigned>(blocks < kMaxBlocks ? (blocks == 0 ? 1 : blocks) : kMaxBlocks);
 }
 
+// Runs `launch` (one <<<>>>) and returns that launch's own error. The last-error slot is
+// cleared first: calls that do not go through PS_CUDA_STATUS (NCCL's and cuBLAS's
+// internal ones) may have left an error there, which is not this launch's. A sticky
+// error (a kernel fault) cannot be cleared and comes back from the launch itself.
+template <typename Launch>
+cudaError_t CheckedLaunch(Launch&& launch) {
+  (void)cudaGetLastError();
+  launch();
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchAddInto(float* dst, const float* src, std::size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AddIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(dst, src, n);
-  return cudaGetLastError();
+  return CheckedLaunch([&] { AddIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(dst, src, n); });
 }
 
 cudaError_t LaunchScale(float* x, float scale, std::size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(x, scale, n);
-  return cudaGetLastError();
+  return CheckedLaunch([&] { ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(x, scale, n); });
 }
 
 }  // namespace pipesched::comm::internal

@@ -1,6 +1,8 @@
 // Private to comm/: the two small kernels the local (same-GPU) reduction needs. Plain
-// CUDA types only, so that nvcc never sees Abseil. Enqueued on `stream`; return the
-// launch error (cudaGetLastError) or cudaSuccess.
+// CUDA types only, so that nvcc never sees Abseil. Enqueued on `stream`, which must be on
+// the current device; return immediately, with the error of their own launch (the
+// last-error slot is cleared before it, so an earlier unchecked call's error is not
+// reported as theirs) or cudaSuccess; n == 0 launches nothing.
 #pragma once
 
 #include <cuda_runtime_api.h>

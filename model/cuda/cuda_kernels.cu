@@ -17,6 +17,17 @@ int Blocks(std::int64_t n) {
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
+// Runs `launch` (one <<<>>>) and returns that launch's own error. The last-error slot is
+// cleared first: calls that do not go through PS_CUDA_STATUS (cuBLAS's and NCCL's
+// internal ones) may have left an error there, which is not this launch's. A sticky
+// error (a kernel fault) cannot be cleared and comes back from the launch itself.
+template <typename Launch>
+cudaError_t CheckedLaunch(Launch&& launch) {
+  (void)cudaGetLastError();
+  launch();
+  return cudaGetLastError();
+}
+
 #define PS_GRID_STRIDE(i, n)                                                                       \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
@@ -55,6 +66,15 @@ __global__ void AddKernel(const float* a, const float* b, float* out, std::int64
 
 __global__ void FillKernel(float* x, std::int64_t n, float value) {
   PS_GRID_STRIDE(i, n) { x[i] = value; }
+}
+
+// c: (rows, cols) with leading dimension ldc; c = beta * c, and 0 without reading c
+// when beta == 0 (it may hold NaN).
+__global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc, float beta) {
+  PS_GRID_STRIDE(i, static_cast<std::int64_t>(rows) * cols) {
+    float* x = c + (i / cols) * ldc + i % cols;
+    *x = beta == 0.0f ? 0.0f : beta * *x;
+  }
 }
 
 // One block; each row: block max, block sum of exp, then dlogits. Thread 0 sums losses.
@@ -106,7 +126,9 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const std::int32_
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) loss[0] = bad_any ? NAN : static_cast<float>(total / rows);
+  // rows == 0: a loss of 0, as the host (not 0 / 0).
+  if (threadIdx.x == 0)
+    loss[0] = bad_any ? NAN : (rows > 0 ? static_cast<float>(total / rows) : 0.f);
 }
 
 __global__ void SgdKernel(float* param, const float* grad, float* buf, std::int64_t n, float lr,
@@ -138,61 +160,83 @@ __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v,
 
 }  // namespace
 
+// Empty shapes launch nothing (a grid of 0 blocks is a launch error), as the host loops
+// do nothing; the loss is the exception: it is written (0) even for 0 rows.
+
 cudaError_t LaunchAddBias(float* y, const float* bias, int rows, int cols, cudaStream_t stream) {
-  AddBiasKernel<<<Blocks(static_cast<std::int64_t>(rows) * cols), kThreads, 0, stream>>>(
-      y, bias, rows, cols);
-  return cudaGetLastError();
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  return CheckedLaunch([&] {
+    AddBiasKernel<<<Blocks(static_cast<std::int64_t>(rows) * cols), kThreads, 0, stream>>>(
+        y, bias, rows, cols);
+  });
 }
 
 cudaError_t LaunchColumnSumAccumulate(const float* x, float* out, int rows, int cols,
                                       cudaStream_t stream) {
-  ColumnSumKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream>>>(x, out, rows, cols);
-  return cudaGetLastError();
+  if (rows <= 0 || cols <= 0) return cudaSuccess;  // out += 0
+  return CheckedLaunch([&] {
+    ColumnSumKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream>>>(x, out, rows, cols);
+  });
 }
 
 cudaError_t LaunchGelu(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
-  GeluKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch([&] { GeluKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n); });
 }
 
 cudaError_t LaunchGeluBackward(const float* x, const float* dy, float* dx, std::int64_t n,
                                cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, dy, dx, n);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch(
+      [&] { GeluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, dy, dx, n); });
 }
 
 cudaError_t LaunchAdd(const float* a, const float* b, float* out, std::int64_t n,
                       cudaStream_t stream) {
-  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(a, b, out, n);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch([&] { AddKernel<<<Blocks(n), kThreads, 0, stream>>>(a, b, out, n); });
 }
 
 cudaError_t LaunchFill(float* x, std::int64_t n, float value, cudaStream_t stream) {
-  FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch([&] { FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value); });
+}
+
+cudaError_t LaunchScaleMatrix(float* c, int rows, int cols, int ldc, float beta,
+                              cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  return CheckedLaunch([&] {
+    ScaleMatrixKernel<<<Blocks(static_cast<std::int64_t>(rows) * cols), kThreads, 0, stream>>>(
+        c, rows, cols, ldc, beta);
+  });
 }
 
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int rows,
                                       int classes, float grad_scale, float* loss, float* dlogits,
                                       cudaStream_t stream) {
-  SoftmaxCrossEntropyKernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, classes, grad_scale,
-                                                        loss, dlogits);
-  return cudaGetLastError();
+  return CheckedLaunch([&] {
+    SoftmaxCrossEntropyKernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, classes, grad_scale,
+                                                          loss, dlogits);
+  });
 }
 
 cudaError_t LaunchSgdStep(float* param, const float* grad, float* momentum_buf, std::int64_t n,
                           float lr, float momentum, float weight_decay, cudaStream_t stream) {
-  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, momentum_buf, n, lr, momentum,
-                                                weight_decay);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch([&] {
+    SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, momentum_buf, n, lr, momentum,
+                                                  weight_decay);
+  });
 }
 
 cudaError_t LaunchAdamWStep(float* param, const float* grad, float* m, float* v, std::int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
                             float step_size, float bc2_sqrt, cudaStream_t stream) {
-  AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, 1.0f - lr * weight_decay,
-                                                  beta1, beta2, eps, step_size, bc2_sqrt);
-  return cudaGetLastError();
+  if (n <= 0) return cudaSuccess;
+  return CheckedLaunch([&] {
+    AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, 1.0f - lr * weight_decay,
+                                                    beta1, beta2, eps, step_size, bc2_sqrt);
+  });
 }
 
 }  // namespace pipesched::model::cuda_detail

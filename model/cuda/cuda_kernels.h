@@ -1,7 +1,9 @@
 // Internal: the small CUDA kernels of the model (everything but gemm, which is cuBLAS),
-// as plain launchers so that nvcc never sees Abseil. Each launches on `stream` and
-// returns cudaGetLastError() of its launch; the semantics are those of the matching
-// op in model/math.h.
+// as plain launchers so that nvcc never sees Abseil. Each launches on `stream` (of the
+// current device), returns immediately, and returns the error of its own launch (the
+// last-error slot is cleared before it) or cudaSuccess; the semantics are those of the
+// matching op in model/math.h and model/host_kernels.cc, empty shapes included (they
+// launch nothing, except that the loss of 0 rows is written as 0).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +21,10 @@ cudaError_t LaunchGeluBackward(const float* x, const float* dy, float* dx, std::
 cudaError_t LaunchAdd(const float* a, const float* b, float* out, std::int64_t n,
                       cudaStream_t stream);
 cudaError_t LaunchFill(float* x, std::int64_t n, float value, cudaStream_t stream);
+// c: (rows, cols) with leading dimension ldc; c = beta * c, 0 when beta == 0 (c is then
+// not read). Gemm with k <= 0.
+cudaError_t LaunchScaleMatrix(float* c, int rows, int cols, int ldc, float beta,
+                              cudaStream_t stream);
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int rows,
                                       int classes, float grad_scale, float* loss, float* dlogits,
                                       cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Every CUDA op of the model against the host implementation on the same random inputs
 // (outputs poisoned first), and a CUDA Chunk training step against a host one. Labelled
 // gpu; skips through PS_SKIP_IF_NO_GPU without a usable GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -142,12 +143,65 @@ TEST_F(ModelGpuTest, SoftmaxCrossEntropyMatchesHost) {
     EXPECT_TRUE(AllClose("ce loss", Download(dloss, 1), loss, 1e-6, 1e-6));
     EXPECT_TRUE(AllClose("ce dlogits", Download(dd, d.size()), d, 1e-7, 1e-5));
   }
-  // A bad label yields NaN on the GPU (it cannot return a status).
+  // A bad label yields NaN on the GPU (it cannot return a status): in the loss and in its
+  // row of dlogits; the other rows are still right (row 0 alone, at the same scale).
   std::vector<float> logits = RandomFloats(6, 10);
   float* dloss = Upload(Poisoned(1));
+  float* dd = Upload(Poisoned(6));
   PS_ASSERT_OK(math_->SoftmaxCrossEntropy(Upload(logits), Upload(std::vector<std::int32_t>{0, 5}),
-                                          2, 3, 1.0f, dloss, Upload(Poisoned(6)), *stream_));
+                                          2, 3, 1.0f, dloss, dd, *stream_));
   EXPECT_TRUE(std::isnan(Download(dloss, 1)[0]));
+  const std::vector<float> got = Download(dd, 6);
+  std::vector<float> row0(3), loss0(1);
+  const std::int32_t label0 = 0;
+  PS_ASSERT_OK(
+      host::SoftmaxCrossEntropy(logits.data(), &label0, 1, 3, 0.5f, loss0.data(), row0.data()));
+  EXPECT_TRUE(
+      AllClose("ce good row", std::vector<float>(got.begin(), got.begin() + 3), row0, 1e-7, 1e-5));
+  for (int c = 3; c < 6; ++c) EXPECT_TRUE(std::isnan(got[c])) << "dlogits[1][" << c - 3 << "]";
+}
+
+// Empty shapes behave as on the host: nothing is launched (a grid of 0 blocks would be a
+// launch error), gemm with k == 0 gives beta * c (0 for beta == 0, c not read, without
+// cuBLAS), and the loss of 0 rows is 0, not 0 / 0.
+TEST_F(ModelGpuTest, EmptyShapesMatchHost) {
+  const int m = 5, n = 7, ldc = 9;  // ldc > n: the padding must stay untouched
+  for (float beta : {0.0f, 0.5f}) {
+    std::vector<float> c = RandomFloats(m * ldc, 17);
+    if (beta == 0.0f) {
+      for (int i = 0; i < m; ++i) std::fill_n(c.begin() + i * ldc, n, NAN);
+    }
+    float* dc = Upload(c);
+    PS_ASSERT_OK(math_->Gemm(Transpose::kYes, Transpose::kNo, m, n, 0, 1.0f, nullptr, m, nullptr, n,
+                             beta, dc, ldc, *stream_));
+    host::Gemm(Transpose::kYes, Transpose::kNo, m, n, 0, 1.0f, nullptr, m, nullptr, n, beta,
+               c.data(), ldc);
+    EXPECT_TRUE(AllClose("gemm k=0", Download(dc, c.size()), c, 0, 0)) << "beta " << beta;
+  }
+
+  const std::vector<float> x = RandomFloats(m * n, 18);
+  float* dx = Upload(x);
+  PS_ASSERT_OK(math_->Gemm(Transpose::kNo, Transpose::kNo, 0, n, 3, 1.0f, dx, 3, dx, n, 0.0f, dx, n,
+                           *stream_));
+  PS_ASSERT_OK(math_->AddBias(dx, dx, 0, n, *stream_));
+  PS_ASSERT_OK(math_->AddBias(dx, dx, m, 0, *stream_));
+  PS_ASSERT_OK(math_->ColumnSumAccumulate(dx, dx, 0, n, *stream_));  // out += 0
+  PS_ASSERT_OK(math_->ColumnSumAccumulate(dx, dx, m, 0, *stream_));
+  PS_ASSERT_OK(math_->Gelu(dx, dx, 0, *stream_));
+  PS_ASSERT_OK(math_->GeluBackward(dx, dx, dx, 0, *stream_));
+  PS_ASSERT_OK(math_->Add(dx, dx, dx, 0, *stream_));
+  PS_ASSERT_OK(math_->Fill(dx, 0, 1.0f, *stream_));
+  PS_ASSERT_OK(math_->SgdStep(dx, dx, dx, 0, SgdParams{0.1f, 0.9f, 0.0f}, *stream_));
+  PS_ASSERT_OK(math_->AdamWStep(dx, dx, dx, dx, 0, AdamWParams{}, 1, *stream_));
+  EXPECT_TRUE(AllClose("untouched", Download(dx, x.size()), x, 0, 0));
+
+  float* dloss = Upload(Poisoned(1));
+  PS_ASSERT_OK(math_->SoftmaxCrossEntropy(dx, Upload(std::vector<std::int32_t>{0}), 0, n, 1.0f,
+                                          dloss, dx, *stream_));
+  std::vector<float> loss = Poisoned(1);
+  PS_ASSERT_OK(host::SoftmaxCrossEntropy(x.data(), nullptr, 0, n, 1.0f, loss.data(), nullptr));
+  EXPECT_TRUE(AllClose("ce loss of 0 rows", Download(dloss, 1), loss, 0, 0));
+  EXPECT_TRUE(AllClose("ce logits of 0 rows", Download(dx, x.size()), x, 0, 0));
 }
 
 TEST_F(ModelGpuTest, OptimizerStepsMatchHost) {
