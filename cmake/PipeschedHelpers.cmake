@@ -57,6 +57,12 @@ function(pipesched_add_test name)
   if(NOT labels)
     set(labels cpu)
   endif()
+  # GPU tests get a shorter limit: on the GPU machine a hung one must not eat the whole
+  # check's budget (scripts/gpu-check.sh), and none needs more than seconds there.
+  set(timeout 300)
+  if("gpu" IN_LIST labels)
+    set(timeout 90)
+  endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${labels}" TIMEOUT 300)
+    PROPERTIES LABELS "${labels}" TIMEOUT ${timeout})
 endfunction()
