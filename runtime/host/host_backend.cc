@@ -197,9 +197,11 @@ class HostStream final : public Stream {
   void EnqueueFree(std::function<void()> free_fn);
   // Runs `task` on the calling thread, under the stream's lock, when everything enqueued
   // so far has completed (the stream has reached this point already): a marker or free
-  // then costs no hand-off to the worker, which stays asleep. False: nothing ran.
+  // then costs no hand-off to the worker, which stays asleep. `unless_aborted`: not on an
+  // aborted stream either (read under the lock, after the completions it relies on).
+  // False: nothing ran.
   template <typename Task>
-  bool RunIfDrained(Task& task);
+  bool RunIfDrained(Task& task, bool unless_aborted = false);
   HostDevice& host_device() const { return device_; }
 
  private:
@@ -423,15 +425,19 @@ void HostStream::EnqueueInternal(std::function<void()> task) {
 }
 
 template <typename Task>
-bool HostStream::RunIfDrained(Task& task) {
+bool HostStream::RunIfDrained(Task& task, bool unless_aborted) {
   std::lock_guard<std::mutex> lock(core_->mu);
   if (core_->completed != core_->enqueued || core_->detached) return false;
+  if (unless_aborted && core_->aborted.load(std::memory_order_acquire)) return false;
   task();
   return true;
 }
 
 void HostStream::EnqueueFree(std::function<void()> free_fn) {
-  if (!core_->aborted.load(std::memory_order_acquire) && RunIfDrained(free_fn)) return;
+  // A wait that an abort ended early completed without its producer: "drained" then
+  // proves nothing about other streams' use of the memory, so the free takes the
+  // deferred path below.
+  if (RunIfDrained(free_fn, /*unless_aborted=*/true)) return;
   EnqueueInternal([core = core_, free_fn = std::move(free_fn)]() mutable {
     if (core->aborted.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(core->mu);
