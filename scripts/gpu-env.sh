@@ -49,6 +49,9 @@ _ps_use_bundle() {
   export CPATH=$dir/usr/include:$dir/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}
   export LIBRARY_PATH=$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
   export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # Debian's package configs say cmake_policy(VERSION 2.6...3.21): CMake 4 accepts the
+  # range, and with this variable any older form too (earlier CMakes ignore it).
+  export CMAKE_POLICY_VERSION_MINIMUM=${CMAKE_POLICY_VERSION_MINIMUM:-3.5}
   gpu_env_source="bundle .gpu-deps/ ($(ls .gpu-deps/*.deb | wc -l) packages) unpacked in $dir"
 }
 
