@@ -55,6 +55,7 @@ struct Executor::Rank {
   }
   bool free_pending = false;
   std::vector<int> same_device;  // indices into ranks_ on the same device, self included
+  int clock = 0;                 // index into clocks_ (its device's)
 };
 
 // One (replica, stage, micro-batch): its events and, during a step, its memory.
@@ -290,24 +291,17 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     ex->losses_.push_back(std::move(loss));
   }
   PS_RETURN_IF_ERROR(ex->SynchronizeAll());
-  {
-    // Host issue times go on the events' clock: read the host clock in a host function
-    // and time an event recorded right behind it. A preemption between the two can only
-    // make the difference larger: keep the smallest of a few.
-    Rank& rk = *ex->ranks_[0];
-    PS_ASSIGN_OR_RETURN(auto mark, TimingEvent(*rk.device, "clock"));
-    auto host_at = std::make_shared<double>(0);
-    for (int k = 0; k < 5; ++k) {
-      PS_RETURN_IF_ERROR(rk.compute->EnqueueHost([host_at] {
-        *host_at = SteadyMicros();
-        return absl::OkStatus();
-      }));
-      PS_RETURN_IF_ERROR(mark->Record(*rk.compute));
-      PS_RETURN_IF_ERROR(mark->Synchronize());
-      PS_ASSIGN_OR_RETURN(double event_at, mark->TimestampMicros());
-      ex->clock_offset_ =
-          k == 0 ? event_at - *host_at : std::min(ex->clock_offset_, event_at - *host_at);
+  // One step clock per distinct device, on the compute stream of its first rank.
+  for (auto& rk : ex->ranks_) {
+    auto same = std::find_if(ex->clocks_.begin(), ex->clocks_.end(),
+                             [&](const Clock& c) { return &c.stream->device() == rk->device; });
+    if (same != ex->clocks_.end()) {
+      rk->clock = static_cast<int>(same - ex->clocks_.begin());
+      continue;
     }
+    rk->clock = static_cast<int>(ex->clocks_.size());
+    PS_ASSIGN_OR_RETURN(auto origin, TimingEvent(*rk->device, "step origin"));
+    ex->clocks_.push_back({.stream = rk->compute.get(), .origin = std::move(origin)});
   }
 
   // The issue order: walk the ranks' programs round-robin, each as far as the
@@ -867,6 +861,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     baseline[rk->device] = rk->device->memory_stats().current_bytes;
   }
 
+  PS_RETURN_IF_ERROR(MarkStepOrigins());
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status issued = [&]() -> absl::Status {
     for (int d = 0; d < D; ++d) {
@@ -915,6 +910,23 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   return result;
 }
 
+absl::Status Executor::MarkStepOrigins() {
+  // Each origin is recorded on an idle stream between two host clock reads: it completed
+  // at their midpoint, to half the round trip (host: the record completes on the calling
+  // thread; CUDA: a record and a synchronize, microseconds). Spans timed from it are then
+  // on the host's steady clock, where the issue times are, and within a step a device's
+  // spans are all intervals from one event: on CUDA, cudaEventElapsedTime's float
+  // milliseconds over one step keep nanoseconds, and consecutive events of a stream keep
+  // their order (rounding is monotone).
+  for (Clock& clock : clocks_) {
+    const double before = SteadyMicros();
+    PS_RETURN_IF_ERROR(clock.origin->Record(*clock.stream));
+    PS_RETURN_IF_ERROR(clock.origin->Synchronize());
+    clock.origin_micros = (before + SteadyMicros()) / 2;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* issue_micros) const {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   trace::Timeline timeline;
@@ -923,14 +935,17 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
                                " M=", M, D > 1 ? absl::StrCat(" D=", D) : "", " (measured)");
   timeline.time_unit = "us";
   timeline.num_ranks = P * D;
-  double issued = 0;  // of the action being collected, on the events' clock
+  double issued = 0;  // of the action being collected, steady-clock us
+  // An event of `row`'s device on the steady clock, through its step origin.
+  auto stamp = [&](int row, const runtime::Event& event) -> absl::StatusOr<double> {
+    const Clock& clock = clocks_[ranks_[row]->clock];
+    PS_ASSIGN_OR_RETURN(double ms, event.ElapsedMillis(*clock.origin));
+    return clock.origin_micros + ms * 1000;
+  };
   auto add = [&](int row, int lane, int stage, int mb, std::string op, const runtime::Event& start,
                  const runtime::Event& end) -> absl::Status {
-    // The duration straight from the two events (one device): exact even if the device's
-    // timestamp anchor is replaced between the two readings.
-    PS_ASSIGN_OR_RETURN(double t_start, start.TimestampMicros());
-    PS_ASSIGN_OR_RETURN(double ms, end.ElapsedMillis(start));
-    const double t_end = t_start + ms * 1000;
+    PS_ASSIGN_OR_RETURN(double t_start, stamp(row, start));
+    PS_ASSIGN_OR_RETURN(double t_end, stamp(row, end));
     timeline.spans.push_back(trace::Span{.rank = row,
                                          .lane = lane,
                                          .stage = stage,
@@ -943,7 +958,7 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
   };
   for (const Issue& issue : order_) {
     const Action& a = issue.action;
-    issued = issue_times_.empty() ? 0 : issue_times_[&issue - order_.data()] + clock_offset_;
+    issued = issue_times_.empty() ? 0 : issue_times_[&issue - order_.data()];
     for (int d = 0; d < D; ++d) {
       const int row = d * P + issue.rank;
       if (a.op == Op::kAllReduce) {

@@ -90,7 +90,8 @@ struct StepResult {
   // Per span of `timeline` (same index): when the host began issuing the action the span
   // belongs to (for all replicas; replica d > 0 is issued just after replica 0), on the
   // timeline's clock. A stream cannot start work before it is issued, so
-  // issue_micros[i] <= spans[i].start (to the clocks' agreement, a microsecond on the host);
+  // issue_micros[i] <= spans[i].start (to the clocks' agreement: a microsecond on the
+  // host, half an event round trip on a GPU);
   // a stream idle up to the issue time was waiting for the host (stages/bubble_analysis.h).
   std::vector<double> issue_micros;
 };
@@ -182,7 +183,16 @@ class Executor {
   bool aborted_ = false;             // a step was aborted: the streams are poisoned
   bool abandoned_ = false;           // ... and some did not drain (a host function did not return)
   std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
-  double clock_offset_ = 0;          // event timestamps - steady-clock us
+  // The step's clock (MarkStepOrigins): per distinct device, a timing event recorded on an
+  // idle stream of it at the start of each step, and the steady-clock us at which it
+  // completed. Every span is timed from its device's origin (CollectTimeline).
+  struct Clock {
+    runtime::Stream* stream = nullptr;
+    std::unique_ptr<runtime::Event> origin;
+    double origin_micros = 0;
+  };
+  std::vector<Clock> clocks_;
+  absl::Status MarkStepOrigins();
 };
 
 // The cost model that makes the simulator replay what was measured: per (stage, op)
