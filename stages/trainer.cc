@@ -67,6 +67,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   PS_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(config.model, S, config.partition));
 
   PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
+  if (config.slow_rank >= 0 && config.slow_factor != 1 && kind == runtime::BackendKind::kCuda) {
+    // SlowStageWork holds the stream in a host function; CUDA may run the host functions
+    // of all streams one at a time, so every rank (and every stream-ordered free, which
+    // also uses one) would wait for the slow rank's holds.
+    return absl::InvalidArgumentError(
+        "slowing a stage down needs the host backend (on CUDA its hold would stall every "
+        "stream of the GPU); use --backend=host");
+  }
   runtime::BackendOptions options{.kind = kind, .strict = config.strict};
   options.num_devices = config.num_devices > 0 ? config.num_devices
                                                : (kind == runtime::BackendKind::kHost ? P * D : 0);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/registry.h"
 #include "stages/slow_stage_work.h"
@@ -17,6 +18,10 @@
 
 namespace pipesched::stages {
 namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 struct Builder {
   trace::Timeline tl;
@@ -300,6 +305,17 @@ TEST(SlowStageWorkTest, TrainerSlowsOneRankAndStillTrains) {
   EXPECT_TRUE(std::isfinite(r.loss));
   PS_ASSERT_OK_AND_ASSIGN(auto params, trainer->ExportParameters());  // unwraps the MLP
   EXPECT_FALSE(params.empty());
+}
+
+TEST(SlowStageWorkTest, CudaIsRefusedWithTheReason) {
+  // Refused before any GPU is looked for: the same answer with or without one.
+  TrainerConfig config = Tiny("1f1b", 2, 2);
+  config.slow_rank = 1;
+  config.slow_factor = 2;
+  config.backend = "cuda";
+  EXPECT_THAT(Trainer::Create(config).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("needs the host backend"), HasSubstr("--backend=host"))));
 }
 
 }  // namespace
