@@ -1,10 +1,17 @@
 // The pipesched program. All logic lives in the cli library; see command.h.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/command.h"
 
 int main(int argc, char** argv) {
+  // A pipeline puts four streams per (replica, rank) on a GPU, 16 to 32 of them when
+  // several ranks share one; CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+  // queues (8 by default), and streams sharing a queue can hold each other up behind a
+  // wait. Read when the CUDA context is created, so set before any CUDA call; a value
+  // the user set is kept.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   return pipesched::cli::RunMain(argc, argv, std::cout, std::cerr, ::isatty(STDOUT_FILENO) != 0);
 }

@@ -106,7 +106,10 @@ else
   fail deps $(($(date +%s) - s)) "$gpu_env_error"
   exit 1
 fi
-{ echo "== environment"; env | grep -E '^(CMAKE_PREFIX_PATH|CPATH|LIBRARY_PATH|LD_LIBRARY_PATH)='; } >>"$out/env.log"
+# As the pipesched program does (cli/main.cc): more hardware queues than the default 8
+# for the executor's four streams per (replica, rank).
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+{ echo "== environment"; env | grep -E '^(CMAKE_PREFIX_PATH|CPATH|LIBRARY_PATH|LD_LIBRARY_PATH|CUDA_DEVICE_MAX_CONNECTIONS)='; } >>"$out/env.log"
 
 step configure 120 cmake --preset gpu || exit 1
 if ! grep -q "pipesched: CUDA backend ON" "$out/configure.log"; then

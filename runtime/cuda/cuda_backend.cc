@@ -148,6 +148,15 @@ absl::StatusOr<PoolHandle> CreatePoolHandle(int device) {
   std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
   PS_CUDA_RETURN_IF_ERROR(
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  // No hidden waits: by default an allocation may reuse a block freed on another stream
+  // whose free has not been reached yet, by making the allocating stream wait for that
+  // stream. The executor frees boundary buffers on the send stream and allocates them on
+  // the compute stream, which must never wait for an outgoing copy (the simulator plans
+  // no such wait): the pool grows instead. Reuse ordered by events the streams already
+  // wait on (cudaMemPoolReuseFollowEventDependencies) stays on.
+  int internal_dependencies = 0;
+  PS_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
+                                                  &internal_dependencies));
   return handle;
 }
 

@@ -5,6 +5,8 @@
 // callback enqueue nothing (executor overhead benchmarks).
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -42,8 +44,13 @@ class ToyStage final : public StageWork {
     auto stream = device.CreateStream("toy setup").value();
     params_ = device.Allocate(4 * sizeof(float), *stream).value();  // a, b, ga, gb
     float init[4] = {ToyA(stage), ToyB(stage), 0, 0};
-    (void)device.CopyFromHost(params_.data(), init, sizeof(init));
-    (void)stream->Synchronize();
+    // The allocation is stream-ordered: reach it before the (unordered) host copy.
+    absl::Status setup = stream->Synchronize();
+    if (setup.ok()) setup = device.CopyFromHost(params_.data(), init, sizeof(init));
+    if (!setup.ok()) {
+      std::fprintf(stderr, "ToyStage setup failed: %s\n", setup.ToString().c_str());
+      std::abort();
+    }
   }
 
   float a() const { return params_.as<float>()[0]; }
