@@ -74,7 +74,11 @@ struct Row {
   double handoff_us = -1;  // median over boundaries of the effective hand-off latency
   double transfer_us = 0;  // median measured transfer span
   std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
-  scheduler::CostModel costs;                            // what the simulator was fed
+  // Ranks share devices (CUDA with fewer GPUs than P x D): the runtime measures per
+  // device, so peak_bytes is per device instead (device 0, 1, ...) and not comparable
+  // rank by rank with sim_peak_bytes.
+  bool peak_per_device = false;
+  scheduler::CostModel costs;  // what the simulator was fed
   double loss = 0;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;
@@ -219,8 +223,19 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.exact_memory_accounting = true;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> exact, stages::Trainer::Create(config));
   PS_ASSIGN_OR_RETURN(stages::StepResult exact_step, exact->Step());
-  row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
-                        exact_step.peak_activation_bytes.begin() + p);
+  const std::vector<int>& device_of = exact_step.device_of_row;
+  const int devices =
+      device_of.empty() ? 0 : *std::max_element(device_of.begin(), device_of.end()) + 1;
+  row.peak_per_device = devices < static_cast<int>(device_of.size());
+  if (row.peak_per_device) {
+    row.peak_bytes.assign(devices, 0);
+    for (std::size_t i = 0; i < device_of.size(); ++i) {
+      row.peak_bytes[device_of[i]] = exact_step.peak_activation_bytes[i];
+    }
+  } else {
+    row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
+                          exact_step.peak_activation_bytes.begin() + p);
+  }
 
   // Measured bubble and its decomposition (median step); hand-offs from every step.
   std::vector<stages::IdleAnalysis> analyses;
@@ -365,6 +380,11 @@ std::string Mib(const std::vector<std::int64_t>& bytes) {
   return absl::StrJoin(parts, "/");
 }
 
+// Per rank, or "... per device" when ranks share devices.
+std::string PeakMib(const Row& r) {
+  return r.peak_per_device ? Mib(r.peak_bytes) + " per device" : Mib(r.peak_bytes);
+}
+
 constexpr char kHeaderFormat[] =
     "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
 
@@ -380,17 +400,17 @@ void PrintRow(std::ostream& out, const Row& r) {
                            r.v > 0 ? absl::StrCat(r.v) : "-", r.m, r.skipped);
     return;
   }
-  out << absl::StrFormat(
-      kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v), absl::StrCat(r.m),
-      absl::StrFormat("%.2f", r.step_ms), absl::StrFormat("%.0f", r.samples_per_s),
-      Pct(r.closed_form), Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
-      absl::StrFormat("%+.1f", 100 * (r.simulated - r.measured)),
-      absl::StrFormat("%.0f%%", Share(r.idle.dependency, r.idle_us)),
-      absl::StrFormat("%.0f%%", Share(r.idle.transfer, r.idle_us)),
-      absl::StrFormat("%.0f%%", Share(r.idle.allreduce, r.idle_us)),
-      absl::StrFormat("%.0f%%", Share(r.idle.host, r.idle_us)),
-      absl::StrFormat("%.0f%%", Share(r.idle.imbalance, r.idle_us)),
-      absl::StrFormat("%.1f%%", Share(r.idle.total(), r.idle_us)), Mib(r.peak_bytes));
+  out << absl::StrFormat(kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v),
+                         absl::StrCat(r.m), absl::StrFormat("%.2f", r.step_ms),
+                         absl::StrFormat("%.0f", r.samples_per_s), Pct(r.closed_form),
+                         Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
+                         absl::StrFormat("%+.1f", 100 * (r.simulated - r.measured)),
+                         absl::StrFormat("%.0f%%", Share(r.idle.dependency, r.idle_us)),
+                         absl::StrFormat("%.0f%%", Share(r.idle.transfer, r.idle_us)),
+                         absl::StrFormat("%.0f%%", Share(r.idle.allreduce, r.idle_us)),
+                         absl::StrFormat("%.0f%%", Share(r.idle.host, r.idle_us)),
+                         absl::StrFormat("%.0f%%", Share(r.idle.imbalance, r.idle_us)),
+                         absl::StrFormat("%.1f%%", Share(r.idle.total(), r.idle_us)), PeakMib(r));
 }
 
 std::string CsvField(const std::string& s) {
@@ -439,6 +459,7 @@ constexpr const char* kColumns[] = {"schedule",
                                     "handoff_us",
                                     "transfer_us",
                                     "peak_activation_bytes",
+                                    "peak_activation_bytes_per_device",
                                     "simulated_peak_activation_bytes"};
 
 nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
@@ -475,7 +496,10 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["idle_explained"] = r.idle_us > 0 ? r.idle.total() / r.idle_us : 1.0;
   j["handoff_us"] = r.handoff_us;
   j["transfer_us"] = r.transfer_us;
-  j["peak_activation_bytes"] = r.peak_bytes;
+  // Per rank, or null when ranks share devices; then per device in the next field.
+  j["peak_activation_bytes"] = r.peak_per_device ? nlohmann::json() : nlohmann::json(r.peak_bytes);
+  j["peak_activation_bytes_per_device"] =
+      r.peak_per_device ? nlohmann::json(r.peak_bytes) : nlohmann::json();
   j["simulated_peak_activation_bytes"] = r.sim_peak_bytes;
   nlohmann::json costs = nlohmann::json::array();
   for (const scheduler::StageCosts& c : r.costs.stages) {
@@ -549,7 +573,7 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
                         100 * (r.simulated - r.measured), Share(r.idle.dependency, r.idle_us),
                         Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
                         Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
-                        Share(r.idle.total(), r.idle_us), Mib(r.peak_bytes)));
+                        Share(r.idle.total(), r.idle_us), PeakMib(r)));
   }
   if (!skipped.empty()) absl::StrAppend(&md, "\nSkipped:\n\n", skipped);
   return md;

@@ -905,6 +905,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   for (int row = 0; row < D * P; ++row) {
     runtime::Device* device = ranks_[row]->device;
     result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
+    result.device_of_row.push_back(ranks_[row]->clock);  // clocks_: one per distinct device
   }
   PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline(&result.issue_micros));
   return result;

@@ -87,6 +87,9 @@ struct StepResult {
   // Per row (replica * P + rank): peak bytes allocated on its device during the step
   // above what was live when the step began (rows sharing a device show the same value).
   std::vector<std::int64_t> peak_activation_bytes;
+  // Per row: its device, numbered 0, 1, ... in order of first appearance; rows with the
+  // same number share a device (CUDA with fewer GPUs than P x D) and its peak above.
+  std::vector<int> device_of_row;
   // Per span of `timeline` (same index): when the host began issuing the action the span
   // belongs to (for all replicas; replica d > 0 is issued just after replica 0), on the
   // timeline's clock. A stream cannot start work before it is issued, so

@@ -1,5 +1,7 @@
 // `pipesched bench` in-process: a tiny sweep, its CSV/JSON/Markdown/SVG outputs, skipped
 // configurations with their reasons, and the exit codes.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -112,6 +114,24 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_THAT(picture, HasSubstr("P=2: bubble fraction vs micro-batches"));
   EXPECT_THAT(picture, HasSubstr("simulated vs measured"));
+}
+
+TEST(BenchTest, RanksSharingADeviceGetTheirPeakPerDevice) {
+  // Two ranks on one device (--devices=1: round-robin, as on a single GPU): the runtime
+  // measures the device, so the peak is reported per device, not as each rank's.
+  const std::string json = TempPath("shared.json"), md = TempPath("shared.md");
+  RunResult r = RunCli(Tiny({"--schedules=1f1b", "--stages=2", "--microbatches=4", "--devices=1",
+                             "--json=" + json, "--md=" + md}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  nlohmann::json c = nlohmann::json::parse(Slurp(json))["configurations"][0];
+  ASSERT_EQ(c["status"], "ok") << c.dump();
+  EXPECT_TRUE(c["peak_activation_bytes"].is_null());
+  ASSERT_EQ(c["peak_activation_bytes_per_device"].size(), 1u);
+  // Both ranks' activations live on that device: more than either rank's alone.
+  const auto sim = c["simulated_peak_activation_bytes"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(sim.size(), 2u);
+  EXPECT_GT(c["peak_activation_bytes_per_device"][0].get<std::int64_t>(), std::max(sim[0], sim[1]));
+  EXPECT_THAT(Slurp(md), HasSubstr(" per device |"));
 }
 
 TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
