@@ -4,8 +4,9 @@
 //   - Streams are cudaStreamNonBlocking; events cudaEventDisableTiming unless timing.
 //   - Memory is stream-ordered: cudaMallocFromPoolAsync from one pool per device (release
 //     threshold at maximum, so freed memory is reused rather than returned to the
-//     driver), cudaFreeAsync; accounting drops when the free is reached, via a host
-//     function, exactly as on the host backend.
+//     driver), cudaFreeAsync; accounting drops once the free is reached: an event
+//     recorded behind it is polled at the next Allocate or memory_stats() (not a host
+//     function per free, which would stall its stream on CUDA's callback thread).
 //   - Peer access is enabled between every pair of devices that supports it, for both
 //     kernels and the pools.
 //   - Timestamps: each device keeps an anchor, an event of its own whose host time we
@@ -205,16 +206,6 @@ void CUDART_CB RunHostCall(void* data) {
   if (!status.ok()) call->state->Set(status);
 }
 
-struct ReleaseCall {
-  std::shared_ptr<MemoryAccount> account;
-  std::int64_t bytes;
-};
-
-void CUDART_CB RunRelease(void* data) {
-  std::unique_ptr<ReleaseCall> call(static_cast<ReleaseCall*>(data));
-  call->account->Release(call->bytes);
-}
-
 class CudaStream final : public Stream {
  public:
   CudaStream(CudaDevice& device, std::string name, StreamHandle handle);
@@ -291,8 +282,14 @@ class CudaDevice final : public Device {
                          Stream& stream) override;
   absl::Status CopyToHost(void* host_dst, const void* src, std::size_t bytes) override;
   absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) override;
-  MemoryStats memory_stats() const override { return memory_->stats(); }
-  void ResetPeakMemory() override { memory_->ResetPeak(); }
+  MemoryStats memory_stats() const override {
+    ReleaseReachedFrees();
+    return memory_->stats();
+  }
+  void ResetPeakMemory() override {
+    ReleaseReachedFrees();
+    memory_->ResetPeak();
+  }
 
   CudaBackend& backend() const { return backend_; }
   const std::string& desc() const { return description_; }
@@ -317,6 +314,19 @@ class CudaDevice final : public Device {
   const int index_;
   const std::string description_;
   std::shared_ptr<MemoryAccount> memory_;
+  // Stream-ordered frees not yet counted: each with an event recorded behind its
+  // cudaFreeAsync. They are counted (ReleaseReachedFrees) when the event has completed,
+  // at the next Allocate or memory_stats(): a host function per free would do it at the
+  // exact moment, but would stop its stream until CUDA's callback thread ran it, and
+  // CUDA may run the host functions of all streams one at a time.
+  struct PendingFree {
+    EventHandle reached;
+    std::int64_t bytes;
+  };
+  void ReleaseReachedFrees() const;
+  mutable std::mutex frees_mu_;
+  mutable std::vector<PendingFree> pending_frees_;
+  mutable std::vector<EventHandle> spare_events_;
   PoolHandle pool_;
   mutable std::mutex anchor_mu_;
   mutable std::shared_ptr<const Anchor> anchor_;
@@ -572,6 +582,7 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
     return absl::ResourceExhaustedError(
         absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: beyond any GPU"));
   }
+  ReleaseReachedFrees();
   PS_RETURN_IF_ERROR(memory_->Reserve(static_cast<std::int64_t>(bytes), description_));
   void* data = nullptr;
   absl::Status status =
@@ -605,15 +616,47 @@ absl::Status CudaDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& str
   CudaStream* cuda_stream = AsCudaStream(stream);
   if (cuda_stream == nullptr) return NotCuda(stream, "FreeAsync");
   PS_CUDA_RETURN_IF_ERROR(cudaFreeAsync(data, cuda_stream->get()));
-  auto call = std::make_unique<ReleaseCall>(ReleaseCall{memory_, static_cast<std::int64_t>(size)});
-  absl::Status status =
-      PS_CUDA_STATUS(cudaLaunchHostFunc(cuda_stream->get(), &RunRelease, call.get()));
-  if (status.ok()) {
-    call.release();  // owned by RunRelease now
-  } else {
-    memory_->Release(static_cast<std::int64_t>(size));  // the free itself is enqueued
+  PendingFree pending;
+  pending.bytes = static_cast<std::int64_t>(size);
+  {
+    std::lock_guard<std::mutex> lock(frees_mu_);
+    if (!spare_events_.empty()) {
+      pending.reached = std::move(spare_events_.back());
+      spare_events_.pop_back();
+    }
   }
+  absl::Status status;
+  if (pending.reached.get() == nullptr) {
+    absl::StatusOr<EventHandle> event = CreateEventHandle(index_, /*timing=*/false);
+    status = event.status();
+    if (event.ok()) pending.reached = *std::move(event);
+  }
+  if (status.ok())
+    status = PS_CUDA_STATUS(cudaEventRecord(pending.reached.get(), cuda_stream->get()));
+  if (!status.ok()) {
+    memory_->Release(pending.bytes);  // the free itself is enqueued: count it now
+    return absl::OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(frees_mu_);
+  pending_frees_.push_back(std::move(pending));
   return absl::OkStatus();
+}
+
+void CudaDevice::ReleaseReachedFrees() const {
+  std::lock_guard<std::mutex> lock(frees_mu_);
+  // In stream order per stream, but streams finish out of order: test every one.
+  std::size_t kept = 0;
+  for (PendingFree& free : pending_frees_) {
+    const cudaError_t state = cudaEventQuery(free.reached.get());
+    if (state == cudaErrorNotReady) {
+      pending_frees_[kept++] = std::move(free);
+      continue;
+    }
+    if (state != cudaSuccess) (void)cudaGetLastError();  // a fault: the stream reports it
+    memory_->Release(free.bytes);
+    spare_events_.push_back(std::move(free.reached));
+  }
+  pending_frees_.resize(kept);
 }
 
 absl::Status CudaDevice::CopyAsync(void* dst, const void* src, std::size_t bytes,
