@@ -919,11 +919,18 @@ absl::Status Executor::MarkStepOrigins() {
   // spans are all intervals from one event: on CUDA, cudaEventElapsedTime's float
   // milliseconds over one step keep nanoseconds, and consecutive events of a stream keep
   // their order (rounding is monotone).
+  // A preemption between the two reads widens the error: record again (the last record
+  // is the one that counts) until a round trip is short, a few tries at most.
+  constexpr double kGoodRoundTripMicros = 50;
   for (Clock& clock : clocks_) {
-    const double before = SteadyMicros();
-    PS_RETURN_IF_ERROR(clock.origin->Record(*clock.stream));
-    PS_RETURN_IF_ERROR(clock.origin->Synchronize());
-    clock.origin_micros = (before + SteadyMicros()) / 2;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      const double before = SteadyMicros();
+      PS_RETURN_IF_ERROR(clock.origin->Record(*clock.stream));
+      PS_RETURN_IF_ERROR(clock.origin->Synchronize());
+      const double after = SteadyMicros();
+      clock.origin_micros = (before + after) / 2;
+      if (after - before < kGoodRoundTripMicros) break;
+    }
   }
   return absl::OkStatus();
 }
