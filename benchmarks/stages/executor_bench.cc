@@ -39,8 +39,7 @@ void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name,
   auto created = runtime::CreateBackend(
       {.kind = kind, .num_devices = kind == runtime::BackendKind::kHost ? p * d : 0});
   if (!created.ok()) {
-    state.SkipWithError(
-        absl::StrCat("no usable GPU: ", absl::string_view(created.status().message())).c_str());
+    state.SkipWithError(std::string(created.status().message()).c_str());  // says why
     return;
   }
   std::unique_ptr<runtime::Backend> backend = *std::move(created);
