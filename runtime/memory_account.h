@@ -1,6 +1,7 @@
 // Per-device byte accounting shared by the backends: current and peak bytes live through
 // Device::Allocate, and an optional capacity. Thread-safe: frees are counted on stream
-// worker threads (host) or CUDA's host-function thread.
+// worker threads or the calling thread (host), or on the host thread that next allocates
+// or reads the stats once the free's event has completed (CUDA).
 #pragma once
 
 #include <algorithm>

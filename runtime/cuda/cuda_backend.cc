@@ -284,11 +284,11 @@ class CudaDevice final : public Device {
   absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) override;
   MemoryStats memory_stats() const override {
     ReleaseReachedFrees();
-    return memory_->stats();
+    return memory_.stats();
   }
   void ResetPeakMemory() override {
     ReleaseReachedFrees();
-    memory_->ResetPeak();
+    memory_.ResetPeak();
   }
 
   CudaBackend& backend() const { return backend_; }
@@ -305,15 +305,13 @@ class CudaDevice final : public Device {
 
  private:
   CudaDevice(CudaBackend& backend, int index, std::string description, std::int64_t capacity)
-      : backend_(backend),
-        index_(index),
-        description_(std::move(description)),
-        memory_(std::make_shared<MemoryAccount>(capacity)) {}
+      : backend_(backend), index_(index), description_(std::move(description)), memory_(capacity) {}
 
   CudaBackend& backend_;
   const int index_;
   const std::string description_;
-  std::shared_ptr<MemoryAccount> memory_;
+  // Counted on the host thread that allocates, frees or asks (ReleaseReachedFrees).
+  mutable MemoryAccount memory_;
   // Stream-ordered frees not yet counted: each with an event recorded behind its
   // cudaFreeAsync. They are counted (ReleaseReachedFrees) when the event has completed,
   // at the next Allocate or memory_stats(): a host function per free would do it at the
@@ -583,12 +581,12 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
         absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: beyond any GPU"));
   }
   ReleaseReachedFrees();
-  PS_RETURN_IF_ERROR(memory_->Reserve(static_cast<std::int64_t>(bytes), description_));
+  PS_RETURN_IF_ERROR(memory_.Reserve(static_cast<std::int64_t>(bytes), description_));
   void* data = nullptr;
   absl::Status status =
       PS_CUDA_STATUS(cudaMallocFromPoolAsync(&data, bytes, pool_.get(), cuda_stream->get()));
   if (status.ok()) return MakeBuffer(this, data, bytes);
-  memory_->Release(static_cast<std::int64_t>(bytes));
+  memory_.Release(static_cast<std::int64_t>(bytes));
   if (!absl::IsResourceExhausted(status)) return status;
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
@@ -598,7 +596,7 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
   }
   return absl::ResourceExhaustedError(
       absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: ", free_bytes,
-                   " bytes free of ", total_bytes, " on the GPU (", memory_->stats().current_bytes,
+                   " bytes free of ", total_bytes, " on the GPU (", memory_.stats().current_bytes,
                    " allocated through pipesched): ", status.message()));
 }
 
@@ -609,7 +607,7 @@ void CudaDevice::FreeNow(void* data, std::size_t size) {
   backend_.SynchronizeAll();
   CudaDeviceGuard guard(index_);
   (void)PS_CUDA_STATUS(cudaFree(data));
-  memory_->Release(static_cast<std::int64_t>(size));
+  memory_.Release(static_cast<std::int64_t>(size));
 }
 
 absl::Status CudaDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& stream) {
@@ -634,7 +632,7 @@ absl::Status CudaDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& str
   if (status.ok())
     status = PS_CUDA_STATUS(cudaEventRecord(pending.reached.get(), cuda_stream->get()));
   if (!status.ok()) {
-    memory_->Release(pending.bytes);  // the free itself is enqueued: count it now
+    memory_.Release(pending.bytes);  // the free itself is enqueued: count it now
     return absl::OkStatus();
   }
   std::lock_guard<std::mutex> lock(frees_mu_);
@@ -653,7 +651,7 @@ void CudaDevice::ReleaseReachedFrees() const {
       continue;
     }
     if (state != cudaSuccess) (void)cudaGetLastError();  // a fault: the stream reports it
-    memory_->Release(free.bytes);
+    memory_.Release(free.bytes);
     spare_events_.push_back(std::move(free.reached));
   }
   pending_frees_.resize(kept);
