@@ -111,14 +111,25 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(
     costs.comm_uniform = v;
     costs.comm.clear();
   }
-  if (FlagGiven(ctx, "activation_bytes")) {
-    int64_t v = absl::GetFlag(FLAGS_activation_bytes);
+  struct ByteFlag {
+    const char* flag;
+    const char* dashed;
+    absl::Flag<int64_t>* value;
+    std::int64_t scheduler::StageCosts::*field;
+  };
+  const ByteFlag kBytes[] = {{"activation_bytes", "--activation-bytes", &FLAGS_activation_bytes,
+                              &scheduler::StageCosts::activation_bytes},
+                             {"workspace_bytes", "--workspace-bytes", &FLAGS_workspace_bytes,
+                              &scheduler::StageCosts::workspace_bytes}};
+  for (const ByteFlag& b : kBytes) {
+    if (!FlagGiven(ctx, b.flag)) continue;
+    int64_t v = absl::GetFlag(*b.value);
     if (v < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--activation-bytes=", v, " is negative; use a byte count >= 0"));
+          absl::StrCat(b.dashed, "=", v, " is negative; use a byte count >= 0"));
     }
-    costs.uniform.activation_bytes = v;
-    for (scheduler::StageCosts& s : costs.stages) s.activation_bytes = v;
+    costs.uniform.*b.field = v;
+    for (scheduler::StageCosts& s : costs.stages) s.*b.field = v;
   }
   return costs;
 }
@@ -161,7 +172,9 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
   }
   out << absl::StrFormat("   bubble ratio %.4f\n", sim.bubble_ratio);
   bool bytes = false;
-  for (int s = 0; s < schedule.num_stages(); ++s) bytes |= costs.Stage(s).activation_bytes > 0;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0;
+  }
   out << absl::StrFormat("%-6s %12s %12s %8s %10s%s\n", "rank", "busy", "idle", "bubble",
                          "peak act", bytes ? "   peak act bytes" : "");
   for (size_t r = 0; r < sim.ranks.size(); ++r) {

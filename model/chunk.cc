@@ -82,6 +82,10 @@ int Chunk::out_features() const { return LayerAt(options_.config, options_.last_
 std::int64_t Chunk::activation_bytes_per_sample() const {
   return ActivationBytesPerSample(options_.config, options_.first_layer, options_.last_layer);
 }
+std::int64_t Chunk::backward_workspace_bytes(int batch) const {
+  if (options_.last_layer - options_.first_layer < 2) return 0;
+  return static_cast<std::int64_t>(sizeof(float)) * batch * options_.config.d_hidden;
+}
 float* Chunk::params() const { return params_.as<float>(); }
 float* Chunk::grads() const { return grads_.as<float>(); }
 
@@ -155,10 +159,8 @@ absl::Status Chunk::BackwardInput(const float* dy, Stash& stash, float* dx,
   // updated in place by residual blocks (gemm with beta = 1); stream-ordered so that it
   // lives only for this call's work.
   runtime::Buffer between;
-  if (last - first > 1) {
-    PS_ASSIGN_OR_RETURN(
-        between, device_->Allocate(
-                     sizeof(float) * static_cast<std::size_t>(batch) * config.d_hidden, stream));
+  if (const std::int64_t bytes = backward_workspace_bytes(batch); bytes > 0) {
+    PS_ASSIGN_OR_RETURN(between, device_->Allocate(static_cast<std::size_t>(bytes), stream));
   }
   const float* g_out = dy;  // (B, out) gradient w.r.t. the current layer's output
   for (int layer = last - 1; layer >= first; --layer) {

@@ -88,6 +88,9 @@ class Chunk {
   int in_features() const;   // of its first layer
   int out_features() const;  // of its last layer (num_classes with the head)
   std::int64_t activation_bytes_per_sample() const;  // ActivationBytesPerSample(range)
+  // What one BackwardInput (or Backward) of `batch` samples allocates while it runs: the
+  // (batch, d_hidden) gradient between the chunk's layers; 0 for a one-layer chunk.
+  std::int64_t backward_workspace_bytes(int batch) const;
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   std::int64_t num_params() const { return num_params_; }
 

@@ -60,11 +60,12 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
   if (!object.is_object()) return KeyError(key, "an object like {\"f\": 1, \"b\": 2}", object);
   for (const auto& [field, value] : object.items()) {
     const std::string field_key = absl::StrCat(key, ".", field);
-    if (field == "activation_bytes") {
+    if (field == "activation_bytes" || field == "workspace_bytes") {
       if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
         return KeyError(field_key, "a non-negative integer", value);
       }
-      costs.activation_bytes = value.get<std::int64_t>();
+      (field == "activation_bytes" ? costs.activation_bytes : costs.workspace_bytes) =
+          value.get<std::int64_t>();
       continue;
     }
     double* target = field == "f"           ? &costs.f
@@ -75,7 +76,8 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
                                             : nullptr;
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: unknown key \"%s\" (expected f, b, i, w, allreduce, activation_bytes)",
+          "cost model: unknown key \"%s\" (expected f, b, i, w, allreduce, activation_bytes, "
+          "workspace_bytes)",
           field_key));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));

@@ -22,6 +22,10 @@ struct StageCosts {
   double w = 1;
   double allreduce = 0;
   std::int64_t activation_bytes = 0;  // stashed per in-flight micro-batch; 0 = unknown
+  // Scratch a B or I of this stage holds only while it runs (allocated at its start,
+  // freed at its end), on top of the stashes: the simulated peak is then the largest of
+  // the live stashes and, during each B or I, the live stashes plus this.
+  std::int64_t workspace_bytes = 0;
 };
 
 struct CostModel {
@@ -49,7 +53,8 @@ struct CostModel {
 
 // Parses the cost-model JSON file:
 //   {"version": 1,
-//    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0},
+//    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
+//                "workspace_bytes": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...]}           // optional, uniform or per boundary
 // InvalidArgument naming the key and what is expected for anything else (negative

@@ -180,7 +180,8 @@ json StageCostsJson(const StageCosts& c) {
               {"i", c.i},
               {"w", c.w},
               {"allreduce", c.allreduce},
-              {"activation_bytes", c.activation_bytes}};
+              {"activation_bytes", c.activation_bytes},
+              {"workspace_bytes", c.workspace_bytes}};
 }
 
 // The cost-model JSON that ParseCostModelJson reads back to the same CostModel.

@@ -97,7 +97,13 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
       result.makespan = std::max(result.makespan, end[id]);
       if (!compute) continue;
       stats.busy += end[id] - start[id];
-      const std::int64_t bytes = costs.Stage(a.stage).activation_bytes;
+      const StageCosts& stage_costs = costs.Stage(a.stage);
+      const std::int64_t bytes = stage_costs.activation_bytes;
+      if (a.op == Op::kB || a.op == Op::kI) {
+        // Its scratch lives while it runs, before it releases the stash.
+        stats.peak_live_bytes =
+            std::max(stats.peak_live_bytes, live_bytes + stage_costs.workspace_bytes);
+      }
       if (a.op == Op::kF) {
         ++live;
         live_bytes += bytes;

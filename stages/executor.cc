@@ -110,6 +110,8 @@ std::int64_t Executor::activation_bytes(int stage) const {
   return static_cast<std::int64_t>(boundary_bytes_[stage]) + works_[stage]->stash_bytes();
 }
 
+std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
+
 std::int64_t Executor::actions_per_step() const {
   std::int64_t n = 0;
   for (const Issue& issue : order_) {
@@ -1058,6 +1060,7 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
     if (has_iw && !has_b) c.b = c.i + c.w;
     c.allreduce = Median(ops["ALLREDUCE"]);
     c.activation_bytes = executor.activation_bytes(s);
+    c.workspace_bytes = executor.workspace_bytes(s);
     costs.stages.push_back(c);
   }
   for (const auto& t : transfers) {

@@ -21,8 +21,9 @@
 // (received input, output, received output-gradient, input-gradient: whichever the
 // stage has) and the StageWork's stash, and frees both after the last backward (B, or
 // W when split). activation_bytes(stage) = boundary + stash bytes is exactly what one
-// in-flight micro-batch holds, so the simulator fed with it predicts the runtime's
-// peak: GPipe holds M micro-batches, 1F1B holds P - r on rank r.
+// in-flight micro-batch holds; with workspace_bytes(stage), the scratch one B or I holds
+// while it runs, the simulator predicts the runtime's peak: GPipe holds M micro-batches,
+// 1F1B holds P - r on rank r, plus one backward's workspace.
 //
 // Measured timeline: every action (and transfer, and all-reduce) is bracketed by timing
 // events; Step returns a trace::Timeline with time_unit "us", one row per
@@ -137,6 +138,9 @@ class Executor {
   // Bytes one in-flight micro-batch of `stage` holds from its F to its last backward:
   // boundary buffers + stash. What scheduler::StageCosts::activation_bytes wants.
   std::int64_t activation_bytes(int stage) const;
+  // What one B or I of `stage` allocates while it runs (StageWork::workspace_bytes). What
+  // scheduler::StageCosts::workspace_bytes wants.
+  std::int64_t workspace_bytes(int stage) const;
   // Host actions issued per step (compute actions x D, transfers x D, all-reduces).
   std::int64_t actions_per_step() const;
 
@@ -201,8 +205,8 @@ class Executor {
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the
-// executor's activation_bytes. Stages that ran B only get I = W = B / 2; stages that
-// ran I and W get B = I + W.
+// executor's activation_bytes and workspace_bytes. Stages that ran B only get I = W = B / 2; stages
+// that ran I and W get B = I + W.
 scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
                                        const Executor& executor);
 

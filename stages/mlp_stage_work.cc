@@ -60,6 +60,10 @@ std::int64_t MlpStageWork::stash_bytes() const {
   return bytes;
 }
 
+std::int64_t MlpStageWork::workspace_bytes() const {
+  return chunk_->backward_workspace_bytes(batch_);
+}
+
 absl::StatusOr<std::unique_ptr<ActivationStash>> MlpStageWork::AllocateStash(
     runtime::Stream& stream) {
   auto stash = std::make_unique<MlpStash>();

@@ -29,6 +29,7 @@ class MlpStageWork final : public StageWork {
   std::size_t output_bytes() const override;
   std::size_t target_bytes() const override;
   std::int64_t stash_bytes() const override;
+  std::int64_t workspace_bytes() const override;
   std::int64_t num_params() const override { return chunk_->num_params(); }
   absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& stream) override;
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override;

@@ -94,6 +94,11 @@ class StageWork {
   // What AllocateStash takes, per micro-batch (the simulator's activation bytes are
   // this plus the executor's boundary buffers: Executor::activation_bytes()).
   virtual std::int64_t stash_bytes() const = 0;
+  // Scratch that one B or I allocates for its own duration (stream-ordered through the
+  // stage's runtime::Device, freed before it ends), per micro-batch; 0 when none. The
+  // simulator adds it to the live stashes while a B or I runs
+  // (scheduler::StageCosts::workspace_bytes), so that its peak matches the runtime's.
+  virtual std::int64_t workspace_bytes() const { return 0; }
   virtual std::int64_t num_params() const = 0;
 
   // A stash for one micro-batch, usable by work enqueued on `stream` after this call

@@ -66,6 +66,29 @@ TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
   EXPECT_EQ(j["peak_activations"], nlohmann::json::array({4, 4}));  // GPipe holds M
 }
 
+// GPipe, P=2, M=4: every rank holds 4 stashes at its first B, which also holds the
+// workspace: 4 x 100 + 1000.
+TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
+  std::string json_path = TempPath("ws.json");
+  RunResult r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=4",
+                        "--activation-bytes=100", "--workspace-bytes=1000", "--json=" + json_path,
+                        "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
+  EXPECT_EQ(j["peak_activation_bytes"], nlohmann::json::array({1400, 1400}));
+  EXPECT_EQ(j["peak_activations"], nlohmann::json::array({4, 4}));
+  // Workspace alone still prints the bytes column.
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--workspace-bytes=2048", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("peak act bytes"));
+  EXPECT_THAT(r.out, HasSubstr("2.0 KiB"));
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--workspace-bytes=-1", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--workspace-bytes=-1 is negative; use a byte count >= 0"));
+}
+
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
   std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
   RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",

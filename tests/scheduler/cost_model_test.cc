@@ -57,7 +57,7 @@ TEST(CostModelTest, PerActionDurationsOverrideTheirStageOnly) {
 TEST(CostModelTest, ParsesFullFile) {
   PS_ASSERT_OK_AND_ASSIGN(const CostModel costs, ParseCostModelJson(R"({
     "version": 1,
-    "stages": [{"f": 1.5}, {"b": 4, "activation_bytes": 1024}],
+    "stages": [{"f": 1.5}, {"b": 4, "activation_bytes": 1024, "workspace_bytes": 256}],
     "default": {"f": 2, "b": 3, "i": 1.25, "w": 1.75, "allreduce": 0.5,
                 "activation_bytes": 64},
     "comm": [0.1, 0.2]
@@ -76,6 +76,8 @@ TEST(CostModelTest, ParsesFullFile) {
   EXPECT_EQ(costs.stages[1].f, 2);
   EXPECT_EQ(costs.stages[1].b, 4);
   EXPECT_EQ(costs.stages[1].activation_bytes, 1024);
+  EXPECT_EQ(costs.stages[0].workspace_bytes, 0);
+  EXPECT_EQ(costs.stages[1].workspace_bytes, 256);
   EXPECT_THAT(costs.comm, ::testing::ElementsAre(0.1, 0.2));
 }
 
@@ -106,6 +108,9 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{"b": "2"}]})"),
               StatusIs(kBad, HasSubstr("\"stages[0].b\" must be a non-negative number, got "
                                        "\"2\"")));
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"workspace_bytes": 1.5}})"),
+              StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be a non-negative "
+                                       "integer, got 1.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": {"f": 1}})"),
               StatusIs(kBad, HasSubstr("\"stages\" must be an array")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [3]})"),

@@ -172,6 +172,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   CostModel costs;
   costs.uniform.f = 1.5;
   costs.uniform.activation_bytes = 1 << 20;
+  costs.uniform.workspace_bytes = 1 << 17;
   costs.stages.resize(4);
   costs.stages[3].b = 7.25;
   costs.comm = {0.1, 0.2, 0.3};
@@ -185,6 +186,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   ASSERT_TRUE(back2.costs.has_value());
   EXPECT_EQ(back2.costs->uniform.f, 1.5);
   EXPECT_EQ(back2.costs->uniform.activation_bytes, 1 << 20);
+  EXPECT_EQ(back2.costs->uniform.workspace_bytes, 1 << 17);
   ASSERT_EQ(back2.costs->stages.size(), 4u);
   EXPECT_EQ(back2.costs->stages[3].b, 7.25);
   EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));

@@ -199,6 +199,32 @@ TEST(SimulatorTest, PeakLiveBytesWeighStagesOfOneRank) {
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 210);
 }
 
+// A B or I holds its stage's workspace while it runs, on top of the stashes live then
+// (its own included: it releases only when it ends); F and W hold none.
+TEST(SimulatorTest, WorkspaceOfBAndICountsOnTopOfTheLiveStashes) {
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.uniform.workspace_bytes = 30;
+  // Three stashes live at 0I0: 300 + 30.
+  PS_ASSERT_OK_AND_ASSIGN(
+      SimResult r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0F2 0I0 0W0 0I1 0W1 0I2 0W2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 330);
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 3);
+  // At most two live at any B: 230; the peak of the stashes alone is 200.
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0B0 0F2 0B1 0B2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 230);
+  // A workspace larger than the stashes: the peak is the first B's, two stashes + 1000.
+  costs.uniform.workspace_bytes = 1000;
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 2, {"0F0 0F1 0B0 0B1"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 1200);
+  // Per stage: stage 1's workspace counts during its own backward only.
+  costs.uniform.workspace_bytes = 0;
+  costs.stages = {StageCosts{.activation_bytes = 100},
+                  StageCosts{.activation_bytes = 10, .workspace_bytes = 500}};
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 2, 1, {"0F0 1F0 1B0 0B0"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 610);
+}
+
 TEST(SimulatorTest, ZeroCostsGiveZeroBubbleNotNaN) {
   CostModel costs;
   costs.uniform = StageCosts{.f = 0, .b = 0, .i = 0, .w = 0};

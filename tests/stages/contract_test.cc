@@ -141,40 +141,45 @@ TEST(ContractTest, LossFalls) {
   EXPECT_LT(last, 0.6 * first) << "first " << first << " last " << last;
 }
 
-// GPipe holds M micro-batches on every rank, 1F1B holds min(P - r, M) on rank r: the
-// runtime's peak (exact accounting) equals the simulator's peak_live_bytes fed with the
-// executor's activation_bytes. One layer per chunk (L + 1 = P) for P > 1; at P = 1 the
-// single chunk has two layers and model::Chunk::BackwardInput adds its transient
-// (B, H) buffer between them for the duration of each backward, which the simulator
-// does not model: the peak is then exactly that much higher.
+// The runtime's peak (exact accounting) equals the simulator's peak_live_bytes fed with
+// the executor's activation_bytes and workspace_bytes, for every schedule: chunks of two
+// layers, so that every backward also holds model::Chunk's (B, H) gradient between them.
+// GPipe holds M micro-batches on every rank and 1F1B min(P - r, M) on rank r, plus one
+// backward's workspace.
 TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const std::string name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}) {
+    const int v = name == "interleaved-1f1b" || name == "zb-v" ? 2 : 1;
     for (int p : {1, 2, 4}) {
       for (int m : {1, 4, 8}) {
-        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
-        TrainerConfig config = TinyConfig({name, p, 1, 1, m});
-        config.model.num_layers = p == 1 ? 1 : p - 1;
-        config.partition = std::vector<int>(p, 1);
-        if (p == 1) config.partition = {2};
+        TrainerConfig config = TinyConfig({name, p, v, 1, m});
+        config.model.num_layers = 2 * p * v - 1;
+        config.partition = std::vector<int>(p * v, 2);
         config.exact_memory_accounting = true;
-        PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
-        PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        auto trainer = Trainer::Create(config);
+        PS_ASSERT_OK(trainer.status());
+        const Executor& ex = (*trainer)->executor();
         scheduler::CostModel costs;
-        for (int s = 0; s < p; ++s) {
-          costs.stages.push_back({.activation_bytes = trainer->executor().activation_bytes(s)});
+        for (int s = 0; s < p * v; ++s) {
+          const std::int64_t workspace = ex.workspace_bytes(s);
+          EXPECT_EQ(workspace, static_cast<std::int64_t>(sizeof(float)) * config.microbatch_size *
+                                   config.model.d_hidden);
+          costs.stages.push_back(
+              {.activation_bytes = ex.activation_bytes(s), .workspace_bytes = workspace});
         }
         PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim,
-                                scheduler::Simulate(trainer->schedule(), costs));
-        const std::int64_t workspace = p == 1 ? static_cast<std::int64_t>(sizeof(float)) *
-                                                    config.microbatch_size * config.model.d_hidden
-                                              : 0;
-        for (int rank = 0; rank < p; ++rank) {
-          const std::int64_t per_mb = trainer->executor().activation_bytes(rank);
-          EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes + workspace)
-              << "rank " << rank;
-          EXPECT_EQ(r.peak_activation_bytes[rank],
-                    (name == "gpipe" ? m : std::min(p - rank, m)) * per_mb + workspace)
-              << "rank " << rank;
+                                scheduler::Simulate((*trainer)->schedule(), costs));
+        for (int step = 0; step < 2; ++step) {
+          PS_ASSERT_OK_AND_ASSIGN(StepResult r, (*trainer)->Step());
+          for (int rank = 0; rank < p; ++rank) {
+            EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes)
+                << "rank " << rank << " step " << step;
+            if (name != "gpipe" && name != "1f1b") continue;
+            const int live = name == "gpipe" ? m : std::min(p - rank, m);
+            EXPECT_EQ(r.peak_activation_bytes[rank],
+                      live * ex.activation_bytes(rank) + ex.workspace_bytes(rank))
+                << "rank " << rank << " step " << step;
+          }
         }
       }
     }

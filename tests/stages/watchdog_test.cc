@@ -76,6 +76,7 @@ class HookedStage final : public StageWork {
   std::size_t output_bytes() const override { return inner_->output_bytes(); }
   std::size_t target_bytes() const override { return inner_->target_bytes(); }
   std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
+  std::int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
   std::int64_t num_params() const override { return inner_->num_params(); }
   absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& s) override {
     return inner_->AllocateStash(s);
