@@ -1,7 +1,7 @@
 // The model's small CUDA kernels. Simple and memory-bound by design: elementwise ops use a
 // grid-stride loop; the bias gradient uses one thread per column (rows are the
-// micro-batch, a few hundred at most); the loss is one block looping over the rows so that
-// its sum is deterministic. Reductions accumulate in double like the host.
+// micro-batch, a few hundred at most); the loss is one block with a warp per row, whose
+// sum is deterministic. Reductions accumulate in double like the host.
 #include <cmath>
 
 #include "model/cuda/cuda_kernels.h"
@@ -77,58 +77,62 @@ __global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc, float b
   }
 }
 
-// One block; each row: block max, block sum of exp, then dlogits. Thread 0 sums losses.
-__global__ void SoftmaxCrossEntropyKernel(const float* logits, const std::int32_t* labels, int rows,
-                                          int classes, float grad_scale, float* loss,
-                                          float* dlogits) {
-  __shared__ double red[kThreads];
-  __shared__ double total;
-  __shared__ bool bad_any;
-  if (threadIdx.x == 0) {
-    total = 0.0;
-    bad_any = false;
-  }
+// One block of kLossThreads; warp w takes rows w, w + warps, ...: per row a warp max and a
+// warp sum of exp (shuffles, no block barrier), then its dlogits. Each warp adds its rows'
+// losses in row order and thread 0 adds the warps' partial sums in warp order, so the sum
+// is the same on every run.
+constexpr int kLossThreads = 1024;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__global__ void __launch_bounds__(kLossThreads)
+    SoftmaxCrossEntropyKernel(const float* logits, const std::int32_t* labels, int rows,
+                              int classes, float grad_scale, float* loss, float* dlogits) {
+  __shared__ double warp_total[kLossThreads / 32];
+  __shared__ int warp_bad[kLossThreads / 32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
   const double scale = static_cast<double>(grad_scale) / rows;
-  for (int r = 0; r < rows; ++r) {
+  double total = 0.0;  // the same in every lane of the warp
+  bool bad_any = false;
+  for (int r = warp; r < rows; r += warps) {  // warp-uniform: every lane takes every row
     const float* l = logits + static_cast<std::int64_t>(r) * classes;
     float* d = dlogits + static_cast<std::int64_t>(r) * classes;
     const int label = labels[r];
     const bool bad = label < 0 || label >= classes;
     double mx = -INFINITY;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmax(mx, (double)l[c]);
-    red[threadIdx.x] = mx;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + s]);
-      __syncthreads();
-    }
-    mx = red[0];
-    __syncthreads();
+    for (int c = lane; c < classes; c += 32) mx = fmax(mx, static_cast<double>(l[c]));
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(kFullMask, mx, o));
     double sum = 0.0;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)l[c] - mx);
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-      __syncthreads();
-    }
-    const double lse = mx + log(red[0]);
-    // Read the label's logit before any thread overwrites it (dlogits may alias logits).
-    const double picked = bad ? 0.0 : (double)l[label];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      total += lse - picked;
-      if (bad) bad_any = true;
-    }
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) {
-      const double p = exp((double)l[c] - lse);
+    for (int c = lane; c < classes; c += 32) sum += exp(static_cast<double>(l[c]) - mx);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(kFullMask, sum, o);
+    sum = __shfl_sync(kFullMask, sum, 0);  // lane 0's order, in every lane
+    const double lse = mx + log(sum);
+    // Every lane reads the label's logit before any lane overwrites it (dlogits may alias
+    // logits; each lane writes only the columns it read itself above).
+    const double picked = bad ? 0.0 : static_cast<double>(l[label]);
+    __syncwarp(kFullMask);
+    for (int c = lane; c < classes; c += 32) {
+      const double p = exp(static_cast<double>(l[c]) - lse);
       d[c] = bad ? NAN : static_cast<float>(scale * (p - (c == label ? 1.0 : 0.0)));
     }
-    __syncthreads();
+    total += lse - picked;
+    bad_any = bad_any || bad;
+  }
+  if (lane == 0) {
+    warp_total[warp] = total;
+    warp_bad[warp] = bad_any ? 1 : 0;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double sum = 0.0;
+  bool bad = false;
+  for (int w = 0; w < warps; ++w) {
+    sum += warp_total[w];
+    bad = bad || warp_bad[w] != 0;
   }
   // rows == 0: a loss of 0, as the host (not 0 / 0).
-  if (threadIdx.x == 0)
-    loss[0] = bad_any ? NAN : (rows > 0 ? static_cast<float>(total / rows) : 0.f);
+  loss[0] = bad ? NAN : (rows > 0 ? static_cast<float>(sum / rows) : 0.f);
 }
 
 __global__ void SgdKernel(float* param, const float* grad, float* buf, std::int64_t n, float lr,
@@ -215,8 +219,8 @@ cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const std::int32_t* l
                                       int classes, float grad_scale, float* loss, float* dlogits,
                                       cudaStream_t stream) {
   return CheckedLaunch([&] {
-    SoftmaxCrossEntropyKernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, classes, grad_scale,
-                                                          loss, dlogits);
+    SoftmaxCrossEntropyKernel<<<1, kLossThreads, 0, stream>>>(logits, labels, rows, classes,
+                                                              grad_scale, loss, dlogits);
   });
 }
 
