@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/status.h"
 #include "benchmark/benchmark.h"
 #include "model/host_kernels.h"
 #include "model/math.h"
@@ -104,45 +105,74 @@ void BM_HostSgemmSeam(benchmark::State& state) {
 }
 BENCHMARK(BM_HostSgemmSeam)->Apply(Args)->MeasureProcessCPUTime();
 
+// What the CUDA benchmarks share: device 0 of the CUDA backend, a stream, the math seam
+// and two timing events.
+struct CudaBench {
+  std::unique_ptr<runtime::Backend> backend;
+  runtime::Device* device = nullptr;
+  std::unique_ptr<runtime::Stream> stream;
+  std::unique_ptr<Math> math;
+  std::unique_ptr<runtime::Event> start, stop;
+
+  // "no usable GPU: <why>" (or built without CUDA) when there is none.
+  static absl::StatusOr<CudaBench> Create() {
+    runtime::BackendOptions options;
+    options.kind = runtime::BackendKind::kCuda;
+    CudaBench b;
+    PS_ASSIGN_OR_RETURN(b.backend, runtime::CreateBackend(options));
+    b.device = &b.backend->device(0);
+    PS_ASSIGN_OR_RETURN(b.stream, b.device->CreateStream("bench"));
+    PS_ASSIGN_OR_RETURN(b.math, CreateMath(*b.device));
+    PS_ASSIGN_OR_RETURN(b.start, b.device->CreateEvent(/*timing=*/true));
+    PS_ASSIGN_OR_RETURN(b.stop, b.device->CreateEvent(/*timing=*/true));
+    return b;
+  }
+
+  // Milliseconds per call of `kReps` back-to-back calls of `op` (so that launch latency
+  // does not dominate), between two events. The stream's status is checked too: a
+  // failure while the work ran poisons it, not the event.
+  static constexpr int kReps = 20;
+  template <typename Op>
+  absl::StatusOr<double> MillisPerCall(Op&& op) {
+    PS_RETURN_IF_ERROR(start->Record(*stream));
+    for (int r = 0; r < kReps; ++r) PS_RETURN_IF_ERROR(op());
+    PS_RETURN_IF_ERROR(stop->Record(*stream));
+    PS_RETURN_IF_ERROR(stream->Synchronize());
+    PS_ASSIGN_OR_RETURN(double ms, stop->ElapsedMillis(*start));
+    return ms / kReps;
+  }
+};
+
+// Skips the benchmark with the status's message and returns when `expr` (a StatusOr)
+// failed; else moves its value into `lhs`.
+#define BENCH_ASSIGN(lhs, expr)                                                           \
+  auto PS_BENCH_CONCAT(ps_bench_or_, __LINE__) = (expr);                                  \
+  if (!PS_BENCH_CONCAT(ps_bench_or_, __LINE__).ok()) {                                    \
+    return state.SkipWithError(                                                           \
+        std::string(PS_BENCH_CONCAT(ps_bench_or_, __LINE__).status().message()).c_str()); \
+  }                                                                                       \
+  lhs = std::move(*PS_BENCH_CONCAT(ps_bench_or_, __LINE__))
+#define PS_BENCH_CONCAT(a, b) PS_BENCH_CONCAT_INNER(a, b)
+#define PS_BENCH_CONCAT_INNER(a, b) a##b
+
 void BM_CudaSgemmSeam(benchmark::State& state) {
   const Shape s = ShapeOf(state.range(0), state.range(1), state.range(2));
-  runtime::BackendOptions options;
-  options.kind = runtime::BackendKind::kCuda;
-  auto backend = runtime::CreateBackend(options);
-  if (!backend.ok()) {  // "no usable GPU: <why>", or built without CUDA
-    return state.SkipWithError(std::string(backend.status().message()).c_str());
-  }
-  runtime::Device& device = (*backend)->device(0);
-  auto stream = device.CreateStream("bench");
-  auto math = CreateMath(device);
-  auto start = device.CreateEvent(/*timing=*/true);
-  auto stop = device.CreateEvent(/*timing=*/true);
-  if (!stream.ok() || !math.ok() || !start.ok() || !stop.ok()) {
-    return state.SkipWithError("CUDA setup failed");
-  }
+  BENCH_ASSIGN(CudaBench cuda, CudaBench::Create());
   const std::size_t floats = static_cast<std::size_t>(s.m) * s.k + s.k * s.n + s.m * s.n;
-  auto buffer = device.Allocate(sizeof(float) * floats, **stream);
-  if (!buffer.ok()) return state.SkipWithError(std::string(buffer.status().message()).c_str());
-  float* a = buffer->as<float>();
+  BENCH_ASSIGN(runtime::Buffer buffer, cuda.device->Allocate(sizeof(float) * floats, *cuda.stream));
+  float* a = buffer.as<float>();
   float* b = a + static_cast<std::size_t>(s.m) * s.k;
   float* c = b + static_cast<std::size_t>(s.k) * s.n;
-  BENCH_CHECK((*math)->Fill(a, floats, 0.5f, **stream));
-  constexpr int kReps = 20;  // per timed iteration, so launch latency does not dominate
+  BENCH_CHECK(cuda.math->Fill(a, floats, 0.5f, *cuda.stream));
   for (auto _ : state) {
-    BENCH_CHECK((*start)->Record(**stream));
-    for (int r = 0; r < kReps; ++r) {
-      BENCH_CHECK((*math)->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
-                                **stream));
-    }
-    BENCH_CHECK((*stop)->Record(**stream));
-    // The stream's status too: a failure while the gemms ran poisons it, not the event.
-    BENCH_CHECK((*stream)->Synchronize());
-    auto ms = (*stop)->ElapsedMillis(**start);
-    if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
-    state.SetIterationTime(*ms * 1e-3 / kReps);
+    BENCH_ASSIGN(const double ms, cuda.MillisPerCall([&] {
+      return cuda.math->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
+                             *cuda.stream);
+    }));
+    state.SetIterationTime(ms * 1e-3);
   }
-  BENCH_CHECK(buffer->FreeAsync(**stream));
-  BENCH_CHECK((*stream)->Synchronize());
+  BENCH_CHECK(buffer.FreeAsync(*cuda.stream));
+  BENCH_CHECK(cuda.stream->Synchronize());
   SetCounters(state, s, state.range(0));
 }
 BENCHMARK(BM_CudaSgemmSeam)->Apply(Args)->UseManualTime();
@@ -153,48 +183,30 @@ BENCHMARK(BM_CudaSgemmSeam)->Apply(Args)->UseManualTime();
 void BM_CudaSoftmaxCrossEntropy(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0));
   const int classes = static_cast<int>(state.range(1));
-  runtime::BackendOptions options;
-  options.kind = runtime::BackendKind::kCuda;
-  auto backend = runtime::CreateBackend(options);
-  if (!backend.ok()) {
-    return state.SkipWithError(std::string(backend.status().message()).c_str());
-  }
-  runtime::Device& device = (*backend)->device(0);
-  auto stream = device.CreateStream("bench");
-  auto math = CreateMath(device);
-  auto start = device.CreateEvent(/*timing=*/true);
-  auto stop = device.CreateEvent(/*timing=*/true);
-  if (!stream.ok() || !math.ok() || !start.ok() || !stop.ok()) {
-    return state.SkipWithError("CUDA setup failed");
-  }
+  BENCH_ASSIGN(CudaBench cuda, CudaBench::Create());
   const std::size_t n = static_cast<std::size_t>(rows) * classes;
-  auto buffer = device.Allocate(sizeof(float) * (n + 1) + sizeof(std::int32_t) * rows, **stream);
-  if (!buffer.ok()) return state.SkipWithError(std::string(buffer.status().message()).c_str());
-  float* logits = buffer->as<float>();
+  BENCH_ASSIGN(
+      runtime::Buffer buffer,
+      cuda.device->Allocate(sizeof(float) * (n + 1) + sizeof(std::int32_t) * rows, *cuda.stream));
+  float* logits = buffer.as<float>();
   float* loss = logits + n;
   auto* labels = reinterpret_cast<std::int32_t*>(loss + 1);
   std::vector<std::int32_t> host_labels(rows);
   for (int r = 0; r < rows; ++r) host_labels[r] = (r * 7) % classes;
-  BENCH_CHECK((*stream)->Synchronize());  // the allocation, before a blocking copy into it
-  BENCH_CHECK(device.CopyFromHost(labels, host_labels.data(), sizeof(std::int32_t) * rows));
-  constexpr int kReps = 20;
+  BENCH_CHECK(cuda.stream->Synchronize());  // the allocation, before a blocking copy into it
+  BENCH_CHECK(cuda.device->CopyFromHost(labels, host_labels.data(), sizeof(std::int32_t) * rows));
   for (auto _ : state) {
-    // Fresh logits each iteration (the loss overwrites them with dlogits), outside the
+    // Fresh logits each iteration (the loss overwrites them with dlogits), before the
     // timed events.
-    BENCH_CHECK((*math)->Fill(logits, static_cast<std::int64_t>(n), 0.25f, **stream));
-    BENCH_CHECK((*start)->Record(**stream));
-    for (int r = 0; r < kReps; ++r) {
-      BENCH_CHECK((*math)->SoftmaxCrossEntropy(logits, labels, rows, classes, 1.0f, loss, logits,
-                                               **stream));
-    }
-    BENCH_CHECK((*stop)->Record(**stream));
-    BENCH_CHECK((*stream)->Synchronize());
-    auto ms = (*stop)->ElapsedMillis(**start);
-    if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
-    state.SetIterationTime(*ms * 1e-3 / kReps);
+    BENCH_CHECK(cuda.math->Fill(logits, static_cast<std::int64_t>(n), 0.25f, *cuda.stream));
+    BENCH_ASSIGN(const double ms, cuda.MillisPerCall([&] {
+      return cuda.math->SoftmaxCrossEntropy(logits, labels, rows, classes, 1.0f, loss, logits,
+                                            *cuda.stream);
+    }));
+    state.SetIterationTime(ms * 1e-3);
   }
-  BENCH_CHECK(buffer->FreeAsync(**stream));
-  BENCH_CHECK((*stream)->Synchronize());
+  BENCH_CHECK(buffer.FreeAsync(*cuda.stream));
+  BENCH_CHECK(cuda.stream->Synchronize());
   state.counters["rows"] = rows;
   state.counters["classes"] = classes;
 }
