@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "cli/flags.h"
@@ -145,13 +146,6 @@ std::optional<double> FormulaFor(const scheduler::Schedule& schedule,
                                               .num_chunks = schedule.num_chunks(),
                                               .num_microbatches = schedule.num_microbatches,
                                               .costs = costs.uniform});
-}
-
-std::string HumanBytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", bytes / double(1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", bytes / double(1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
-  return absl::StrCat(bytes, " B");
 }
 
 }  // namespace

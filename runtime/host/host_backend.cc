@@ -52,12 +52,14 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "runtime/memory_account.h"
@@ -67,6 +69,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::align_val_t kAlignment{64};
+// Allocations from this size on are checked against the memory the machine has left.
+constexpr std::size_t kCheckedAllocationBytes = std::size_t{64} << 20;
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -257,10 +261,7 @@ class HostDevice final : public Device {
 
   HostBackend& backend() const { return backend_; }
   const std::string& desc() const { return description_; }
-  void Free(void* data, std::size_t size) {
-    ::operator delete(data, kAlignment);
-    memory_.Release(static_cast<std::int64_t>(size));
-  }
+  void Free(void* data, std::size_t size);
   // Every stream of the device registers here; a closing stream hands over the frees it
   // deferred after an abort and says whether its worker was detached (the header).
   void StreamOpened() {
@@ -290,7 +291,8 @@ class HostBackend final : public Backend {
   explicit HostBackend(const BackendOptions& options)
       : strict_(options.strict),
         spin_(std::chrono::microseconds(options.host_spin_micros)),
-        epoch_(Clock::now()) {
+        epoch_(Clock::now()),
+        memory_budget_(HostMemoryAvailableBytes().value_or(0)) {
     for (int i = 0; i < options.num_devices; ++i) {
       devices_.push_back(std::make_unique<HostDevice>(*this, i, options.memory_capacity_bytes));
     }
@@ -303,6 +305,12 @@ class HostBackend final : public Backend {
   bool strict() const { return strict_; }
   Clock::duration spin() const { return spin_; }
   Clock::time_point epoch() const { return epoch_; }
+  // Without a capacity, every device's allocations come out of the machine's memory:
+  // together they must stay within what it had available when the backend was created
+  // (0 = unknown: not checked). Allocations that are not yet touched do not show in
+  // MemAvailable, so the live bytes are counted here.
+  std::int64_t memory_budget() const { return memory_budget_; }
+  std::atomic<std::int64_t>& live_bytes() { return live_bytes_; }
   double NowMicros() const {
     return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
   }
@@ -311,6 +319,8 @@ class HostBackend final : public Backend {
   const bool strict_;
   const Clock::duration spin_;
   const Clock::time_point epoch_;
+  const std::int64_t memory_budget_;
+  std::atomic<std::int64_t> live_bytes_{0};
   std::vector<std::unique_ptr<HostDevice>> devices_;
 };
 
@@ -667,13 +677,47 @@ absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
   if (AsHostStream(stream) == nullptr) return NotHost(stream, "Allocate");
   if (bytes == 0) return Buffer();
   PS_RETURN_IF_ERROR(memory_.Reserve(static_cast<std::int64_t>(bytes), description_));
+  const auto size = static_cast<std::int64_t>(bytes);
+  const std::int64_t live = backend_.live_bytes().fetch_add(size) + size;
+  auto refuse = [&](const std::string& why) {
+    backend_.live_bytes().fetch_sub(size);
+    memory_.Release(size);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        description_, ": cannot allocate ", HumanBytes(size), " (", bytes, " bytes): ", why));
+  };
+  // Linux overcommits: an allocation beyond what the machine has left may succeed and get
+  // the process killed once its pages are touched. A large one is checked first (reading
+  // /proc/meminfo costs ~10 us, nothing next to touching 64 MiB): against what the machine
+  // has now, and, with everything the backend holds (some of it not touched yet, so not
+  // in MemAvailable), against what it had when the backend was created.
+  if (memory_.capacity() == 0 && bytes >= kCheckedAllocationBytes) {
+    const std::int64_t budget = backend_.memory_budget();
+    if (budget > 0 && live > budget) {
+      return refuse(absl::StrCat("the host backend would hold ", HumanBytes(live),
+                                 " in all, more than the ", HumanBytes(budget),
+                                 " the machine had available when it started"));
+    }
+    const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
+    if (available.has_value() && size > *available) {
+      return refuse(
+          absl::StrCat("the machine has ", HumanBytes(*available), " of memory available"));
+    }
+  }
   void* data = ::operator new(bytes, kAlignment, std::nothrow);
   if (data == nullptr) {
+    backend_.live_bytes().fetch_sub(size);
     memory_.Release(static_cast<std::int64_t>(bytes));
-    return absl::ResourceExhaustedError(
-        absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: out of host memory"));
+    return absl::ResourceExhaustedError(absl::StrCat(description_, ": cannot allocate ",
+                                                     HumanBytes(static_cast<std::int64_t>(bytes)),
+                                                     " (", bytes, " bytes): out of host memory"));
   }
   return MakeBuffer(this, data, bytes);
+}
+
+void HostDevice::Free(void* data, std::size_t size) {
+  ::operator delete(data, kAlignment);
+  memory_.Release(static_cast<std::int64_t>(size));
+  backend_.live_bytes().fetch_sub(static_cast<std::int64_t>(size));
 }
 
 void HostDevice::StreamClosed(std::vector<std::function<void()>> deferred_frees, bool detached) {

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime_scenarios.h"
@@ -298,6 +300,51 @@ TEST_P(HostRuntime, CapacityErrorNamesRequestedAndFreeBytes) {
   PS_ASSERT_OK(first.FreeAsync(*stream));
   PS_ASSERT_OK(stream->Synchronize());
   PS_EXPECT_OK(device.Allocate(600 << 10, *stream).status());
+}
+
+// Without a capacity, a large allocation beyond what the machine has available is refused
+// up front (Linux would overcommit it and kill the process once its pages are touched),
+// and so is one that would take all that the backend holds, on any of its devices, past
+// what the machine had when the backend was created: allocations not touched yet do not
+// show in MemAvailable.
+TEST(HostRuntimeMemory, AllocationsBeyondTheMachinesMemoryAreRefused) {
+  const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
+  if (!available.has_value()) GTEST_SKIP() << "/proc/meminfo has no MemAvailable";
+  auto backend = Host(2);
+  Device& d0 = backend->device(0);
+  Device& d1 = backend->device(1);
+  PS_ASSERT_OK_AND_ASSIGN(auto s0, d0.CreateStream("s0"));
+  PS_ASSERT_OK_AND_ASSIGN(auto s1, d1.CreateStream("s1"));
+  const auto too_much = static_cast<std::size_t>(*available + (std::int64_t{1} << 30));
+  EXPECT_THAT(d0.Allocate(too_much, *s0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("host:0: cannot allocate "), HasSubstr(" GiB ("),
+                             HasSubstr("available"))));
+  EXPECT_EQ(d0.memory_stats().current_bytes, 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the rest maps most of the machine's memory (untouched), which the "
+                  "sanitizers' shadow memory would have to cover";
+#else
+  // 60% of the machine, untouched, then 60% more on the other device.
+  const auto part = static_cast<std::size_t>(*available / 10 * 6);
+  absl::StatusOr<Buffer> first = d0.Allocate(part, *s0);
+  if (absl::IsResourceExhausted(first.status())) {
+    GTEST_SKIP() << "this machine does not overcommit (vm.overcommit_memory=2): " << first.status();
+  }
+  PS_ASSERT_OK(first.status());
+  EXPECT_THAT(d1.Allocate(part, *s1),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("host:1: cannot allocate "),
+                             HasSubstr("the host backend would hold "),
+                             HasSubstr("the machine had available when it started"))));
+  EXPECT_EQ(d1.memory_stats().current_bytes, 0);
+  // Freed, it makes room again.
+  PS_ASSERT_OK(first->FreeAsync(*s0));
+  PS_ASSERT_OK(s0->Synchronize());
+  PS_ASSERT_OK_AND_ASSIGN(Buffer second, d1.Allocate(part, *s1));
+  PS_ASSERT_OK(second.FreeAsync(*s1));
+  PS_ASSERT_OK(s1->Synchronize());
+#endif
 }
 
 TEST_P(HostRuntime, CopyAsyncAcrossDevices) {
