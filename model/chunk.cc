@@ -48,14 +48,9 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(const ChunkOptions& options
   }
   const std::size_t bytes = static_cast<std::size_t>(chunk->num_params_) * sizeof(float);
 
-  std::vector<float> host_params(chunk->num_params_);
-  for (std::size_t i = 0; i < chunk->specs_.size(); ++i) {
-    InitParameter(options.config, options.seed, chunk->specs_[i],
-                  host_params.data() + chunk->param_offsets_[i]);
-  }
-  const std::vector<float> zeros(chunk->num_params_, 0.0f);
-
-  // Setup is synchronous: allocate on a private stream, wait for it, copy.
+  // Setup is synchronous: allocate on a private stream, wait for it, then initialise.
+  // Device memory first, so that a model too large for the device is ResourceExhausted
+  // before any host memory of its size is asked for.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Stream> setup,
                       device.CreateStream(absl::StrCat("chunk-setup-", options.first_layer)));
   PS_ASSIGN_OR_RETURN(chunk->params_, device.Allocate(bytes, *setup));
@@ -68,10 +63,22 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(const ChunkOptions& options
   if (opt.kind == OptimizerKind::kAdamW) {
     PS_ASSIGN_OR_RETURN(chunk->state2_, device.Allocate(bytes, *setup));
   }
-  PS_RETURN_IF_ERROR(setup->Synchronize());
-  PS_RETURN_IF_ERROR(device.CopyFromHost(chunk->params_.data(), host_params.data(), bytes));
   for (runtime::Buffer* b : {&chunk->grads_, &chunk->state1_, &chunk->state2_}) {
-    if (*b) PS_RETURN_IF_ERROR(device.CopyFromHost(b->data(), zeros.data(), bytes));
+    if (*b)
+      PS_RETURN_IF_ERROR(chunk->math_->Fill(b->as<float>(), chunk->num_params_, 0.0f, *setup));
+  }
+  PS_RETURN_IF_ERROR(setup->Synchronize());
+  // Parameters through a bounded host buffer: host memory does not grow with the model.
+  constexpr std::int64_t kPiece = std::int64_t{1} << 20;  // floats
+  std::vector<float> piece(static_cast<std::size_t>(std::min(kPiece, chunk->num_params_)));
+  for (std::size_t i = 0; i < chunk->specs_.size(); ++i) {
+    const ParamSpec& spec = chunk->specs_[i];
+    for (std::int64_t begin = 0; begin < spec.numel(); begin += kPiece) {
+      const std::int64_t count = std::min(kPiece, spec.numel() - begin);
+      InitParameterRange(options.config, options.seed, spec, begin, count, piece.data());
+      PS_RETURN_IF_ERROR(device.CopyFromHost(chunk->params() + chunk->param_offsets_[i] + begin,
+                                             piece.data(), sizeof(float) * count));
+    }
   }
   return chunk;
 }

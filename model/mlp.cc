@@ -86,15 +86,20 @@ std::int64_t ParamCount(const MlpConfig& config, int first, int last) {
   return n;
 }
 
-void InitParameter(const MlpConfig& config, std::uint64_t seed, const ParamSpec& spec, float* out) {
+void InitParameterRange(const MlpConfig& config, std::uint64_t seed, const ParamSpec& spec,
+                        std::int64_t begin, std::int64_t count, float* out) {
   const LayerShape s = LayerAt(config, spec.layer);
   const float bound = 1.0f / std::sqrt(static_cast<float>(s.in));
   // Stream 2*layer (+1 for the bias): independent of the partitioning.
   const std::uint64_t stream = 2 * static_cast<std::uint64_t>(spec.layer) + (spec.is_bias ? 1 : 0);
-  const std::int64_t n = spec.numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = bound * (2.0f * CounterUniform(seed, stream, static_cast<std::uint64_t>(i)) - 1.0f);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto index = static_cast<std::uint64_t>(begin + i);
+    out[i] = bound * (2.0f * CounterUniform(seed, stream, index) - 1.0f);
   }
+}
+
+void InitParameter(const MlpConfig& config, std::uint64_t seed, const ParamSpec& spec, float* out) {
+  InitParameterRange(config, seed, spec, 0, spec.numel(), out);
 }
 
 std::int64_t ActivationBytesPerSample(const MlpConfig& config, int first, int last) {

@@ -65,6 +65,10 @@ std::int64_t ParamCount(const MlpConfig& config, int first, int last);
 
 // Fills `out` (spec.numel() floats) with the initial values of `spec`.
 void InitParameter(const MlpConfig& config, std::uint64_t seed, const ParamSpec& spec, float* out);
+// The same for elements [begin, begin + count) of `spec` only (out: count floats); each
+// element's value depends on its index alone, so pieces make up the whole.
+void InitParameterRange(const MlpConfig& config, std::uint64_t seed, const ParamSpec& spec,
+                        std::int64_t begin, std::int64_t count, float* out);
 
 // Bytes per sample that layers [first, last) keep from their forward (F) to their
 // backward (I and W): per block its input (in floats) and its pre-activation z (out

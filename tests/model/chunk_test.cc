@@ -309,6 +309,34 @@ TEST_F(ChunkTest, ParameterNamesShapesAndInitBounds) {
   EXPECT_EQ((*params)[5].shape, (std::vector<std::int64_t>{4}));
 }
 
+// Parameters are initialised through a host buffer of 2^20 floats: a weight of
+// 1100 x 1100 = 1.21 M floats takes two pieces, which together equal InitParameter of the
+// whole tensor; gradients and optimizer state start at zero.
+TEST_F(ChunkTest, InitialisationInPiecesEqualsTheWholeTensor) {
+  const MlpConfig config{3, 1100, 2, 2};
+  auto chunk = MakeChunk(config, 1, 3, 0, OptimizerConfig{.kind = OptimizerKind::kAdamW});
+  ASSERT_NE(chunk, nullptr);
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> params, chunk->ExportParameters());
+  ASSERT_EQ(params.size(), chunk->param_specs().size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& spec = chunk->param_specs()[i];
+    std::vector<float> want(spec.numel());
+    InitParameter(config, 42, spec, want.data());
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<float> got, params[i].ToFloats());
+    EXPECT_EQ(got, want) << spec.name;
+  }
+  EXPECT_GT(chunk->param_specs()[0].numel(), std::int64_t{1} << 20);
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> grads, chunk->ExportGradients());
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> state, chunk->ExportOptimizerState());
+  ASSERT_EQ(state.size(), 2 * params.size());
+  for (const std::vector<HostTensor>* ts : {&grads, &state}) {
+    for (const HostTensor& t : *ts) {
+      PS_ASSERT_OK_AND_ASSIGN(std::vector<float> v, t.ToFloats());
+      EXPECT_EQ(v, std::vector<float>(v.size(), 0.0f)) << t.name;
+    }
+  }
+}
+
 TEST_F(ChunkTest, SgdAndAdamWStepsUseAccumulatedGradients) {
   const MlpConfig config{4, 6, 3, 2};
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
