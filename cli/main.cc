@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <new>
 
 #include "cli/command.h"
 
@@ -13,5 +14,14 @@ int main(int argc, char** argv) {
   // wait. Read when the CUDA context is created, so set before any CUDA call; a value
   // the user set is kept.
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
-  return pipesched::cli::RunMain(argc, argv, std::cout, std::cerr, ::isatty(STDOUT_FILENO) != 0);
+  // Sizes are checked before they are allocated (flag ranges, the Trainer's memory check,
+  // the runtime's allocators); should a host-side container still not get its memory,
+  // say so in one line instead of aborting.
+  try {
+    return pipesched::cli::RunMain(argc, argv, std::cout, std::cerr, ::isatty(STDOUT_FILENO) != 0);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "pipesched: out of host memory; use smaller sizes (--hidden, --layers, "
+                 "--microbatch-size, --microbatches) or free memory\n";
+    return 1;
+  }
 }

@@ -1,9 +1,11 @@
 // The Trainer (stages/trainer.h).
 #include "stages/trainer.h"
 
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "scheduler/registry.h"
@@ -17,6 +19,40 @@ namespace {
 MlpStageWork& Mlp(StageWork& work) {
   if (auto* slow = dynamic_cast<SlowStageWork*>(&work)) return Mlp(slow->inner());
   return static_cast<MlpStageWork&>(work);
+}
+
+// On the host backend every device's memory is the machine's: refuses, before anything is
+// allocated, a model whose parameters, gradients and optimizer state alone (exact: the
+// chunks allocate just that) exceed what the machine has available. Activations, data and
+// buffers come on top; the backend checks each large allocation as it is made.
+absl::Status CheckHostMemory(const TrainerConfig& config,
+                             const std::vector<LayerRange>& partition) {
+  const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
+  if (!available.has_value()) return absl::OkStatus();
+  const model::OptimizerConfig& opt = config.optimizer;
+  const int states = opt.kind == model::OptimizerKind::kAdamW ? 2 : (opt.sgd.momentum != 0 ? 1 : 0);
+  std::int64_t params = 0;
+  for (const LayerRange& r : partition) params += model::ParamCount(config.model, r.first, r.last);
+  // Per replica: parameters, gradients and the optimizer's buffers, fp32.
+  const std::int64_t need = static_cast<std::int64_t>(config.replicas) * params * (2 + states) *
+                            static_cast<std::int64_t>(sizeof(float));
+  if (need <= *available) return absl::OkStatus();
+  const char* state_name = opt.kind == model::OptimizerKind::kAdamW ? " and AdamW's two moments"
+                           : states == 1                            ? " and SGD momentum"
+                                                                    : "";
+  // Only what would make it fit, besides a smaller model.
+  std::string also;
+  if (config.replicas > 1 && need / config.replicas <= *available) {
+    also += absl::StrCat(", fewer --replicas (", *available / (need / config.replicas), " fit)");
+  }
+  if (states > 0 && need / (2 + states) * 2 <= *available) {
+    also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the model does not fit in host memory: ", params, " parameters x ",
+                   config.replicas, " replica(s), with gradients", state_name, ", need ",
+                   HumanBytes(need), " but the machine has ", HumanBytes(*available),
+                   " available; use a smaller --hidden or --layers", also));
 }
 
 }  // namespace
@@ -75,6 +111,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
         "slowing a stage down needs the host backend (on CUDA its hold would stall every "
         "stream of the GPU); use --backend=host");
   }
+  if (kind == runtime::BackendKind::kHost)
+    PS_RETURN_IF_ERROR(CheckHostMemory(config, t->partition_));
   runtime::BackendOptions options{.kind = kind, .strict = config.strict};
   options.num_devices = config.num_devices > 0 ? config.num_devices
                                                : (kind == runtime::BackendKind::kHost ? P * D : 0);

@@ -241,6 +241,12 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train", "--init=/nonexistent.safetensors", "--stages=1", "--steps=1"},
        "/nonexistent.safetensors"},
       {{"train", "--data=/nonexistent.safetensors", "--stages=1"}, "/nonexistent.safetensors"},
+      // 64 inputs, 64 blocks of width 65536, 10 classes: 64 x 65536 + 65536 + 63 x (65536^2
+      // + 65536) + 10 x 65536 + 10 parameters, x 3 (gradients, momentum) x 4 bytes; refused
+      // before anything is allocated.
+      {{"train", "--hidden=65536", "--layers=64", "--backend=host"},
+       "the model does not fit in host memory: 270591983626 parameters x 1 replica(s), with "
+       "gradients and SGD momentum, need 3024.10 GiB but the machine has "},
   };
   for (const Case& c : cases) {
     RunResult r = RunCli(c.args);
