@@ -218,25 +218,6 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   row.step_ms = med.step_micros / 1000;
   row.samples_per_s = trainer->global_batch() / (med.step_micros * 1e-6);
   row.loss = med.loss;
-  // Peak activation memory from one more step with exact accounting (the host waits for
-  // stream-ordered frees before issuing: exact, but it would perturb the timed steps).
-  config.exact_memory_accounting = true;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> exact, stages::Trainer::Create(config));
-  PS_ASSIGN_OR_RETURN(stages::StepResult exact_step, exact->Step());
-  const std::vector<int>& device_of = exact_step.device_of_row;
-  const int devices =
-      device_of.empty() ? 0 : *std::max_element(device_of.begin(), device_of.end()) + 1;
-  row.peak_per_device = devices < static_cast<int>(device_of.size());
-  if (row.peak_per_device) {
-    row.peak_bytes.assign(devices, 0);
-    for (std::size_t i = 0; i < device_of.size(); ++i) {
-      row.peak_bytes[device_of[i]] = exact_step.peak_activation_bytes[i];
-    }
-  } else {
-    row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
-                          exact_step.peak_activation_bytes.begin() + p);
-  }
-
   // Measured bubble and its decomposition (median step); hand-offs from every step.
   std::vector<stages::IdleAnalysis> analyses;
   for (const stages::StepResult& r : results) {
@@ -365,6 +346,29 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     in.costs.allreduce += c.allreduce / n;
   }
   row.closed_form = scheduler::ClosedFormBubbleFraction(row.schedule, in);
+
+  // Peak activation memory from one more step with exact accounting (the host waits for
+  // stream-ordered frees before issuing: exact, but it would perturb the timed steps), on
+  // a trainer of its own, made once the timed one is gone: both at once would hold the
+  // model twice, and the second would be refused a host memory the first one holds.
+  trainer.reset();
+  config.exact_memory_accounting = true;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> exact, stages::Trainer::Create(config));
+  PS_ASSIGN_OR_RETURN(stages::StepResult exact_step, exact->Step());
+  const std::vector<int>& device_of = exact_step.device_of_row;
+  const int devices =
+      device_of.empty() ? 0 : *std::max_element(device_of.begin(), device_of.end()) + 1;
+  row.peak_per_device = devices < static_cast<int>(device_of.size());
+  if (row.peak_per_device) {
+    row.peak_bytes.assign(devices, 0);
+    for (std::size_t i = 0; i < device_of.size(); ++i) {
+      row.peak_bytes[device_of[i]] = exact_step.peak_activation_bytes[i];
+    }
+  } else {
+    row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
+                          exact_step.peak_activation_bytes.begin() + p);
+  }
+
   return absl::OkStatus();
 }
 

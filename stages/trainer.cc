@@ -43,7 +43,8 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   // Only what would make it fit, besides a smaller model.
   std::string also;
   if (config.replicas > 1 && need / config.replicas <= *available) {
-    also += absl::StrCat(", fewer --replicas (", *available / (need / config.replicas), " fit)");
+    also +=
+        absl::StrCat(", or fewer --replicas (at most ", *available / (need / config.replicas), ")");
   }
   if (states > 0 && need / (2 + states) * 2 <= *available) {
     also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";

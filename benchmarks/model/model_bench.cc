@@ -144,7 +144,8 @@ struct CudaBench {
 };
 
 // Skips the benchmark with the status's message and returns when `expr` (a StatusOr)
-// failed; else moves its value into `lhs`.
+// failed; else moves its value into `lhs`. Several statements: only at block scope, one
+// per line.
 #define BENCH_ASSIGN(lhs, expr)                                                           \
   auto PS_BENCH_CONCAT(ps_bench_or_, __LINE__) = (expr);                                  \
   if (!PS_BENCH_CONCAT(ps_bench_or_, __LINE__).ok()) {                                    \
@@ -196,8 +197,8 @@ void BM_CudaSoftmaxCrossEntropy(benchmark::State& state) {
   BENCH_CHECK(cuda.stream->Synchronize());  // the allocation, before a blocking copy into it
   BENCH_CHECK(cuda.device->CopyFromHost(labels, host_labels.data(), sizeof(std::int32_t) * rows));
   for (auto _ : state) {
-    // Fresh logits each iteration (the loss overwrites them with dlogits), before the
-    // timed events.
+    // Fresh logits each iteration, before the timed events. The loss writes dlogits over
+    // them, so the later calls of an iteration read those: the same work.
     BENCH_CHECK(cuda.math->Fill(logits, static_cast<std::int64_t>(n), 0.25f, *cuda.stream));
     BENCH_ASSIGN(const double ms, cuda.MillisPerCall([&] {
       return cuda.math->SoftmaxCrossEntropy(logits, labels, rows, classes, 1.0f, loss, logits,

@@ -676,40 +676,41 @@ absl::StatusOr<std::unique_ptr<Event>> HostDevice::CreateEvent(bool timing, std:
 absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
   if (AsHostStream(stream) == nullptr) return NotHost(stream, "Allocate");
   if (bytes == 0) return Buffer();
-  PS_RETURN_IF_ERROR(memory_.Reserve(static_cast<std::int64_t>(bytes), description_));
   const auto size = static_cast<std::int64_t>(bytes);
   const std::int64_t live = backend_.live_bytes().fetch_add(size) + size;
+  // Every refusal undoes what it counted, before the device's account (and its peak) saw it.
   auto refuse = [&](const std::string& why) {
     backend_.live_bytes().fetch_sub(size);
-    memory_.Release(size);
     return absl::ResourceExhaustedError(absl::StrCat(
         description_, ": cannot allocate ", HumanBytes(size), " (", bytes, " bytes): ", why));
   };
   // Linux overcommits: an allocation beyond what the machine has left may succeed and get
-  // the process killed once its pages are touched. A large one is checked first (reading
-  // /proc/meminfo costs ~10 us, nothing next to touching 64 MiB): against what the machine
-  // has now, and, with everything the backend holds (some of it not touched yet, so not
-  // in MemAvailable), against what it had when the backend was created.
-  if (memory_.capacity() == 0 && bytes >= kCheckedAllocationBytes) {
+  // the process killed once its pages are touched. So, without a capacity: all the
+  // backend holds (some of it not touched yet, so not in MemAvailable) must stay within
+  // what the machine had when the backend was created, and a large allocation also within
+  // what it has now (reading /proc/meminfo costs ~10 us, nothing next to touching 64 MiB).
+  if (memory_.capacity() == 0) {
     const std::int64_t budget = backend_.memory_budget();
     if (budget > 0 && live > budget) {
       return refuse(absl::StrCat("the host backend would hold ", HumanBytes(live),
                                  " in all, more than the ", HumanBytes(budget),
                                  " the machine had available when it started"));
     }
-    const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
-    if (available.has_value() && size > *available) {
-      return refuse(
-          absl::StrCat("the machine has ", HumanBytes(*available), " of memory available"));
+    if (bytes >= kCheckedAllocationBytes) {
+      const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
+      if (available.has_value() && size > *available) {
+        return refuse(
+            absl::StrCat("the machine has ", HumanBytes(*available), " of memory available"));
+      }
     }
   }
   void* data = ::operator new(bytes, kAlignment, std::nothrow);
-  if (data == nullptr) {
+  if (data == nullptr) return refuse("out of host memory");
+  // With a capacity, the account refuses what exceeds it; without one it cannot fail.
+  if (absl::Status fits = memory_.Reserve(size, description_); !fits.ok()) {
+    ::operator delete(data, kAlignment);
     backend_.live_bytes().fetch_sub(size);
-    memory_.Release(static_cast<std::int64_t>(bytes));
-    return absl::ResourceExhaustedError(absl::StrCat(description_, ": cannot allocate ",
-                                                     HumanBytes(static_cast<std::int64_t>(bytes)),
-                                                     " (", bytes, " bytes): out of host memory"));
+    return fits;
   }
   return MakeBuffer(this, data, bytes);
 }
