@@ -169,7 +169,9 @@ TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
     if (e["ph"] == "M" && e["name"] == "process_name") {
       processes.insert(e["args"]["name"].get<std::string>());
     }
-    if (e["ph"] == "X") EXPECT_GE(e["ts"].get<double>(), 0) << e.dump();
+    if (e["ph"] == "X") {
+      EXPECT_GE(e["ts"].get<double>(), 0) << e.dump();
+    }
   }
   EXPECT_EQ(processes.size(), 4u) << absl::StrJoin(processes, "|");  // 2 timelines x 2 ranks
   EXPECT_THAT(absl::StrJoin(processes, "|"), ::testing::Not(HasSubstr("rank 2")));
