@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "base/strings.h"
@@ -22,6 +24,26 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
 }
 
 }  // namespace
+
+absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(Absl(flag), "=", path, ": ", what,
+                                                   "; give a file path in a writable directory"));
+  };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return bad("is a directory");
+  const fs::path parent = fs::path(path).parent_path();
+  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  if (!fs::exists(dir, ec))
+    return bad(absl::StrCat("the directory ", dir.string(), " does not exist"));
+  if (!fs::is_directory(dir, ec)) return bad(absl::StrCat(dir.string(), " is not a directory"));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return bad(absl::StrCat("the directory ", dir.string(), " is not writable (",
+                            std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -18,4 +18,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // with the path and strerror.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);
 
+// Whether WriteFileAtomic(path, ...) can succeed, checked before a long run that writes
+// it at the end: the directory exists and is writable, and `path` is not a directory.
+// InvalidArgument "<flag>=<path>: <what is wrong>; <what would work>" otherwise (`flag`
+// as the user typed it, e.g. "--csv").
+absl::Status CheckOutputPath(std::string_view flag, const std::string& path);
+
 }  // namespace pipesched

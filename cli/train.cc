@@ -107,6 +107,14 @@ absl::Status Train(const CommandContext& ctx) {
   if (save_every > 0 && save.empty()) {
     return absl::InvalidArgumentError("--save-every needs --save=FILE to say where");
   }
+  // Outputs are written during or after the run: a path that cannot be written is an
+  // error now, not after the training.
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save", save},
+                                   {"--trace", absl::GetFlag(FLAGS_trace)},
+                                   {"--svg", absl::GetFlag(FLAGS_svg)},
+                                   {"--json", absl::GetFlag(FLAGS_json)}}) {
+    if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
+  }
   if (!resume.empty() && !absl::GetFlag(FLAGS_init).empty()) {
     return absl::InvalidArgumentError(
         "--resume restores the parameters already; drop --init (or --resume)");

@@ -39,5 +39,24 @@ TEST(FileUtilTest, FailedWriteKeepsPreviousFile) {
   EXPECT_EQ(back, "old");
 }
 
+// What a long run checks before it starts, so that it does not fail at the end.
+TEST(FileUtilTest, CheckOutputPathSaysWhatIsWrongAndWhatWorks) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp ? tmp : "/tmp";
+  PS_EXPECT_OK(CheckOutputPath("--csv", dir + "/pipesched_out.csv"));
+  PS_EXPECT_OK(CheckOutputPath("--csv", "relative-in-cwd.csv"));
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(CheckOutputPath("--csv", "/nonexistent/dir/x.csv"),
+              StatusIs(kBad, HasSubstr("--csv=/nonexistent/dir/x.csv: the directory "
+                                       "/nonexistent/dir does not exist; give a file path in a "
+                                       "writable directory")));
+  EXPECT_THAT(CheckOutputPath("--json", dir),
+              StatusIs(kBad, HasSubstr("--json=" + dir + ": is a directory")));
+  const std::string file = TempPath("not_a_dir");
+  PS_ASSERT_OK(WriteFileAtomic(file, "x"));
+  EXPECT_THAT(CheckOutputPath("--svg", file + "/x.svg"),
+              StatusIs(kBad, HasSubstr(file + " is not a directory")));
+}
+
 }  // namespace
 }  // namespace pipesched

@@ -177,6 +177,17 @@ TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
   EXPECT_THAT(absl::StrJoin(processes, "|"), ::testing::Not(HasSubstr("rank 2")));
 }
 
+// An output that cannot be written is refused before the sweep runs, not after it.
+TEST(BenchTest, UnwritableOutputsFailBeforeTheSweep) {
+  RunResult r = RunCli(Tiny(
+      {"--schedules=1f1b", "--stages=2", "--microbatches=2", "--csv=/nonexistent/dir/sweep.csv"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --csv=/nonexistent/dir/sweep.csv: the directory /nonexistent/dir does not "
+            "exist; give a file path in a writable directory\n");
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("1f1b")));  // nothing ran
+}
+
 TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
   // ZB-V takes V = 2 only (1F1B ignores --virtual); P=0 is out of range; a slow rank
   // beyond P=2's ranks only skips the configurations it does not fit.

@@ -241,6 +241,10 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train", "--init=/nonexistent.safetensors", "--stages=1", "--steps=1"},
        "/nonexistent.safetensors"},
       {{"train", "--data=/nonexistent.safetensors", "--stages=1"}, "/nonexistent.safetensors"},
+      {{"train", "--steps=1", "--json=/nonexistent/dir/train.json"},
+       "--json=/nonexistent/dir/train.json: the directory /nonexistent/dir does not exist"},
+      {{"train", "--steps=1", "--save=/nonexistent/dir/w.safetensors"},
+       "--save=/nonexistent/dir/w.safetensors: the directory /nonexistent/dir does not exist"},
       // 64 inputs, 64 blocks of width 65536, 10 classes: 64 x 65536 + 65536 + 63 x (65536^2
       // + 65536) + 10 x 65536 + 10 parameters, x 3 (gradients, momentum) x 4 bytes; refused
       // before anything is allocated.
