@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "base/status.h"
@@ -39,7 +40,8 @@ absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_
 absl::Status CheckCost(std::string_view flag, double value) {
   if (!(value >= 0) || value > 1e15) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", Absl(flag), "=", value, " is not a valid time; use a number >= 0"));
+        absl::StrCat("--", absl::StrReplaceAll(Absl(flag), {{"_", "-"}}), "=", value,
+                     " is not a valid time; use a number >= 0"));
   }
   return absl::OkStatus();
 }

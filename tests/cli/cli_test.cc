@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--microbatches=0"}, "--microbatches=0 is out of range"},
         BadInput{{"simulate", "--stages=abc"}, "bad value 'abc' for --stages"},
         BadInput{{"simulate", "--bogus=1"}, "unknown flag --bogus"},
-        BadInput{{"simulate", "--cost-f=-1"}, "--cost_f=-1 is not a valid time"},
+        BadInput{{"simulate", "--cost-f=-1"}, "--cost-f=-1 is not a valid time"},
         BadInput{{"simulate", "--schedule=1f1b", "--virtual=2"}, "1f1b"},
         BadInput{{"simulate", "--stages=4096", "--microbatches=1048576"}, "the planner handles"},
         BadInput{{"simulate", "--color=blue"}, "--color=blue"},
