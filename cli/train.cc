@@ -222,6 +222,29 @@ absl::Status Train(const CommandContext& ctx) {
                            idle_share(with_handoff, r));
   }
 
+  // Memory per rank (replica 0): what the chunks hold for the whole run -- parameters,
+  // gradients, optimizer state -- and the activations the plan holds at its peak
+  // (stashes, boundary buffers, a backward's workspace; scheduler::RankStats).
+  std::vector<std::int64_t> state_bytes(p, 0);
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    const model::Chunk& chunk = trainer->chunk(0, s);
+    const model::OptimizerConfig& opt = chunk.options().optimizer;
+    const int buffers = 2 + (opt.kind == model::OptimizerKind::kAdamW ? 2
+                             : opt.sgd.momentum != 0                  ? 1
+                                                                      : 0);
+    state_bytes[schedule.placement.RankOf(s)] +=
+        chunk.num_params() * buffers * static_cast<std::int64_t>(sizeof(float));
+  }
+  auto mib = [](const std::vector<std::int64_t>& bytes) {
+    std::vector<std::string> parts;
+    for (std::int64_t b : bytes) parts.push_back(absl::StrFormat("%.2f", b / 1048576.0));
+    return absl::StrJoin(parts, "/");
+  };
+  std::vector<std::int64_t> planned_peak;
+  for (int r = 0; r < p; ++r) planned_peak.push_back(planned.ranks[r].peak_live_bytes);
+  out << "memory per rank, MiB: parameters, gradients and optimizer state " << mib(state_bytes)
+      << "; activations at the planned peak " << mib(planned_peak) << "\n";
+
   // Draw planned and measured on one axis: shift the measured step to start at 0.
   trace::Timeline measured_tl = last.timeline;
   for (trace::Span& s : measured_tl.spans) {
@@ -289,7 +312,9 @@ absl::Status Train(const CommandContext& ctx) {
       ranks.push_back({{"measured_busy_us", measured.rows[r].busy},
                        {"measured_idle_us", measured.rows[r].idle},
                        {"planned_busy_us", planned.ranks[r].busy},
-                       {"planned_idle_us", planned.ranks[r].idle}});
+                       {"planned_idle_us", planned.ranks[r].idle},
+                       {"state_bytes", state_bytes[r]},
+                       {"planned_peak_activation_bytes", planned_peak[r]}});
     }
     j["ranks"] = ranks;
     PS_RETURN_IF_ERROR(write(path, j.dump(2) + "\n"));

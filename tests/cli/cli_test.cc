@@ -216,6 +216,16 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   }
   EXPECT_GE(j["last_step_replayed_makespan_ms"].get<double>() * 1000, busiest_us * (1 - 1e-9));
   EXPECT_LE(j["last_step_makespan_ms"].get<double>(), j["last_step_ms"].get<double>());
+  // Memory: the ranks' parameters, gradients and SGD momentum add up to the model's 756
+  // parameters (8 x 16 + 16, 2 x (16 x 16 + 16), 16 x 4 + 4) x 3 buffers x 4 bytes; 1F1B
+  // plans two micro-batches in flight on rank 0, one on rank 1.
+  EXPECT_EQ(j["ranks"][0]["state_bytes"].get<std::int64_t>() +
+                j["ranks"][1]["state_bytes"].get<std::int64_t>(),
+            756 * 3 * 4);
+  EXPECT_GT(j["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>(),
+            j["ranks"][1]["planned_peak_activation_bytes"].get<std::int64_t>());
+  EXPECT_GT(j["ranks"][1]["planned_peak_activation_bytes"].get<std::int64_t>(), 0);
+  EXPECT_THAT(r.out, HasSubstr("memory per rank, MiB: parameters, gradients and optimizer state "));
   // Resuming from the saved parameters starts where training ended.
   RunResult again =
       RunCli({"train", "--schedule=gpipe", "--stages=2", "--microbatches=4", "--microbatch-size=4",
