@@ -227,13 +227,7 @@ absl::Status Train(const CommandContext& ctx) {
   // (stashes, boundary buffers, a backward's workspace; scheduler::RankStats).
   std::vector<std::int64_t> state_bytes(p, 0);
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    const model::Chunk& chunk = trainer->chunk(0, s);
-    const model::OptimizerConfig& opt = chunk.options().optimizer;
-    const int buffers = 2 + (opt.kind == model::OptimizerKind::kAdamW ? 2
-                             : opt.sgd.momentum != 0                  ? 1
-                                                                      : 0);
-    state_bytes[schedule.placement.RankOf(s)] +=
-        chunk.num_params() * buffers * static_cast<std::int64_t>(sizeof(float));
+    state_bytes[schedule.placement.RankOf(s)] += trainer->chunk(0, s).state_bytes();
   }
   auto mib = [](const std::vector<std::int64_t>& bytes) {
     std::vector<std::string> parts;

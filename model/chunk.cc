@@ -56,8 +56,7 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(const ChunkOptions& options
   PS_ASSIGN_OR_RETURN(chunk->params_, device.Allocate(bytes, *setup));
   PS_ASSIGN_OR_RETURN(chunk->grads_, device.Allocate(bytes, *setup));
   const OptimizerConfig& opt = options.optimizer;
-  const bool needs_state1 = opt.kind == OptimizerKind::kAdamW || opt.sgd.momentum != 0.0f;
-  if (needs_state1) {
+  if (OptimizerStateBuffers(opt) >= 1) {
     PS_ASSIGN_OR_RETURN(chunk->state1_, device.Allocate(bytes, *setup));
   }
   if (opt.kind == OptimizerKind::kAdamW) {

@@ -93,6 +93,11 @@ class Chunk {
   std::int64_t backward_workspace_bytes(int batch) const;
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   std::int64_t num_params() const { return num_params_; }
+  // Bytes held for the chunk's whole life: parameters, gradients and optimizer state.
+  std::int64_t state_bytes() const {
+    return num_params_ * (2 + OptimizerStateBuffers(options_.optimizer)) *
+           static_cast<std::int64_t>(sizeof(float));
+  }
 
   // Contiguous parameter and gradient storage (num_params() floats, ParamSpecs order).
   float* params() const;

@@ -7,6 +7,11 @@
 
 namespace pipesched::model {
 
+int OptimizerStateBuffers(const OptimizerConfig& config) {
+  if (config.kind == OptimizerKind::kAdamW) return 2;
+  return config.sgd.momentum != 0.0f ? 1 : 0;
+}
+
 std::string_view OptimizerName(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSgd:

@@ -18,6 +18,9 @@ struct OptimizerConfig {
 };
 
 std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw"
+// Buffers the size of the parameters that the optimizer keeps: AdamW's two moments, SGD's
+// momentum (only when momentum != 0), else none.
+int OptimizerStateBuffers(const OptimizerConfig& config);
 // "sgd" or "adamw"; InvalidArgument naming the accepted values otherwise.
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
 

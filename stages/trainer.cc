@@ -30,7 +30,7 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
   if (!available.has_value()) return absl::OkStatus();
   const model::OptimizerConfig& opt = config.optimizer;
-  const int states = opt.kind == model::OptimizerKind::kAdamW ? 2 : (opt.sgd.momentum != 0 ? 1 : 0);
+  const int states = model::OptimizerStateBuffers(opt);
   std::int64_t params = 0;
   for (const LayerRange& r : partition) params += model::ParamCount(config.model, r.first, r.last);
   // Per replica: parameters, gradients and the optimizer's buffers, fp32.

@@ -337,6 +337,24 @@ TEST_F(ChunkTest, InitialisationInPiecesEqualsTheWholeTensor) {
   }
 }
 
+// Parameters, gradients and the optimizer's buffers, fp32: what a chunk holds for its
+// life (train's memory line, the Trainer's host-memory check).
+TEST_F(ChunkTest, StateBytesCountTheOptimizersBuffers) {
+  const MlpConfig config{5, 7, 4, 2};
+  const std::int64_t n = (5 * 7 + 7) + (7 * 7 + 7) + (7 * 4 + 4);
+  OptimizerConfig plain;
+  plain.sgd.momentum = 0;
+  OptimizerConfig momentum;
+  momentum.sgd.momentum = 0.9f;
+  const OptimizerConfig adamw{.kind = OptimizerKind::kAdamW};
+  EXPECT_EQ(OptimizerStateBuffers(plain), 0);
+  EXPECT_EQ(OptimizerStateBuffers(momentum), 1);
+  EXPECT_EQ(OptimizerStateBuffers(adamw), 2);
+  EXPECT_EQ(MakeChunk(config, 0, 3, 0, plain)->state_bytes(), n * 2 * 4);
+  EXPECT_EQ(MakeChunk(config, 0, 3, 0, momentum)->state_bytes(), n * 3 * 4);
+  EXPECT_EQ(MakeChunk(config, 0, 3, 0, adamw)->state_bytes(), n * 4 * 4);
+}
+
 TEST_F(ChunkTest, SgdAndAdamWStepsUseAccumulatedGradients) {
   const MlpConfig config{4, 6, 3, 2};
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
