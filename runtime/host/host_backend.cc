@@ -54,6 +54,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -178,7 +179,9 @@ struct StreamCore {
 
 class HostStream final : public Stream {
  public:
-  HostStream(HostDevice& device, std::string name);
+  // Starts the stream's worker thread; ResourceExhausted when the machine allows no more
+  // threads (std::thread throws then).
+  static absl::StatusOr<std::unique_ptr<HostStream>> Create(HostDevice& device, std::string name);
   ~HostStream() override;
 
   Device& device() const override;
@@ -209,6 +212,8 @@ class HostStream final : public Stream {
   HostDevice& host_device() const { return device_; }
 
  private:
+  HostStream(HostDevice& device, std::string name, std::shared_ptr<StreamCore> core,
+             std::thread worker);
   static void Run(const std::shared_ptr<StreamCore>& core);
 
   HostDevice& device_;
@@ -333,14 +338,27 @@ absl::Status NotHost(const Stream& stream, std::string_view what) {
 
 // ---- HostStream -------------------------------------------------------------------
 
-HostStream::HostStream(HostDevice& device, std::string name)
-    : device_(device),
-      name_(std::move(name)),
-      core_(std::make_shared<StreamCore>(device.backend().spin())) {
-  core_->name = name_;
-  core_->device_desc = device_.desc();
+absl::StatusOr<std::unique_ptr<HostStream>> HostStream::Create(HostDevice& device,
+                                                               std::string name) {
+  auto core = std::make_shared<StreamCore>(device.backend().spin());
+  core->name = name;
+  core->device_desc = device.desc();
+  std::thread worker;
+  try {
+    worker = std::thread([core] { Run(core); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        device.desc(), ": cannot start the worker thread of stream '", name, "' (", e.what(),
+        "): the host backend runs one thread per stream and this machine allows no more"));
+  }
+  return std::unique_ptr<HostStream>(
+      new HostStream(device, std::move(name), std::move(core), std::move(worker)));
+}
+
+HostStream::HostStream(HostDevice& device, std::string name, std::shared_ptr<StreamCore> core,
+                       std::thread worker)
+    : device_(device), name_(std::move(name)), core_(std::move(core)), worker_(std::move(worker)) {
   device_.StreamOpened();
-  worker_ = std::thread([core = core_] { Run(core); });
   // Thread names show up in debuggers, perf and TSan reports; at most 15 characters.
   std::string thread_name = absl::StrCat("ps", device_.index(), ":", name_).substr(0, 15);
   pthread_setname_np(worker_.native_handle(), thread_name.c_str());
@@ -664,7 +682,9 @@ absl::StatusOr<double> HostEvent::ElapsedMillis(const Event& start) const {
 // ---- HostDevice -------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Stream>> HostDevice::CreateStream(std::string_view name) {
-  return std::make_unique<HostStream>(*this, std::string(name));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<HostStream> stream,
+                      HostStream::Create(*this, std::string(name)));
+  return std::unique_ptr<Stream>(std::move(stream));
 }
 
 absl::StatusOr<std::unique_ptr<Event>> HostDevice::CreateEvent(bool timing, std::string_view name) {

@@ -6,8 +6,14 @@
 // contended: on an idle 2-core VM, after a few milliseconds).
 #include "runtime/runtime.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -346,6 +352,58 @@ TEST(HostRuntimeMemory, AllocationsBeyondTheMachinesMemoryAreRefused) {
   PS_ASSERT_OK_AND_ASSIGN(Buffer second, d1.Allocate(part, *s1));
   PS_ASSERT_OK(second.FreeAsync(*s1));
   PS_ASSERT_OK(s1->Synchronize());
+#endif
+}
+
+// A stream is a thread; when the machine cannot start one more, CreateStream says so
+// (std::thread throws; that must not end the process). Provoked in a child process whose
+// address space is capped just above its current size, so that the new thread's stack
+// cannot be mapped.
+TEST(HostRuntimeThreads, AStreamWhoseThreadCannotStartIsResourceExhausted) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' runtimes need more address space than the cap leaves";
+#else
+  auto backend = Host(1);
+  Device& device = backend->device(0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The process has no other thread here (the backend has no stream yet), so the child
+    // may allocate and format freely.
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    if (pages == 0) std::_Exit(3);
+    const rlim_t cap = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (4 << 20);
+    const struct rlimit limit = {cap, cap};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(4);
+    // glibc reuses the stacks of threads that ended (a cache of a few), so keep creating
+    // until one needs a new stack.
+    std::vector<std::unique_ptr<Stream>> streams;
+    for (int i = 0; i < 256; ++i) {
+      absl::StatusOr<std::unique_ptr<Stream>> stream =
+          device.CreateStream(absl::StrCat("capped-", i));
+      if (stream.ok()) {
+        streams.push_back(*std::move(stream));
+        continue;
+      }
+      const std::string message(stream.status().message());
+      const bool right =
+          absl::IsResourceExhausted(stream.status()) &&
+          message.find("host:0: cannot start the worker thread of stream 'capped-") !=
+              std::string::npos;
+      streams.clear();
+      std::_Exit(right ? 0 : 6);
+    }
+    std::_Exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit: status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3/4: setup failed, 5: 256 streams started, 6: another "
+                                       "error than expected";
 #endif
 }
 
