@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/command.h"
 #include "cli/flags.h"
@@ -229,15 +230,15 @@ absl::Status Train(const CommandContext& ctx) {
   for (int s = 0; s < schedule.num_stages(); ++s) {
     state_bytes[schedule.placement.RankOf(s)] += trainer->chunk(0, s).state_bytes();
   }
-  auto mib = [](const std::vector<std::int64_t>& bytes) {
+  auto human = [](const std::vector<std::int64_t>& bytes) {
     std::vector<std::string> parts;
-    for (std::int64_t b : bytes) parts.push_back(absl::StrFormat("%.2f", b / 1048576.0));
-    return absl::StrJoin(parts, "/");
+    for (std::int64_t b : bytes) parts.push_back(HumanBytes(b));
+    return absl::StrJoin(parts, " / ");
   };
   std::vector<std::int64_t> planned_peak;
   for (int r = 0; r < p; ++r) planned_peak.push_back(planned.ranks[r].peak_live_bytes);
-  out << "memory per rank, MiB: parameters, gradients and optimizer state " << mib(state_bytes)
-      << "; activations at the planned peak " << mib(planned_peak) << "\n";
+  out << "memory per rank: parameters, gradients and optimizer state " << human(state_bytes)
+      << "; activations at the planned peak " << human(planned_peak) << "\n";
 
   // Draw planned and measured on one axis: shift the measured step to start at 0.
   trace::Timeline measured_tl = last.timeline;

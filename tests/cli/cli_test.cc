@@ -225,7 +225,7 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   EXPECT_GT(j["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>(),
             j["ranks"][1]["planned_peak_activation_bytes"].get<std::int64_t>());
   EXPECT_GT(j["ranks"][1]["planned_peak_activation_bytes"].get<std::int64_t>(), 0);
-  EXPECT_THAT(r.out, HasSubstr("memory per rank, MiB: parameters, gradients and optimizer state "));
+  EXPECT_THAT(r.out, HasSubstr("memory per rank: parameters, gradients and optimizer state "));
   // Resuming from the saved parameters starts where training ended.
   RunResult again =
       RunCli({"train", "--schedule=gpipe", "--stages=2", "--microbatches=4", "--microbatch-size=4",
