@@ -36,7 +36,23 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   // Per replica: parameters, gradients and the optimizer's buffers, fp32.
   const std::int64_t need = static_cast<std::int64_t>(config.replicas) * params * (2 + states) *
                             static_cast<std::int64_t>(sizeof(float));
-  if (need <= *available) return absl::OkStatus();
+  if (need <= *available) {
+    // The synthetic data set (x as fp32, y as int32) and a step's inputs, staged on the
+    // host and copied to the first ranks, come on top.
+    if (!config.data_path.empty()) return absl::OkStatus();
+    const std::int64_t g =
+        static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
+    const std::int64_t samples = config.synthetic_samples > 0 ? config.synthetic_samples : 8 * g;
+    const std::int64_t d_in = config.model.d_in;
+    const std::int64_t data = (samples * (d_in + 1) + 2 * g * d_in) * 4;
+    if (need + data <= *available) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
+        " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
+        ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need),
+        ", but the machine has ", HumanBytes(*available),
+        " available; use a smaller --microbatch-size, --microbatches or --inputs"));
+  }
   const char* state_name = opt.kind == model::OptimizerKind::kAdamW ? " and AdamW's two moments"
                            : states == 1                            ? " and SGD momentum"
                                                                     : "";

@@ -261,6 +261,13 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train", "--hidden=65536", "--layers=64", "--backend=host"},
        "the model does not fit in host memory: 270591983626 parameters x 1 replica(s), with "
        "gradients and SGD momentum, need 3024.10 GiB but the machine has "},
+      // 8 global batches of 8 x 65536 samples of 4096 inputs, and a step's inputs twice:
+      // (4194304 x 4097 + 2 x 524288 x 4096) x 4 bytes = 80.02 GiB.
+      {{"train", "--microbatch-size=65536", "--inputs=4096", "--hidden=8", "--microbatches=8",
+        "--backend=host"},
+       "the synthetic data does not fit in host memory: 4194304 samples of 4096 inputs (8 global "
+       "batches of replicas x microbatches x microbatch-size = 524288) and a step's inputs need "
+       "80.02 GiB"},
   };
   for (const Case& c : cases) {
     RunResult r = RunCli(c.args);
