@@ -56,15 +56,16 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(const ChunkOptions& options
   PS_ASSIGN_OR_RETURN(chunk->params_, device.Allocate(bytes, *setup));
   PS_ASSIGN_OR_RETURN(chunk->grads_, device.Allocate(bytes, *setup));
   const OptimizerConfig& opt = options.optimizer;
-  if (OptimizerStateBuffers(opt) >= 1) {
+  const int buffers = OptimizerStateBuffers(opt);
+  if (buffers >= 1) {
     PS_ASSIGN_OR_RETURN(chunk->state1_, device.Allocate(bytes, *setup));
   }
-  if (opt.kind == OptimizerKind::kAdamW) {
+  if (buffers >= 2) {
     PS_ASSIGN_OR_RETURN(chunk->state2_, device.Allocate(bytes, *setup));
   }
   for (runtime::Buffer* b : {&chunk->grads_, &chunk->state1_, &chunk->state2_}) {
-    if (*b)
-      PS_RETURN_IF_ERROR(chunk->math_->Fill(b->as<float>(), chunk->num_params_, 0.0f, *setup));
+    if (!*b) continue;
+    PS_RETURN_IF_ERROR(chunk->math_->Fill(b->as<float>(), chunk->num_params_, 0.0f, *setup));
   }
   PS_RETURN_IF_ERROR(setup->Synchronize());
   // Parameters through a bounded host buffer: host memory does not grow with the model.

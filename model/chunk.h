@@ -94,10 +94,7 @@ class Chunk {
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   std::int64_t num_params() const { return num_params_; }
   // Bytes held for the chunk's whole life: parameters, gradients and optimizer state.
-  std::int64_t state_bytes() const {
-    return num_params_ * (2 + OptimizerStateBuffers(options_.optimizer)) *
-           static_cast<std::int64_t>(sizeof(float));
-  }
+  std::int64_t state_bytes() const { return StateBytes(num_params_, options_.optimizer); }
 
   // Contiguous parameter and gradient storage (num_params() floats, ParamSpecs order).
   float* params() const;

@@ -12,6 +12,11 @@ int OptimizerStateBuffers(const OptimizerConfig& config) {
   return config.sgd.momentum != 0.0f ? 1 : 0;
 }
 
+std::int64_t StateBytes(std::int64_t num_params, const OptimizerConfig& config) {
+  return num_params * (2 + OptimizerStateBuffers(config)) *
+         static_cast<std::int64_t>(sizeof(float));
+}
+
 std::string_view OptimizerName(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSgd:

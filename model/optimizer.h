@@ -2,6 +2,7 @@
 // with PyTorch's semantics (see SgdParams / AdamWParams in model/math.h).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,9 @@ std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw"
 // Buffers the size of the parameters that the optimizer keeps: AdamW's two moments, SGD's
 // momentum (only when momentum != 0), else none.
 int OptimizerStateBuffers(const OptimizerConfig& config);
+// Bytes that `num_params` fp32 parameters hold for a whole run: the parameters, their
+// gradients and the optimizer's buffers.
+std::int64_t StateBytes(std::int64_t num_params, const OptimizerConfig& config);
 // "sgd" or "adamw"; InvalidArgument naming the accepted values otherwise.
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
 

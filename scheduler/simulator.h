@@ -15,9 +15,9 @@
 namespace pipesched::scheduler {
 
 struct RankStats {
-  double busy = 0;                   // sum of F/B/I/W durations (ALLREDUCE overlaps, not counted)
-  double idle = 0;                   // makespan - busy
-  int peak_live_microbatches = 0;    // stashed activations alive at once, all stages
+  double busy = 0;                 // sum of F/B/I/W durations (ALLREDUCE overlaps, not counted)
+  double idle = 0;                 // makespan - busy
+  int peak_live_microbatches = 0;  // stashed activations alive at once, all stages
   // Same, weighted by StageCosts::activation_bytes, plus the workspace_bytes of a B or I
   // while it runs.
   std::int64_t peak_live_bytes = 0;

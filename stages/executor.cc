@@ -923,8 +923,24 @@ absl::Status Executor::MarkStepOrigins() {
   // their order (rounding is monotone).
   // A preemption between the two reads widens the error: record again (the last record
   // is the one that counts) until a round trip is short, a few tries at most.
+  // Host backend: every device's events stamp one steady clock (TimestampMicros), so only
+  // the first origin needs a midpoint and the others are placed from it exactly: a span
+  // that waited for another device's event then never starts before that event's time
+  // (under ASan a 0.1 us disagreement between two midpoints did exactly that). CUDA
+  // devices' timestamps agree only to tens of microseconds: each gets its own midpoint.
   constexpr double kGoodRoundTripMicros = 50;
-  for (Clock& clock : clocks_) {
+  if (clocks_.empty()) return absl::OkStatus();
+  const bool one_clock = clocks_[0].stream->device().kind() == runtime::BackendKind::kHost;
+  for (std::size_t i = 0; i < clocks_.size(); ++i) {
+    Clock& clock = clocks_[i];
+    if (one_clock && i > 0) {
+      PS_RETURN_IF_ERROR(clock.origin->Record(*clock.stream));
+      PS_RETURN_IF_ERROR(clock.origin->Synchronize());
+      PS_ASSIGN_OR_RETURN(const double first, clocks_[0].origin->TimestampMicros());
+      PS_ASSIGN_OR_RETURN(const double at, clock.origin->TimestampMicros());
+      clock.origin_micros = clocks_[0].origin_micros + (at - first);
+      continue;
+    }
     for (int attempt = 0; attempt < 5; ++attempt) {
       const double before = SteadyMicros();
       PS_RETURN_IF_ERROR(clock.origin->Record(*clock.stream));
@@ -932,18 +948,6 @@ absl::Status Executor::MarkStepOrigins() {
       const double after = SteadyMicros();
       clock.origin_micros = (before + after) / 2;
       if (after - before < kGoodRoundTripMicros) break;
-    }
-  }
-  // Host backend: every device's events stamp one steady clock (TimestampMicros), so the
-  // origins are placed from the first one exactly, not each to half its own round trip:
-  // a span that waited for another device's event then never starts before that event's
-  // time (under ASan a 0.1 us disagreement between two midpoints did exactly that). CUDA
-  // devices' timestamps agree only to tens of microseconds: the midpoints are better.
-  if (clocks_.size() > 1 && clocks_[0].stream->device().kind() == runtime::BackendKind::kHost) {
-    PS_ASSIGN_OR_RETURN(const double first, clocks_[0].origin->TimestampMicros());
-    for (std::size_t i = 1; i < clocks_.size(); ++i) {
-      PS_ASSIGN_OR_RETURN(const double at, clocks_[i].origin->TimestampMicros());
-      clocks_[i].origin_micros = clocks_[0].origin_micros + (at - first);
     }
   }
   return absl::OkStatus();

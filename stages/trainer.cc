@@ -21,10 +21,16 @@ MlpStageWork& Mlp(StageWork& work) {
   return static_cast<MlpStageWork&>(work);
 }
 
+// Samples of the synthetic data set: --synthetic-samples, else 8 global batches.
+std::int64_t SyntheticSamples(const TrainerConfig& config, std::int64_t global_batch) {
+  return config.synthetic_samples > 0 ? config.synthetic_samples : 8 * global_batch;
+}
+
 // On the host backend every device's memory is the machine's: refuses, before anything is
 // allocated, a model whose parameters, gradients and optimizer state alone (exact: the
-// chunks allocate just that) exceed what the machine has available. Activations, data and
-// buffers come on top; the backend checks each large allocation as it is made.
+// chunks allocate just that) exceed what the machine has available, then the same with
+// the synthetic data set and a step's inputs added. Activations and buffers come on top;
+// the backend checks each allocation as it is made.
 absl::Status CheckHostMemory(const TrainerConfig& config,
                              const std::vector<LayerRange>& partition) {
   const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
@@ -33,43 +39,41 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   const int states = model::OptimizerStateBuffers(opt);
   std::int64_t params = 0;
   for (const LayerRange& r : partition) params += model::ParamCount(config.model, r.first, r.last);
-  // Per replica: parameters, gradients and the optimizer's buffers, fp32.
-  const std::int64_t need = static_cast<std::int64_t>(config.replicas) * params * (2 + states) *
-                            static_cast<std::int64_t>(sizeof(float));
-  if (need <= *available) {
-    // The synthetic data set (x as fp32, y as int32) and a step's inputs, staged on the
-    // host and copied to the first ranks, come on top.
-    if (!config.data_path.empty()) return absl::OkStatus();
-    const std::int64_t g =
-        static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
-    const std::int64_t samples = config.synthetic_samples > 0 ? config.synthetic_samples : 8 * g;
-    const std::int64_t d_in = config.model.d_in;
-    const std::int64_t data = (samples * (d_in + 1) + 2 * g * d_in) * 4;
-    if (need + data <= *available) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
-        " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
-        ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need),
-        ", but the machine has ", HumanBytes(*available),
-        " available; use a smaller --microbatch-size, --microbatches or --inputs"));
+  const std::int64_t need = config.replicas * model::StateBytes(params, opt);
+  if (need > *available) {
+    const char* state_name = opt.kind == model::OptimizerKind::kAdamW ? " and AdamW's two moments"
+                             : states == 1                            ? " and SGD momentum"
+                                                                      : "";
+    // Only what would make it fit, besides a smaller model.
+    std::string also;
+    if (config.replicas > 1 && need / config.replicas <= *available) {
+      also += absl::StrCat(", or fewer --replicas (at most ", *available / (need / config.replicas),
+                           ")");
+    }
+    if (states > 0 && need / (2 + states) * 2 <= *available) {
+      also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";
+    }
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the model does not fit in host memory: ", params, " parameters x ",
+                     config.replicas, " replica(s), with gradients", state_name, ", need ",
+                     HumanBytes(need), " but the machine has ", HumanBytes(*available),
+                     " available; use a smaller --hidden or --layers", also));
   }
-  const char* state_name = opt.kind == model::OptimizerKind::kAdamW ? " and AdamW's two moments"
-                           : states == 1                            ? " and SGD momentum"
-                                                                    : "";
-  // Only what would make it fit, besides a smaller model.
-  std::string also;
-  if (config.replicas > 1 && need / config.replicas <= *available) {
-    also +=
-        absl::StrCat(", or fewer --replicas (at most ", *available / (need / config.replicas), ")");
-  }
-  if (states > 0 && need / (2 + states) * 2 <= *available) {
-    also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("the model does not fit in host memory: ", params, " parameters x ",
-                   config.replicas, " replica(s), with gradients", state_name, ", need ",
-                   HumanBytes(need), " but the machine has ", HumanBytes(*available),
-                   " available; use a smaller --hidden or --layers", also));
+  if (!config.data_path.empty()) return absl::OkStatus();
+  // The synthetic data set (x as fp32, y as int32) and a step's inputs, staged on the host
+  // and copied to the first ranks.
+  const std::int64_t g =
+      static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
+  const std::int64_t samples = SyntheticSamples(config, g);
+  const std::int64_t d_in = config.model.d_in;
+  const std::int64_t data = (samples * (d_in + 1) + 2 * g * d_in) * 4;
+  if (need + data <= *available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
+      " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
+      ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need),
+      ", but the machine has ", HumanBytes(*available),
+      " available; use a smaller --microbatch-size, --microbatches or --inputs"));
 }
 
 }  // namespace
@@ -128,8 +132,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
         "slowing a stage down needs the host backend (on CUDA its hold would stall every "
         "stream of the GPU); use --backend=host");
   }
-  if (kind == runtime::BackendKind::kHost)
-    PS_RETURN_IF_ERROR(CheckHostMemory(config, t->partition_));
+  if (kind == runtime::BackendKind::kHost) {
+    PS_RETURN_IF_ERROR(CheckHostMemory(t->config_, t->partition_));
+  }
   runtime::BackendOptions options{.kind = kind, .strict = config.strict};
   options.num_devices = config.num_devices > 0 ? config.num_devices
                                                : (kind == runtime::BackendKind::kHost ? P * D : 0);
@@ -182,13 +187,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
       }
     }
   } else {
-    PS_ASSIGN_OR_RETURN(
-        t->data_,
-        model::MakeSynthetic(
-            {.d_in = config.model.d_in,
-             .num_classes = config.model.num_classes,
-             .num_samples = config.synthetic_samples > 0 ? config.synthetic_samples : 8 * g,
-             .seed = config.seed}));
+    PS_ASSIGN_OR_RETURN(t->data_, model::MakeSynthetic({.d_in = config.model.d_in,
+                                                        .num_classes = config.model.num_classes,
+                                                        .num_samples = SyntheticSamples(config, g),
+                                                        .seed = config.seed}));
   }
   if (t->data_.num_samples() < g) {
     return absl::InvalidArgumentError(
