@@ -111,6 +111,40 @@ fi
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 { echo "== environment"; env | grep -E '^(CMAKE_PREFIX_PATH|CPATH|LIBRARY_PATH|LD_LIBRARY_PATH|CUDA_DEVICE_MAX_CONNECTIONS)='; } >>"$out/env.log"
 
+# Can this toolkit's runtime use the GPU at all? A driver older than the toolkit (CUDA 13
+# needs driver 580 or newer, unless compat libraries are set up) makes every test skip
+# with cudaErrorInsufficientDriver: learn that in seconds, not after the build.
+s=$(date +%s)
+nvcc_bin=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+mkdir -p "$out/probe"
+cat >"$out/probe/probe.cu" <<'CU'
+#include <cstdio>
+#include <cuda_runtime.h>
+int main() {
+  int runtime = 0, driver = 0, n = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  std::printf("runtime %d, driver supports %d, %d device(s): %s\n", runtime, driver, n,
+              cudaGetErrorString(e));
+  return e == cudaSuccess && n > 0 ? 0 : 1;
+}
+CU
+if timeout -k 5 "$(left 60)" "$nvcc_bin" -o "$out/probe/probe" "$out/probe/probe.cu" \
+  >"$out/probe.log" 2>&1; then
+  probe=$(timeout -k 5 "$(left 30)" "$out/probe/probe" 2>&1)
+  rc=$?
+  echo "$probe" >>"$out/probe.log"
+  if [ $rc -ne 0 ]; then
+    fail probe $(($(date +%s) - s)) "no usable GPU: $probe"
+    exit 1
+  fi
+  row probe $(($(date +%s) - s)) "$probe"
+else
+  # Not fatal: the build below finds its own nvcc (CMakeLists.txt) and says more.
+  row probe $(($(date +%s) - s)) "could not compile the probe with $nvcc_bin (see $out/probe.log)"
+fi
+
 step configure 120 cmake --preset gpu || exit 1
 if ! grep -q "pipesched: CUDA backend ON" "$out/configure.log"; then
   fail configure 0 "CUDA backend OFF: $(grep -m1 -A1 'pipesched: nvcc found' "$out/configure.log" | tr -s ' \n' ' ')(see $out/env.log)"

@@ -54,8 +54,9 @@ Shape ShapeOf(int kind, int b, int h) {
 
 const char* KindName(int kind) { return kind == 0 ? "F" : kind == 1 ? "I" : "W"; }
 
-void SetCounters(benchmark::State& state, const Shape& s, int kind) {
-  const double flops = 2.0 * s.m * s.n * s.k;
+// `calls`: gemms per benchmark iteration.
+void SetCounters(benchmark::State& state, const Shape& s, int kind, int calls = 1) {
+  const double flops = 2.0 * s.m * s.n * s.k * calls;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(KindName(kind));
@@ -128,18 +129,23 @@ struct CudaBench {
     return b;
   }
 
-  // Milliseconds per call of `kReps` back-to-back calls of `op` (so that launch latency
-  // does not dominate), between two events. The stream's status is checked too: a
-  // failure while the work ran poisons it, not the event.
+  // Milliseconds for `kReps` back-to-back calls of `op` (so that launch latency does not
+  // dominate), between two events: one benchmark iteration, whose time this is (the
+  // per-call figure is the `per_call` counter, PerCall). The stream's status is checked
+  // too: a failure while the work ran poisons it, not the event.
   static constexpr int kReps = 20;
   template <typename Op>
-  absl::StatusOr<double> MillisPerCall(Op&& op) {
+  absl::StatusOr<double> MillisForReps(Op&& op) {
     PS_RETURN_IF_ERROR(start->Record(*stream));
     for (int r = 0; r < kReps; ++r) PS_RETURN_IF_ERROR(op());
     PS_RETURN_IF_ERROR(stop->Record(*stream));
     PS_RETURN_IF_ERROR(stream->Synchronize());
-    PS_ASSIGN_OR_RETURN(double ms, stop->ElapsedMillis(*start));
-    return ms / kReps;
+    return stop->ElapsedMillis(*start);
+  }
+  // `per_call`: seconds per call (shown as e.g. "12.3u"), from the iterations' time.
+  static void PerCall(benchmark::State& state) {
+    state.counters["per_call"] = benchmark::Counter(
+        kReps, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   }
 };
 
@@ -166,7 +172,7 @@ void BM_CudaSgemmSeam(benchmark::State& state) {
   float* c = b + static_cast<std::size_t>(s.k) * s.n;
   BENCH_CHECK(cuda.math->Fill(a, floats, 0.5f, *cuda.stream));
   for (auto _ : state) {
-    BENCH_ASSIGN(const double ms, cuda.MillisPerCall([&] {
+    BENCH_ASSIGN(const double ms, cuda.MillisForReps([&] {
       return cuda.math->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.ldc,
                              *cuda.stream);
     }));
@@ -174,13 +180,14 @@ void BM_CudaSgemmSeam(benchmark::State& state) {
   }
   BENCH_CHECK(buffer.FreeAsync(*cuda.stream));
   BENCH_CHECK(cuda.stream->Synchronize());
-  SetCounters(state, s, state.range(0));
+  SetCounters(state, s, state.range(0), CudaBench::kReps);
+  CudaBench::PerCall(state);
 }
 BENCHMARK(BM_CudaSgemmSeam)->Apply(Args)->UseManualTime();
 
 // The loss of the last stage: softmax cross-entropy forward + dlogits of `rows` rows of
 // `classes` logits (in place, as MlpStageWork calls it), through the seam, timed with
-// events. us per call; the demo's shape is 64 x 10, a language model's head 32000 wide.
+// events (`per_call`); the demo's shape is 64 x 10, a language model's head 32000 wide.
 void BM_CudaSoftmaxCrossEntropy(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0));
   const int classes = static_cast<int>(state.range(1));
@@ -200,7 +207,7 @@ void BM_CudaSoftmaxCrossEntropy(benchmark::State& state) {
     // Fresh logits each iteration, before the timed events. The loss writes dlogits over
     // them, so the later calls of an iteration read those: the same work.
     BENCH_CHECK(cuda.math->Fill(logits, static_cast<std::int64_t>(n), 0.25f, *cuda.stream));
-    BENCH_ASSIGN(const double ms, cuda.MillisPerCall([&] {
+    BENCH_ASSIGN(const double ms, cuda.MillisForReps([&] {
       return cuda.math->SoftmaxCrossEntropy(logits, labels, rows, classes, 1.0f, loss, logits,
                                             *cuda.stream);
     }));
@@ -210,6 +217,7 @@ void BM_CudaSoftmaxCrossEntropy(benchmark::State& state) {
   BENCH_CHECK(cuda.stream->Synchronize());
   state.counters["rows"] = rows;
   state.counters["classes"] = classes;
+  CudaBench::PerCall(state);
 }
 BENCHMARK(BM_CudaSoftmaxCrossEntropy)
     ->Args({64, 10})

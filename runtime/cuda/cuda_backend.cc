@@ -70,6 +70,14 @@ using Clock = std::chrono::steady_clock;
 // cudaEventElapsedTime's float milliseconds then round to well under a microsecond.
 constexpr double kAnchorMaxAgeMillis = 4000;
 
+// A query's "not ready" is an answer, not an error: clear it from the thread's last-error
+// slot too (as PyTorch does), so that no later cudaGetLastError -- ours before a launch,
+// or cuBLAS's and NCCL's after theirs -- mistakes it for a failure.
+cudaError_t NotReadyCleared(cudaError_t state) {
+  if (state == cudaErrorNotReady) (void)cudaGetLastError();
+  return state;
+}
+
 // A move-only owner of one CUDA handle of type T, destroyed on `device` by Traits.
 template <typename T, typename Traits>
 class CudaHandle {
@@ -385,7 +393,7 @@ CudaStream::~CudaStream() {
   // Device work cannot be cancelled: give it the grace period, as the host backend does.
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kAbortGraceMillis);
   while (Clock::now() < deadline) {
-    const cudaError_t state = cudaStreamQuery(handle_.get());
+    const cudaError_t state = NotReadyCleared(cudaStreamQuery(handle_.get()));
     if (state != cudaErrorNotReady) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -395,7 +403,7 @@ Device& CudaStream::device() const { return device_; }
 
 absl::Status CudaStream::status() const {
   PS_RETURN_IF_ERROR(PoisonStatus());
-  const cudaError_t state = cudaStreamQuery(handle_.get());
+  const cudaError_t state = NotReadyCleared(cudaStreamQuery(handle_.get()));
   if (state == cudaSuccess || state == cudaErrorNotReady) return absl::OkStatus();
   error_->Set(PS_CUDA_STATUS(state));
   return error_->Get();
@@ -465,7 +473,7 @@ absl::Status CudaEvent::Record(Stream& stream) {
 absl::StatusOr<bool> CudaEvent::Query() {
   // cudaEventQuery reports a never-recorded event as complete, as the seam promises. Not
   // ready is an answer, not an error: no message is built for it (the executor polls).
-  const cudaError_t state = cudaEventQuery(handle_.get());
+  const cudaError_t state = NotReadyCleared(cudaEventQuery(handle_.get()));
   if (state == cudaSuccess) return true;
   if (state == cudaErrorNotReady) return false;
   return PS_CUDA_STATUS(state);
@@ -645,7 +653,7 @@ void CudaDevice::ReleaseReachedFrees() const {
   // In stream order per stream, but streams finish out of order: test every one.
   std::size_t kept = 0;
   for (PendingFree& free : pending_frees_) {
-    const cudaError_t state = cudaEventQuery(free.reached.get());
+    const cudaError_t state = NotReadyCleared(cudaEventQuery(free.reached.get()));
     if (state == cudaErrorNotReady) {
       pending_frees_[kept++] = std::move(free);
       continue;

@@ -1,7 +1,7 @@
 // comm/ on one GPU: the CUDA peer transport (a copy within the GPU, its argument checks,
 // a poisoned stream) and the NCCL all-reducer's paths that need no second GPU (one
-// participant, replicas sharing the GPU, misuse, abort). Labelled gpu; skips through
-// PS_SKIP_IF_NO_GPU without a usable GPU.
+// participant, replicas sharing the GPU, misuse, abort), and NCCL itself in a one-rank
+// communicator. Labelled gpu; skips through PS_SKIP_IF_NO_GPU without a usable GPU.
 #include <memory>
 #include <vector>
 
@@ -12,6 +12,11 @@
 #include "runtime/runtime.h"
 #include "testing/gpu.h"
 #include "testing/status_matchers.h"
+
+#ifdef PIPESCHED_HAS_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
 
 namespace pipesched::comm {
 namespace {
@@ -169,6 +174,35 @@ TEST_F(CommGpuTest, AbortedReducerIsCancelled) {
               StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
   PS_EXPECT_OK(reducer->AsyncError());
 }
+
+#ifdef PIPESCHED_HAS_CUDA
+// NCCL itself on this GPU. On one GPU the reducer never makes a communicator (replicas
+// sharing a GPU reduce locally), so without this test a one-GPU machine would never show
+// that NCCL loads, initialises a communicator and runs a collective on our stream.
+TEST_F(CommGpuTest, NcclRunsACollectiveOnOneGpu) {
+  constexpr int kN = 1000;
+  runtime::Stream& s = NewStream("nccl");
+  const float* send = Upload(Ramp(kN, 0.5f, 3.0f), s);
+  float* recv = Upload(std::vector<float>(kN, -1.0f), s);
+  ncclComm_t raw = nullptr;
+  int gpu_index = gpu().index();
+  const ncclResult_t init = ncclCommInitAll(&raw, 1, &gpu_index);
+  ASSERT_EQ(init, ncclSuccess) << ncclGetErrorString(init);
+  std::unique_ptr<ncclComm, ncclResult_t (*)(ncclComm_t)> comm(raw, &ncclCommDestroy);
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  RecordProperty("nccl_version", version);
+  // Out of place, so that the result can only have come from NCCL.
+  const ncclResult_t reduce = ncclAllReduce(send, recv, kN, ncclFloat, ncclAvg, comm.get(),
+                                            static_cast<cudaStream_t>(s.native_handle()));
+  ASSERT_EQ(reduce, ncclSuccess) << ncclGetErrorString(reduce);
+  PS_ASSERT_OK(s.Synchronize());
+  ncclResult_t async = ncclInternalError;
+  ASSERT_EQ(ncclCommGetAsyncError(comm.get(), &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess) << ncclGetErrorString(async);
+  EXPECT_EQ(Download(recv, kN), Ramp(kN, 0.5f, 3.0f));
+}
+#endif
 
 }  // namespace
 }  // namespace pipesched::comm
