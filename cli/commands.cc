@@ -54,18 +54,12 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
     return kExitBadInput;
   }
   std::string name = argv[1];
-  if (name == "help" || name == "--help" || name == "-h") {
-    if (argc >= 3) {
-      for (const Command& c : AllCommands()) {
-        if (c.name == argv[2]) {
-          PrintCommandHelp(c, out);
-          return kExitOk;
-        }
-      }
-    }
+  const bool help = name == "help" || name == "--help" || name == "-h";
+  if (help && argc < 3) {
     PrintUsage(out);
     return kExitOk;
   }
+  if (help) name = argv[2];  // help <command>
   const Command* command = nullptr;
   for (const Command& c : AllCommands()) {
     if (c.name == name) command = &c;
@@ -80,7 +74,7 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
   }
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
+    if (help || a == "--help" || a == "-h") {
       PrintCommandHelp(*command, out);
       return kExitOk;
     }

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/synthetic.h"
 #include "nlohmann/json.hpp"
 
 namespace pipesched::cli {
@@ -143,6 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
     Flags, CliBadInputTest,
     ::testing::Values(
         BadInput{{"nosuchcommand"}, "unknown command 'nosuchcommand'"},
+        BadInput{{"help", "nosuchcommand"}, "unknown command 'nosuchcommand'"},
         BadInput{{"simulate", "--schedule=nope"}, "nope"},
         BadInput{{"simulate", "--stages=0"}, "--stages=0 is out of range"},
         BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
@@ -156,6 +158,30 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--from=/nonexistent.csv"}, "/nonexistent.csv"},
         BadInput{{"validate"}, "validate takes one schedule file"},
         BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"}));
+
+TEST(CliTest, HelpListsTheCommandsAndEachCommandsFlags) {
+  RunResult all = RunCli({"help"});
+  EXPECT_EQ(all.code, 0);
+  for (const char* name : {"schedules", "simulate", "validate", "train", "bench", "version"}) {
+    EXPECT_THAT(all.out, HasSubstr(std::string("\n  ") + name + "\t")) << name;
+  }
+  EXPECT_EQ(RunCli({"--help"}).out, all.out);
+  RunResult train = RunCli({"help", "train"});
+  EXPECT_EQ(train.code, 0);
+  EXPECT_THAT(train.out, ::testing::StartsWith("usage: pipesched train --schedule=NAME"));
+  EXPECT_THAT(train.out, HasSubstr("--microbatch-size=B"));
+  EXPECT_THAT(train.out, HasSubstr("[--from=SCHEDULE_FILE]"));
+  // --help anywhere after the command, even after other flags.
+  EXPECT_EQ(RunCli({"train", "--help"}).out, train.out);
+  RunResult bench = RunCli({"bench", "--stages=2", "-h"});
+  EXPECT_EQ(bench.code, 0);
+  EXPECT_THAT(bench.out, ::testing::StartsWith("usage: pipesched bench"));
+  // No command at all: the usage, on stderr, exit 2.
+  RunResult none = RunCli({});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.out, "");
+  EXPECT_THAT(none.err, HasSubstr("usage: pipesched <command> [--flags]"));
+}
 
 TEST(CliTest, MalformedFilesAreBadInput) {
   struct Case {
@@ -236,6 +262,41 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   EXPECT_LT(k["losses"][0].get<double>(), j["losses"][0].get<double>());
 }
 
+// A schedule file -- PyTorch's own CSV for 2 ranks x 2 chunks x 8 micro-batches, with
+// split backwards -- trains as its generator would: the same losses as plain
+// single-stage training on the same global batch and micro-batch split.
+TEST(CliTrainTest, TrainsAScheduleFileLikePlainTraining) {
+  const std::vector<std::string> model = {
+      "--layers=4",          "--hidden=16", "--inputs=8",     "--classes=4",
+      "--microbatch-size=2", "--steps=3",   "--backend=host", "--lr=0.1"};
+  auto run = [&](std::vector<std::string> args, const std::string& json) {
+    args.insert(args.begin(), "train");
+    args.insert(args.end(), model.begin(), model.end());
+    args.push_back("--json=" + json);
+    return RunCli(args);
+  };
+  const std::string piped = TempPath("from.json"), plain = TempPath("plain.json");
+  RunResult a = run({"--from=" + Shared("interop/pytorch/2-rank.csv")}, piped);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_THAT(a.out, HasSubstr("P=2 V=2 D=1 M=8 B=2  global batch 16"));
+  RunResult b = run({"--schedule=gpipe", "--stages=1", "--microbatches=8"}, plain);
+  ASSERT_EQ(b.code, 0) << b.err;
+  const nlohmann::json x = nlohmann::json::parse(Slurp(piped));
+  const nlohmann::json y = nlohmann::json::parse(Slurp(plain));
+  ASSERT_EQ(x["losses"].size(), 3u);
+  ASSERT_EQ(y["losses"].size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const double p = x["losses"][k].get<double>(), q = y["losses"][k].get<double>();
+    EXPECT_NEAR(p, q, 1e-5 * q) << "step " << k + 1;
+  }
+  EXPECT_LT(x["losses"][2].get<double>(), x["losses"][0].get<double>());
+  // The file fixes P, V and M: a flag that would change them is refused, by name.
+  RunResult c = run({"--from=" + Shared("interop/pytorch/2-rank.csv"), "--microbatches=4"}, piped);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_THAT(c.err, HasSubstr("takes P, V and M from the file; drop --microbatches"));
+  EXPECT_EQ(CountLines(c.err), 1);
+}
+
 TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
   struct Case {
     std::vector<std::string> args;
@@ -274,6 +335,40 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
     EXPECT_EQ(r.code, 2) << c.args.back() << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
     EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  }
+}
+
+TEST(CliTrainTest, DataFilesThatDisagreeWithTheFlagsAreOneLineErrors) {
+  // 32 samples of 8 inputs, labels 1 but one 7; the file says how many classes it has.
+  auto write = [](const std::string& name, int num_classes) {
+    model::Dataset data{.d_in = 8, .num_classes = num_classes};
+    data.x.assign(32 * 8, 0.5f);
+    data.y.assign(32, 1);
+    data.y[17] = 7;
+    const std::string path = TempPath(name);
+    EXPECT_TRUE(model::SaveDataset(path, data).ok()) << path;
+    return path;
+  };
+  const std::string four = write("labels-4.safetensors", 4);   // label 7 of 4 classes
+  const std::string eight = write("labels-8.safetensors", 8);  // consistent in itself
+  auto run = [](const std::string& path, const std::string& inputs) {
+    return RunCli({"train", "--stages=2", "--layers=3", "--hidden=16", "--classes=4", "--steps=1",
+                   "--backend=host", "--data=" + path, inputs});
+  };
+  struct Case {
+    RunResult r;
+    std::string message;
+  } const cases[] = {
+      {run(four, "--inputs=8"),
+       "data set '" + four + "': label 7 is out of range for num_classes 4"},
+      {run(eight, "--inputs=8"), eight + ": label 7 in y is outside [0, 4) (--classes=4)"},
+      {run(eight, "--inputs=16"),
+       eight + ": x has 8 features per sample but the model takes 16 (--inputs)"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.r.code, 2) << c.r.err;
+    EXPECT_THAT(c.r.err, HasSubstr(c.message));
+    EXPECT_EQ(CountLines(c.r.err), 1) << c.r.err;
   }
 }
 
