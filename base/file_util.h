@@ -1,6 +1,7 @@
 // Whole-file reads and atomic writes. Errors name the path and the OS reason.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -9,13 +10,27 @@
 
 namespace pipesched {
 
-// Reads the whole file. NotFound / PermissionDenied / Internal with the path and strerror.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// What ReadFile reads at most unless told otherwise: far beyond any schedule or cost
+// file, and a bound on what a device such as /dev/zero can make it take.
+inline constexpr std::int64_t kReadFileDefaultMaxBytes = std::int64_t{1} << 30;
+
+// Reads the whole file. NotFound / PermissionDenied / Internal with the path and strerror;
+// InvalidArgument when it holds more than `max_bytes` (a regular file is refused by its
+// size, before anything is read), naming the limit: "more than <limit> (1.00 GiB)".
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     std::int64_t max_bytes = kReadFileDefaultMaxBytes,
+                                     std::string_view limit = "");
+
+// The most a file that is loaded whole into host memory (a data set, a checkpoint) may
+// hold: half the memory available now (MemAvailable; its bytes and what they are parsed
+// into are both held for a while), or no limit where that is unknown.
+std::int64_t HostLoadLimitBytes();
 
 // Writes `content` to `path` atomically: a temporary file beside it, fsync, rename.
-// A failed write leaves any previous file at `path` untouched. NotFound (no such
-// directory), PermissionDenied, InvalidArgument (`path` is a directory) or Internal,
-// with the path and strerror.
+// A failed write leaves any previous file at `path` untouched. An existing `path` that
+// is neither a regular file nor a directory (/dev/stdout, a pipe) is written into
+// directly. NotFound (no such directory), PermissionDenied, InvalidArgument (`path` is a
+// directory) or Internal, with the path and strerror (ENOSPC: "No space left on device").
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);
 
 // Whether WriteFileAtomic(path, ...) can succeed, checked before a long run that writes

@@ -259,7 +259,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  PS_ASSIGN_OR_RETURN(std::string bytes,
+                      ReadFile(path, HostLoadLimitBytes(), "half the host memory available"));
   return ParseSafetensors(bytes, path);
 }
 

@@ -1,7 +1,15 @@
 #include "base/file_util.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -40,6 +48,43 @@ TEST(FileUtilTest, FailedWriteKeepsPreviousFile) {
 }
 
 // What a long run checks before it starts, so that it does not fail at the end.
+TEST(FileUtilTest, ReadFileStopsAtItsLimit) {
+  // A device that never ends is refused once past the limit, not read until memory runs out.
+  EXPECT_THAT(ReadFile("/dev/zero", 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cannot read '/dev/zero': it goes on, more than the limit "
+                                 "(1.00 MiB); give a smaller file")));
+  // A regular file is refused by its size, with the limit's name.
+  const std::string path = TempPath("big");
+  PS_ASSERT_OK(WriteFileAtomic(path, std::string(3000, 'x')));
+  EXPECT_THAT(ReadFile(path, 2048, "what a test allows"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("it holds 2.9 KiB, more than what a test allows (2.0 KiB)")));
+  PS_ASSERT_OK_AND_ASSIGN(std::string exact, ReadFile(path, 3000));
+  EXPECT_EQ(exact.size(), 3000u);
+}
+
+// Writing to a path that is a pipe (or /dev/stdout) writes into it: a rename onto it would
+// replace it with a regular file (which, run as root with --json=/dev/null, would have
+// replaced /dev/null).
+TEST(FileUtilTest, WriteIntoAPipeKeepsThePipe) {
+  const std::string path = TempPath("fifo");
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(path, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  PS_EXPECT_OK(WriteFileAtomic(path, "through the pipe"));
+  reader.join();
+  EXPECT_EQ(received, "through the pipe");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ::unlink(path.c_str());
+}
+
 TEST(FileUtilTest, CheckOutputPathSaysWhatIsWrongAndWhatWorks) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = tmp ? tmp : "/tmp";
