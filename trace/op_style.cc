@@ -44,10 +44,51 @@ double NiceStep(double x) {
   return 10 * magnitude;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong forms,
+// no surrogates, at most U+10FFFF), or 0.
+std::size_t Utf8Length(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string XmlEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char c : text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const std::size_t n = Utf8Length(text, i);
+    // XML 1.0 allows no control character but tab, newline and carriage return, and only
+    // well-formed UTF-8: anything else (a name taken from a file) becomes U+FFFD.
+    if (n == 0 || (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')) {
+      out += "\xEF\xBF\xBD";
+      i += n == 0 ? 1 : n;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";
@@ -62,8 +103,9 @@ std::string XmlEscape(std::string_view text) {
         out += "&quot;";
         break;
       default:
-        out.push_back(c);
+        out.append(text.substr(i, n));
     }
+    i += n;
   }
   return out;
 }

@@ -23,7 +23,9 @@ const OpStyle& StyleOf(std::string_view op);
 // The smallest of 1, 2, 5 x 10^k that is >= x: axis tick spacing. 1 when x <= 0.
 double NiceStep(double x);
 
-// `text` with &, <, > and " escaped for SVG/XML text and attribute values.
+// `text` with &, <, > and " escaped for SVG/XML text and attribute values; control
+// characters other than tab, newline and carriage return, and bytes that are not
+// well-formed UTF-8, become U+FFFD (XML 1.0 allows neither).
 std::string XmlEscape(std::string_view text);
 
 // A coordinate with two decimals, trailing zeros dropped: compact and exact enough.

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_timeline.h"
+#include "trace/op_style.h"
 
 namespace pipesched::trace {
 namespace {
@@ -77,6 +78,28 @@ TEST(SvgTest, WellFormedWithOneBoxPerSpan) {
   EXPECT_THAT(svg, HasSubstr(">1F1B &lt;P=2&gt; &amp; friends</text>"));
   EXPECT_THAT(svg, HasSubstr(">makespan 10.5 units, bubble fraction 38%</text>"));
   EXPECT_THAT(svg, HasSubstr("sans-serif"));
+}
+
+// A name read from a file may hold control characters or bytes that are not UTF-8; XML
+// 1.0 allows neither, and one of them makes the whole picture unreadable.
+TEST(SvgTest, ControlCharactersAndBrokenUtf8BecomeReplacementCharacters) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(internal::XmlEscape("a\x01"
+                                "b\x1b[31mc"),
+            "a" + fffd + "b" + fffd + "[31mc");
+  EXPECT_EQ(internal::XmlEscape("tab\tnl\ncr\r"), "tab\tnl\ncr\r");
+  // Well-formed UTF-8 (2, 3 and 4 bytes) is kept; a lone continuation byte, a truncated
+  // sequence, an overlong form and a surrogate are not.
+  EXPECT_EQ(internal::XmlEscape("\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"),
+            "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");
+  EXPECT_EQ(internal::XmlEscape("\x80|\xE2\x82|\xC0\xAF|\xED\xA0\x80"),
+            fffd + "|" + fffd + fffd + "|" + fffd + fffd + "|" + fffd + fffd + fffd);
+  Timeline t = testing::TwoRankTimeline();
+  SvgOptions options;
+  options.title = std::string("x\x01y\xff", 4);
+  const std::string svg = ToSvg({&t}, options);
+  EXPECT_EQ(svg.find('\x01'), std::string::npos);
+  EXPECT_THAT(svg, HasSubstr(">x" + fffd + "y" + fffd + "</text>"));
 }
 
 TEST(SvgTest, RowsIdleAxisAndLegend) {
