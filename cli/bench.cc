@@ -482,7 +482,7 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["microbatches"] = r.m;
   j["microbatch_size"] = sweep.base.microbatch_size;
   j["replicas"] = sweep.base.replicas;
-  j["slow_stage"] = sweep.slow_rank;
+  j["slow_stage"] = sweep.slow_rank >= 0 ? nlohmann::json(sweep.slow_rank) : nlohmann::json();
   j["slow_factor"] = sweep.slow_factor;
   j["status"] = r.skipped.empty() ? "ok" : (r.failed ? "failed" : "skipped");
   j["reason"] = r.skipped;
@@ -506,7 +506,8 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["idle_host_us"] = r.idle.host;
   j["idle_imbalance_us"] = r.idle.imbalance;
   j["idle_explained"] = r.idle_us > 0 ? r.idle.total() / r.idle_us : 1.0;
-  j["handoff_us"] = r.handoff_us;
+  // Null where no cross-rank dependency was measured (P=1).
+  j["handoff_us"] = r.handoff_us >= 0 ? nlohmann::json(r.handoff_us) : nlohmann::json();
   j["transfer_us"] = r.transfer_us;
   // Per rank, or null when ranks share devices; then per device in the next field.
   j["peak_activation_bytes"] = r.peak_per_device ? nlohmann::json() : nlohmann::json(r.peak_bytes);

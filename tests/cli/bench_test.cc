@@ -87,6 +87,11 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
               st["bubble_replayed"] == c["bubble_replayed"];
     }
     EXPECT_GE(same, 1) << c["steps"].dump();
+    EXPECT_TRUE(c["slow_stage"].is_null());  // no --slow-stage
+    // Null when no consumer waited on another rank in the step (tiny work can finish first).
+    if (!c["handoff_us"].is_null()) {
+      EXPECT_GT(c["handoff_us"].get<double>(), 0);
+    }
     EXPECT_EQ(c["peak_activation_bytes"].size(), 2u);
     // Measured in an exact-accounting step, it is what the simulator predicts, byte for
     // byte (stashes, boundary buffers and each backward's workspace).
@@ -116,6 +121,33 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_THAT(picture, HasSubstr("P=2: bubble fraction vs micro-batches"));
   EXPECT_THAT(picture, HasSubstr("simulated vs measured"));
+}
+
+// What does not apply is null in the JSON and empty in the CSV, never a -1 placeholder.
+TEST(BenchTest, WhatDoesNotApplyIsNullNotMinusOne) {
+  const std::string csv = TempPath("p1.csv"), json = TempPath("p1.json");
+  RunResult r = RunCli(Tiny(
+      {"--schedules=1f1b", "--stages=1", "--microbatches=2", "--csv=" + csv, "--json=" + json}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const nlohmann::json c = nlohmann::json::parse(Slurp(json))["configurations"][0];
+  ASSERT_EQ(c["status"], "ok");
+  EXPECT_TRUE(c["handoff_us"].is_null());  // one rank: no hand-off between ranks
+  EXPECT_TRUE(c["slow_stage"].is_null());
+  std::vector<std::string> lines = absl::StrSplit(Slurp(csv), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u);
+  const std::vector<std::string> header = absl::StrSplit(lines[0], ',');
+  const std::vector<std::string> row = absl::StrSplit(lines[1], ',');
+  ASSERT_EQ(row.size(), header.size());
+  for (std::size_t k = 0; k < header.size(); ++k) {
+    if (header[k] == "handoff_us" || header[k] == "slow_stage") {
+      EXPECT_EQ(row[k], "") << header[k];
+    }
+    EXPECT_NE(row[k], "-1") << header[k];
+  }
+  RunResult slow = RunCli(Tiny({"--schedules=1f1b", "--stages=2", "--microbatches=2",
+                                "--slow-stage=1:1.5", "--json=" + json}));
+  ASSERT_EQ(slow.code, 0) << slow.err;
+  EXPECT_EQ(nlohmann::json::parse(Slurp(json))["configurations"][0]["slow_stage"], 1);
 }
 
 TEST(BenchTest, RanksSharingADeviceGetTheirPeakPerDevice) {
