@@ -42,7 +42,9 @@ class Fnv1a64 {
   std::uint64_t hash_ = 0xcbf29ce484222325ULL;
 };
 
-std::string Checksum(const model::SafetensorsFile& file) {
+}  // namespace
+
+std::string CheckpointChecksum(const model::SafetensorsFile& file) {
   Fnv1a64 h;
   for (const auto& [key, value] : file.metadata) {  // std::map: sorted
     if (key == "checksum") continue;
@@ -59,6 +61,8 @@ std::string Checksum(const model::SafetensorsFile& file) {
   }
   return absl::StrFormat("fnv1a64:%016x", h.value());
 }
+
+namespace {
 
 absl::StatusOr<model::Chunk*> ChunkOf(const Trainer& trainer, int replica, int stage) {
   return &trainer.chunk(replica, stage);
@@ -80,6 +84,8 @@ std::map<std::string, std::string> Configuration(const Trainer& trainer) {
       {"optimizer", std::string(model::OptimizerName(c.optimizer.kind))},
       {"optimizer.state", OptimizerState(c.optimizer)},
       {"data_samples", absl::StrCat(trainer.data().num_samples())},
+      // The synthetic data and every data set's sample order come from it.
+      {"seed", absl::StrCat(c.seed)},
   };
 }
 
@@ -92,7 +98,10 @@ std::string FlagOf(const std::string& key) {
       {"model.classes", "--classes"},
       {"optimizer", "--optimizer"},
       {"optimizer.state", "--momentum (0 = no state)"},
-      {"data_samples", "the data set's sample count (--data, --seed)"},
+      {"data_samples",
+       "the data set's sample count (--data; synthetic data: 8 x --replicas x --microbatches "
+       "x --microbatch-size)"},
+      {"seed", "--seed"},
   };
   auto it = kFlags.find(key);
   return it == kFlags.end() ? key : it->second;
@@ -129,14 +138,13 @@ absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
   file.metadata["producer"] = "pipesched";
   file.metadata["step"] = absl::StrCat(step);
   file.metadata["data_cursor"] = absl::StrCat(trainer.data_cursor());
-  file.metadata["seed"] = absl::StrCat(c.seed);
   file.metadata["optimizer.lr"] = absl::StrCat(
       c.optimizer.kind == model::OptimizerKind::kAdamW ? c.optimizer.adamw.lr : c.optimizer.sgd.lr);
   file.metadata["optimizer.momentum"] = absl::StrCat(c.optimizer.sgd.momentum);
   file.metadata["optimizer.weight_decay"] =
       absl::StrCat(c.optimizer.kind == model::OptimizerKind::kAdamW ? c.optimizer.adamw.weight_decay
                                                                     : c.optimizer.sgd.weight_decay);
-  file.metadata["checksum"] = Checksum(file);
+  file.metadata["checksum"] = CheckpointChecksum(file);
   absl::Status written = model::WriteSafetensors(path, file);
   if (!written.ok()) {
     return absl::Status(written.code(),
@@ -166,7 +174,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
     return Rejected(path, absl::StrCat("version '", meta("version"), "' is not supported (1 is)"));
   }
   const std::string stored = meta("checksum");
-  const std::string computed = Checksum(file);
+  const std::string computed = CheckpointChecksum(file);
   if (stored != computed) {
     return Rejected(path, absl::StrCat("checksum mismatch: the file is corrupted (stored '", stored,
                                        "', computed '", computed, "')"));
@@ -183,11 +191,18 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
                                        absl::StrJoin(mismatches, "; "), ")"));
   }
   CheckpointInfo info;
-  if (!absl::SimpleAtoi(meta("step"), &info.step) || info.step < 0 ||
-      !absl::SimpleAtoi(meta("data_cursor"), &info.data_cursor) || info.data_cursor < 0 ||
-      info.data_cursor >= trainer.data().num_samples()) {
-    return Rejected(path, absl::StrCat("bad step '", meta("step"), "' or data_cursor '",
-                                       meta("data_cursor"), "'"));
+  // Far beyond any run, and leaves room to count on without overflow.
+  constexpr std::int64_t kMaxStep = std::int64_t{1} << 53;
+  if (!absl::SimpleAtoi(meta("step"), &info.step) || info.step < 0 || info.step > kMaxStep) {
+    return Rejected(path, absl::StrCat("bad step '", meta("step"),
+                                       "': a count of optimizer steps from 0 to 2^53 is expected"));
+  }
+  const std::int64_t samples = trainer.data().num_samples();
+  if (!absl::SimpleAtoi(meta("data_cursor"), &info.data_cursor) || info.data_cursor < 0 ||
+      info.data_cursor >= samples) {
+    return Rejected(path, absl::StrCat("bad data_cursor '", meta("data_cursor"),
+                                       "': the next sample of a data set of ", samples,
+                                       " is expected (0 to ", samples - 1, ")"));
   }
 
   std::vector<model::HostTensor> params, state;

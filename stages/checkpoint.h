@@ -1,7 +1,8 @@
 // Training checkpoints: everything a Trainer needs to continue a run bit for bit (on the
 // host backend: training N steps equals training K, saving, loading into a fresh Trainer
 // and training N - K more). What it is not: a schedule snapshot -- the schedule, P, V, M
-// and D may change between save and resume (the numbers then follow the new schedule).
+// and D may change between save and resume (the numbers then follow the new schedule),
+// as long as the data set keeps its size (synthetic data: 8 x D x M x B samples).
 //
 // The file is safetensors (model/safetensors.h), written atomically (temporary file,
 // fsync, rename, fsync of the directory: a failed or killed save leaves the previous
@@ -25,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/safetensors.h"
 #include "stages/trainer.h"
 
 namespace pipesched::stages {
@@ -42,7 +44,12 @@ absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path);
 // and what is wrong when it is truncated or not safetensors, not a pipesched checkpoint
 // (parameters only: use Trainer::LoadParameters), corrupted (checksum mismatch), or
 // written for another configuration (each differing model dimension, the optimizer or
-// its state, the data set size); NotFound when it does not exist.
+// its state, the data set size, the seed), or with a step or data cursor out of range;
+// NotFound when it does not exist.
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& trainer);
+
+// The checksum a checkpoint's metadata must hold ("fnv1a64:<16 hex digits>", above), for
+// tools that edit a checkpoint's metadata and write it again.
+std::string CheckpointChecksum(const model::SafetensorsFile& file);
 
 }  // namespace pipesched::stages

@@ -179,6 +179,48 @@ TEST_F(CheckpointRejectTest, AnotherConfigurationIsNamed) {
   PS_EXPECT_OK(LoadBytes(bytes_, c));
 }
 
+TEST_F(CheckpointRejectTest, AnotherSeedOrDataSetIsNamed) {
+  // The seed makes the synthetic data and every data set's sample order: another seed
+  // would continue on other data.
+  TrainerConfig c = Config(model::OptimizerKind::kSgd);
+  c.seed = 8;
+  EXPECT_THAT(LoadBytes(bytes_, c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("(--seed: checkpoint 7, this run 8)")));
+  c = Config(model::OptimizerKind::kSgd);
+  c.synthetic_samples = 0;  // 8 global batches
+  EXPECT_THAT(LoadBytes(bytes_, c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the data set's sample count (--data; synthetic data: 8 x "
+                                 "--replicas x --microbatches x --microbatch-size): checkpoint "
+                                 "112, this run 256")));
+}
+
+TEST_F(CheckpointRejectTest, StepAndCursorOutOfRangeAreNamed) {
+  // Metadata edited by a tool that wrote the checksum again: the checksum passes, the
+  // values are checked on their own.
+  auto with = [&](const std::string& key, const std::string& value) {
+    absl::StatusOr<model::SafetensorsFile> file = model::ParseSafetensors(bytes_, path_);
+    EXPECT_TRUE(file.ok()) << file.status();
+    file->metadata[key] = value;
+    file->metadata["checksum"] = CheckpointChecksum(*file);
+    absl::StatusOr<std::string> bytes = model::SerializeSafetensors(*file);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    return *bytes;
+  };
+  const TrainerConfig c = Config(model::OptimizerKind::kSgd);
+  PS_EXPECT_OK(LoadBytes(with("step", "5"), c));
+  EXPECT_THAT(LoadBytes(with("step", "9223372036854775807"), c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad step '9223372036854775807': a count of optimizer steps "
+                                 "from 0 to 2^53 is expected")));
+  EXPECT_THAT(LoadBytes(with("step", "-1"), c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad step '-1'")));
+  EXPECT_THAT(LoadBytes(with("data_cursor", "112"), c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad data_cursor '112': the next sample of a data set of 112 "
+                                 "is expected (0 to 111)")));
+}
+
 TEST_F(CheckpointRejectTest, ParametersOnlyFileIsNotACheckpoint) {
   PS_ASSERT_OK(trainer_->SaveParameters(path_));
   PS_ASSERT_OK_AND_ASSIGN(std::string params_only, ReadFile(path_));
