@@ -151,8 +151,10 @@ absl::Status Train(const CommandContext& ctx) {
   for (int step = 1; step <= steps; ++step) {
     PS_ASSIGN_OR_RETURN(stages::StepResult result, trainer->Step());
     if (!std::isfinite(result.loss)) {
-      return absl::InternalError(absl::StrCat("step ", step, ": the loss is ", result.loss,
-                                              "; lower --lr or check the data's labels"));
+      return absl::InternalError(
+          absl::StrCat("step ", step, ": the loss is ", result.loss,
+                       "; training diverged (inputs, labels and initial values are checked when "
+                       "loaded): lower --lr or --weight-decay"));
     }
     trace::BubbleStats measured = trace::ComputeBubbleStats(result.timeline, p);
     records.push_back({result.loss, result.step_micros, measured.bubble_fraction});

@@ -5,6 +5,8 @@
 #include "model/chunk.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -304,11 +306,29 @@ absl::Status Chunk::ImportInto(float* dst, const std::vector<HostTensor>& tensor
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has dtype ",
                                                      Absl(DTypeName(it->dtype)), ", expected F32"));
     }
-    if (it->shape != spec.shape ||
-        it->bytes.size() != static_cast<std::size_t>(spec.numel()) * sizeof(float)) {
+    if (it->shape != spec.shape) {
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has shape ",
                                                      ShapeString(it->shape), ", expected ",
                                                      ShapeString(spec.shape)));
+    }
+    const std::size_t bytes = static_cast<std::size_t>(spec.numel()) * sizeof(float);
+    if (it->bytes.size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' holds ",
+                                                     it->bytes.size(), " bytes, but F32 ",
+                                                     ShapeString(spec.shape), " needs ", bytes));
+    }
+    // A value that is not finite would make every loss NaN from the first step on; a
+    // negative second moment, every AdamW update.
+    const bool nonnegative = suffix == ".exp_avg_sq";
+    for (std::size_t k = 0; k < it->bytes.size() / sizeof(float); ++k) {
+      float v;
+      std::memcpy(&v, it->bytes.data() + k * sizeof(float), sizeof(float));
+      if (!std::isfinite(v) || (nonnegative && v < 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", name, "' holds ", v, " at element ", k, ": ",
+                         nonnegative ? "a second moment must be finite and >= 0"
+                                     : "every value must be finite"));
+      }
     }
     PS_RETURN_IF_ERROR(
         device_->CopyFromHost(dst + param_offsets_[i], it->bytes.data(), it->bytes.size()));

@@ -118,6 +118,12 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path) {
   data.x = std::move(*xs);
   data.y = std::move(*ys);
   data.d_in = static_cast<int>((*x)->shape[1]);
+  for (std::size_t i = 0; i < data.x.size(); ++i) {
+    if (!std::isfinite(data.x[i])) {
+      return error(absl::StrCat("tensor 'x' holds ", data.x[i], " at sample ", i / data.d_in,
+                                ", feature ", i % data.d_in, ": every input must be finite"));
+    }
+  }
   int max_label = 0;
   for (std::size_t i = 0; i < data.y.size(); ++i) {
     if (data.y[i] < 0) {

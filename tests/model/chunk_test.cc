@@ -4,6 +4,7 @@
 #include "model/chunk.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -415,6 +416,46 @@ TEST_F(ChunkTest, ImportExportRoundTripAndErrors) {
   wrong[2] = HostTensor::I32("blocks.1.weight", {6, 6}, std::vector<std::int32_t>(36));
   EXPECT_THAT(a->ImportParameters(wrong),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype I32, expected F32")));
+  wrong[2] = HostTensor::F32("blocks.1.weight", {6, 6}, std::vector<float>(35));
+  EXPECT_THAT(a->ImportParameters(wrong),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'blocks.1.weight' holds 140 bytes, but F32 (6, 6) needs 144")));
+  // Values that are not finite are refused when loaded, not found as a NaN loss later.
+  std::vector<float> values(36, 0.25f);
+  values[13] = std::numeric_limits<float>::infinity();
+  wrong[2] = HostTensor::F32("blocks.1.weight", {6, 6}, values);
+  EXPECT_THAT(a->ImportParameters(wrong),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("parameter 'blocks.1.weight' holds inf at element 13: every "
+                                 "value must be finite")));
+  values[13] = std::nanf("");
+  wrong[2] = HostTensor::F32("blocks.1.weight", {6, 6}, values);
+  EXPECT_THAT(a->ImportParameters(wrong),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds nan at element 13")));
+}
+
+TEST_F(ChunkTest, ImportedOptimizerStateMustBeUsable) {
+  const MlpConfig config{4, 6, 3, 2};
+  ChunkOptions options;
+  options.config = config;
+  options.first_layer = 0;
+  options.last_layer = 3;
+  options.optimizer.kind = OptimizerKind::kAdamW;
+  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Chunk> chunk, Chunk::Create(options, device(0)));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> state, chunk->ExportOptimizerState());
+  PS_ASSERT_OK(chunk->ImportOptimizerState(state, 3));
+  EXPECT_EQ(chunk->step_count(), 3);
+  // A negative second moment would make every AdamW update NaN (its square root).
+  for (HostTensor& t : state) {
+    if (t.name != "head.bias.exp_avg_sq") continue;
+    std::vector<float> values(t.bytes.size() / sizeof(float), 0.5f);
+    values[1] = -1.0f;
+    t = HostTensor::F32(t.name, t.shape, values);
+  }
+  EXPECT_THAT(chunk->ImportOptimizerState(state, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("parameter 'head.bias.exp_avg_sq' holds -1 at element 1: a "
+                                 "second moment must be finite and >= 0")));
 }
 
 TEST_F(ChunkTest, Errors) {

@@ -235,6 +235,15 @@ TEST(SyntheticTest, SaveAndLoadDataset) {
   PS_ASSERT_OK(WriteSafetensors(path, torch));
   EXPECT_THAT(LoadDataset(path),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tensor 'y'")));
+
+  // An input that is not finite is refused by where it is.
+  torch.tensors = {HostTensor::F32("x", {2, 3}, {0, 1, 2, 3, std::nanf(""), 5}),
+                   HostTensor::I64("y", {2}, {0, 1})};
+  PS_ASSERT_OK(WriteSafetensors(path, torch));
+  EXPECT_THAT(LoadDataset(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor 'x' holds nan at sample 1, feature 1: every input must "
+                                 "be finite")));
 }
 
 }  // namespace
