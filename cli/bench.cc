@@ -791,11 +791,7 @@ int Bench(const CommandContext& ctx) {
 }  // namespace
 
 int RunBench(const CommandContext& ctx) {
-  if (!ctx.positional.empty()) {
-    return ReportError(
-        ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
-                                                     "'; bench takes only --flags")));
-  }
+  if (int code; RejectArguments(ctx, "bench", code)) return code;
   return Bench(ctx);
 }
 

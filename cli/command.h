@@ -43,6 +43,10 @@ const std::vector<Command>& AllCommands();
 // PermissionDenied, kExitFailure otherwise.
 int ReportError(const CommandContext& ctx, const absl::Status& status);
 
+// For a command that takes only --flags: when arguments that are not flags were given,
+// reports "unexpected argument 'x'; <command> takes only --flags" and returns true.
+bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code);
+
 // True when the user gave the flag (canonical name with underscores).
 bool FlagGiven(const CommandContext& ctx, std::string_view name);
 

@@ -26,6 +26,14 @@ int ReportError(const CommandContext& ctx, const absl::Status& status) {
   }
 }
 
+bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code) {
+  if (ctx.positional.empty()) return false;
+  exit_code = ReportError(
+      ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
+                                                   "'; ", Absl(command), " takes only --flags")));
+  return true;
+}
+
 bool FlagGiven(const CommandContext& ctx, std::string_view name) {
   for (const std::string& f : ctx.flags_set) {
     if (f == name) return true;

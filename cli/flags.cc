@@ -84,8 +84,14 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     auto is_allowed = [&](const std::string& n) { return !registered(n).empty(); };
     absl::CommandLineFlag* flag =
         is_allowed(canon) ? absl::FindCommandLineFlag(registered(canon)) : nullptr;
-    if (flag == nullptr && canon.rfind("no", 0) == 0 && !has_value && is_allowed(canon.substr(2))) {
+    if (flag == nullptr && canon.rfind("no", 0) == 0 && is_allowed(canon.substr(2))) {
       flag = absl::FindCommandLineFlag(registered(canon.substr(2)));
+      if (flag != nullptr && flag->IsOfType<bool>() && has_value) {
+        const std::string positive = Dashed(canon.substr(2));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value; use --no",
+                                                       positive, " (= --", positive,
+                                                       "=false) or --", positive));
+      }
       if (flag != nullptr && flag->IsOfType<bool>()) {
         negated = true;
         canon = canon.substr(2);
@@ -108,6 +114,11 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
       } else {
         return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
       }
+    }
+    // "--json=" from an empty shell variable would otherwise quietly mean "not given".
+    if (value.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "= has an empty value; give one, or leave the flag out for its default"));
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {

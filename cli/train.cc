@@ -50,9 +50,11 @@ std::string ProgressBar(int done, int total, int width = 24) {
 absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, TrainerConfigFromFlags(ctx));
   config.step_timeout_seconds = absl::GetFlag(FLAGS_step_timeout);
-  if (!(config.step_timeout_seconds >= 0) || !std::isfinite(config.step_timeout_seconds)) {
+  // Below a second a busy machine's scheduling alone can look like a hang.
+  if (!(config.step_timeout_seconds == 0 || config.step_timeout_seconds >= 1) ||
+      !std::isfinite(config.step_timeout_seconds)) {
     return absl::InvalidArgumentError(absl::StrCat("--step-timeout=", config.step_timeout_seconds,
-                                                   " must be >= 0 seconds (0 = never)"));
+                                                   " must be 0 (never) or at least 1 second"));
   }
   if (std::string from = absl::GetFlag(FLAGS_from); !from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
@@ -322,11 +324,7 @@ absl::Status Train(const CommandContext& ctx) {
 }  // namespace
 
 int RunTrain(const CommandContext& ctx) {
-  if (!ctx.positional.empty()) {
-    return ReportError(
-        ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
-                                                     "'; train takes only --flags")));
-  }
+  if (int code; RejectArguments(ctx, "train", code)) return code;
   absl::Status s = Train(ctx);
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }

@@ -145,6 +145,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{{"nosuchcommand"}, "unknown command 'nosuchcommand'"},
         BadInput{{"help", "nosuchcommand"}, "unknown command 'nosuchcommand'"},
+        BadInput{{"simulate", "--json="},
+                 "--json= has an empty value; give one, or leave the flag out for its default"},
+        BadInput{{"train", "--save", ""}, "--save= has an empty value"},
+        BadInput{{"version", "extra"}, "unexpected argument 'extra'; version takes only --flags"},
+        BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes only --flags"},
+        BadInput{{"simulate", "--nogrid=true"},
+                 "--nogrid takes no value; use --nogrid (= --grid=false) or --grid"},
         BadInput{{"simulate", "--schedule=nope"}, "nope"},
         BadInput{{"simulate", "--stages=0"}, "--stages=0 is out of range"},
         BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
@@ -415,7 +422,10 @@ TEST(CliTest, TrainResumeEqualsTrainingStraightThrough) {
   EXPECT_THAT(e.err, HasSubstr("--save-every needs --save"));
   RunResult f = run({"--steps=1", "--step-timeout=-1"});
   EXPECT_EQ(f.code, 2);
-  EXPECT_THAT(f.err, HasSubstr("--step-timeout=-1 must be >= 0"));
+  EXPECT_THAT(f.err, HasSubstr("--step-timeout=-1 must be 0 (never) or at least 1 second"));
+  RunResult g = run({"--steps=1", "--step-timeout=1e-06"});
+  EXPECT_EQ(g.code, 2);
+  EXPECT_THAT(g.err, HasSubstr("--step-timeout=1e-06 must be 0 (never) or at least 1 second"));
 }
 
 }  // namespace
