@@ -206,7 +206,10 @@ std::string Trainer::PlacementSummary() const {
   const int devices = backend_->device_count();
   const std::string backend(runtime::BackendName(backend_->kind()));
   if (devices >= P * D) {
-    return absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D);
+    return absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D,
+                        devices > P * D ? absl::StrCat(" (", devices - P * D, " of the ", devices,
+                                                       " devices are not used)")
+                                        : "");
   }
   return absl::StrCat(backend, " backend: ", P * D, " (replica, rank) pairs share ", devices,
                       " device(s) round-robin; each keeps its own streams");

@@ -345,6 +345,24 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
   }
 }
 
+// The placement line says how the (replica, rank) pairs map onto the devices asked for.
+TEST(CliTrainTest, SaysWhereThePipelineRuns) {
+  auto line = [](const std::string& devices) {
+    RunResult r = RunCli({"train", "--stages=2", "--replicas=2", "--layers=3", "--hidden=8",
+                          "--inputs=4", "--classes=2", "--microbatch-size=2", "--microbatches=2",
+                          "--steps=1", "--backend=host", "--devices=" + devices});
+    EXPECT_EQ(r.code, 0) << r.err;
+    const std::size_t at = r.out.find("host backend: ");
+    return at == std::string::npos ? r.out : r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  EXPECT_EQ(line("0"), "host backend: 4 device(s) for P=2 x D=2");
+  EXPECT_EQ(line("4"), "host backend: 4 device(s) for P=2 x D=2");
+  EXPECT_EQ(line("6"), "host backend: 4 device(s) for P=2 x D=2 (2 of the 6 devices are not used)");
+  EXPECT_EQ(line("3"),
+            "host backend: 4 (replica, rank) pairs share 3 device(s) round-robin; each keeps its "
+            "own streams");
+}
+
 TEST(CliTrainTest, DataFilesThatDisagreeWithTheFlagsAreOneLineErrors) {
   // 32 samples of 8 inputs, labels 1 but one 7; the file says how many classes it has.
   auto write = [](const std::string& name, int num_classes) {
