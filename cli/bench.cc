@@ -102,8 +102,10 @@ absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::strin
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", Absl(flag), "=", text, ": '", part,
-                                                     "' is not an integer; write e.g. 2,4"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Absl(flag), "=", text, ": '", part, "' ",
+                       IsIntegerLiteral(Std(part)) ? "is far too large" : "is not an integer",
+                       "; write e.g. 2,4"));
     }
     out.push_back(n);
   }

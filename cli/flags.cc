@@ -47,6 +47,11 @@ std::string Dashed(std::string_view name) {
 
 }  // namespace
 
+bool IsIntegerLiteral(std::string_view text) {
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
                                       const std::vector<std::string_view>& allowed) {
   ParsedArgs parsed;
@@ -121,6 +126,11 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
           "--", name, "= has an empty value; give one, or leave the flag out for its default"));
     }
     std::string error;
+    if ((flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>()) &&
+        IsIntegerLiteral(value) && !flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad value '", value, "' for --", name, ": far beyond any value it takes"));
+    }
     if (!flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name, ": ",
                                                      error.empty() ? "does not parse" : error));

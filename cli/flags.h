@@ -50,6 +50,9 @@ struct ParsedArgs {
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
                                       const std::vector<std::string_view>& allowed_for_command);
 
+// "12", "-3", "+40": an optional sign and digits only (whatever their size).
+bool IsIntegerLiteral(std::string_view text);
+
 }  // namespace pipesched::cli
 
 ABSL_DECLARE_FLAG(int32_t, replicas);

@@ -245,6 +245,7 @@ TEST(BenchTest, MalformedFlagsAreOneLineAndExitTwo) {
            {"--slow-stage=1:0.5", "--slow-stage=1:0.5: write RANK:FACTOR"},
            {"--slow-stage=x:2", "--slow-stage=x:2: write RANK:FACTOR"},
            {"--stages=2,x", "--stages=2,x: 'x' is not an integer"},
+           {"--stages=99999999999", "'99999999999' is far too large; write e.g. 2,4"},
            {"--microbatches=", "--microbatches= has an empty value"},
            {"--warmup=-1", "--warmup=-1 is out of range"},
            {"--steps=0", "--steps=0 is out of range"},

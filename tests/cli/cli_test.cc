@@ -157,6 +157,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
         BadInput{{"simulate", "--microbatches=0"}, "--microbatches=0 is out of range"},
         BadInput{{"simulate", "--stages=abc"}, "bad value 'abc' for --stages"},
+        BadInput{{"simulate", "--stages=2147483648"},
+                 "bad value '2147483648' for --stages: far beyond any value it takes"},
         BadInput{{"simulate", "--bogus=1"}, "unknown flag --bogus"},
         BadInput{{"simulate", "--cost-f=-1"}, "--cost-f=-1 is not a valid time"},
         BadInput{{"simulate", "--schedule=1f1b", "--virtual=2"}, "1f1b"},
