@@ -1,8 +1,11 @@
 // Debian's Abseil (20220623) is built with its own absl::string_view
 // (ABSL_OPTION_USE_STD_STRING_VIEW 0): std::string_view does not convert to it, so
 // absl::StrCat / StrFormat / StrSplit reject it. Convert explicitly with Absl().
+// Also: quoting text that came from a file for a one-line error message.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "absl/strings/string_view.h"
@@ -11,5 +14,11 @@ namespace pipesched {
 
 inline absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 inline std::string_view Std(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+
+// `text` in double quotes for an error message: at most `max_chars` bytes of it, cut
+// with "..." inside the quotes, and every byte that could break the line or the
+// terminal (control bytes, DEL, '"' and '\\') escaped as \r, \n, \t, \", \\ or \xNN.
+// "0B0\r1F0" -> "\"0B0\\r1F0\"". Bytes >= 0x80 pass through (UTF-8 text stays readable).
+std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 
 }  // namespace pipesched

@@ -38,10 +38,10 @@ absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_
 }
 
 absl::Status CheckCost(std::string_view flag, double value) {
-  if (!(value >= 0) || value > 1e15) {
+  if (!(value >= 0) || value > scheduler::kMaxCostTime) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", absl::StrReplaceAll(Absl(flag), {{"_", "-"}}), "=", value,
-                     " is not a valid time; use a number >= 0"));
+                     " is not a valid time; use a number in [0, ", scheduler::kMaxCostTime, "]"));
   }
   return absl::OkStatus();
 }
@@ -65,23 +65,30 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   PS_RETURN_IF_ERROR(CheckRange("stages", p, 1, kMaxRanks, "the number of pipeline ranks P"));
   PS_RETURN_IF_ERROR(CheckRange("microbatches", m, 1, kMaxMicrobatches, "M"));
   PS_RETURN_IF_ERROR(CheckRange("virtual", v, 0, kMaxChunks, "chunks per rank V (0 = default)"));
-  int64_t actions = int64_t{3} * p * std::max(v, 2) * m;
-  if (actions > kMaxActions) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "P=", p, " x V=", std::max(v, 1), " x M=", m, " needs about ", actions,
-        " actions; the planner handles up to ", kMaxActions, ": lower --microbatches or --stages"));
-  }
   std::string name = absl::GetFlag(FLAGS_schedule);
+  // V as the generator will run it: --virtual, or the schedule's default (zb-v's is 2).
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
+  const int chunks = v > 0 ? v : (info != nullptr ? std::max(info->default_chunks, 1) : 1);
+  // About three actions (F and B, or F, I and W) per stage and micro-batch.
+  int64_t actions = int64_t{3} * p * chunks * m;
+  if (actions > kMaxActions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("P=", p, " x V=", chunks, " x M=", m, " needs about ", actions,
+                     " actions; the planner handles up to ", kMaxActions, " (P x V x M up to ",
+                     kMaxActions / 3, "): lower --microbatches or --stages"));
+  }
   PS_ASSIGN_OR_RETURN(
       scheduler::Schedule schedule,
       scheduler::GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
-absl::StatusOr<scheduler::CostModel> CostsFromFlags(
-    const CommandContext& ctx, const std::optional<scheduler::CostModel>& file_costs) {
+absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
+                                                    const scheduler::ScheduleFile& file,
+                                                    std::string_view file_path) {
   scheduler::CostModel costs;
   std::string path = absl::GetFlag(FLAGS_costs);
+  std::string source;  // where the per-stage lists came from, for the error
   if (!path.empty()) {
     PS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
     absl::StatusOr<scheduler::CostModel> parsed = scheduler::ParseCostModelJson(text);
@@ -89,8 +96,10 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
     }
     costs = *std::move(parsed);
-  } else if (file_costs.has_value()) {
-    costs = *file_costs;
+    source = path;
+  } else if (file.costs.has_value()) {
+    costs = *file.costs;
+    source = absl::StrCat(Absl(file_path), ": key \"costs\"");
   }
   struct {
     std::string_view flag;
@@ -127,12 +136,18 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(
   for (const ByteFlag& b : kBytes) {
     if (!FlagGiven(ctx, b.flag)) continue;
     int64_t v = absl::GetFlag(*b.value);
-    if (v < 0) {
+    if (v < 0 || v > scheduler::kMaxCostBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat(b.dashed, "=", v, " is negative; use a byte count >= 0"));
+          absl::StrCat(b.dashed, "=", v, v < 0 ? " is negative" : " is too large",
+                       "; use a byte count in [0, ", scheduler::kMaxCostBytes, "] (2^50, 1 PiB)"));
     }
     costs.uniform.*b.field = v;
     for (scheduler::StageCosts& s : costs.stages) s.*b.field = v;
+  }
+  if (absl::Status fit =
+          scheduler::CheckCostsFit(costs, file.schedule.num_ranks(), file.schedule.num_chunks());
+      !fit.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
   }
   return costs;
 }

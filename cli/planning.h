@@ -19,10 +19,13 @@ namespace pipesched::cli {
 // flag and the accepted range.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
 
-// --costs=FILE as the base (or `file_costs` from a schedule file), then the --cost-*
-// and --activation-bytes flags the user gave override it uniformly.
-absl::StatusOr<scheduler::CostModel> CostsFromFlags(
-    const CommandContext& ctx, const std::optional<scheduler::CostModel>& file_costs);
+// --costs=FILE as the base (or the "costs" of the schedule file `file`, read from
+// `file_path`), then the --cost-* and --activation-bytes flags the user gave override it
+// uniformly. Per-stage and per-boundary lists must fit the schedule (CheckCostsFit); the
+// error names the file they came from.
+absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
+                                                    const scheduler::ScheduleFile& file,
+                                                    std::string_view file_path);
 
 // Prints the statistics table of a simulation, with the closed form where one applies.
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,

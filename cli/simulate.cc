@@ -61,7 +61,8 @@ int RunSimulate(const CommandContext& ctx) {
   if (absl::Status s = CheckColorFlag(); !s.ok()) return ReportError(ctx, s);
   absl::StatusOr<scheduler::ScheduleFile> file = ScheduleFromFlags(ctx);
   if (!file.ok()) return ReportError(ctx, file.status());
-  absl::StatusOr<scheduler::CostModel> costs = CostsFromFlags(ctx, file->costs);
+  absl::StatusOr<scheduler::CostModel> costs =
+      CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
   return s.ok() ? kExitOk : ReportError(ctx, s);
@@ -76,7 +77,7 @@ int RunValidate(const CommandContext& ctx) {
   const std::string& path = ctx.positional[0];
   absl::StatusOr<scheduler::ScheduleFile> file = scheduler::LoadScheduleFile(path);
   if (!file.ok()) return ReportError(ctx, file.status());
-  absl::StatusOr<scheduler::CostModel> costs = CostsFromFlags(ctx, file->costs);
+  absl::StatusOr<scheduler::CostModel> costs = CostsFromFlags(ctx, *file, path);
   if (!costs.ok()) return ReportError(ctx, costs.status());
   if (absl::Status v = scheduler::Validate(file->schedule); !v.ok()) {
     *ctx.out << path << ": INVALID\n";

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/json_util.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
@@ -158,9 +159,11 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
   }
   const std::string_view header_text = bytes.substr(8, header_len);
   const std::string_view data = bytes.substr(8 + header_len);
-  nlohmann::json header = nlohmann::json::parse(header_text.begin(), header_text.end(), nullptr,
-                                                /*allow_exceptions=*/false);
-  if (header.is_discarded()) return error("header is not valid JSON");
+  absl::StatusOr<nlohmann::json> parsed_header = ParseJson(header_text);
+  if (!parsed_header.ok()) {
+    return error(absl::StrCat("header is not valid JSON: ", parsed_header.status().message()));
+  }
+  nlohmann::json header = *std::move(parsed_header);
   if (!header.is_object()) return error("header is not a JSON object");
 
   SafetensorsFile file;

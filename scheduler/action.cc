@@ -28,8 +28,10 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 absl::Status BadToken(std::string_view token, std::string_view why) {
+  // Quoted short and escaped: a token is whatever a file holds between commas (10 MB of
+  // it, a NUL, a lone \r from old Mac line ends).
   return absl::InvalidArgumentError(
-      absl::StrCat("bad action \"", Absl(token), "\": ", Absl(why), "; ", Absl(kGrammar)));
+      absl::StrCat("bad action ", QuoteForMessage(token), ": ", Absl(why), "; ", Absl(kGrammar)));
 }
 
 // Parses a non-negative decimal int that fills `digits` exactly.
@@ -95,7 +97,7 @@ absl::StatusOr<Action> ParseAction(std::string_view text) {
       break;
     }
   }
-  if (!known) return BadToken(token, absl::StrCat("unknown op \"", Absl(op_text), "\""));
+  if (!known) return BadToken(token, absl::StrCat("unknown op ", QuoteForMessage(op_text)));
   if (mb_digits.empty()) {
     return BadToken(token, absl::StrCat("op ", Absl(op_text), " needs a micro-batch number"));
   }

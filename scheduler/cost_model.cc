@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json_util.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
@@ -45,12 +46,12 @@ using nlohmann::json;
 
 absl::Status KeyError(const std::string& key, const std::string& expected, const json& got) {
   return absl::InvalidArgumentError(
-      absl::StrFormat("cost model: \"%s\" must be %s, got %s", key, expected, got.dump()));
+      absl::StrFormat("cost model: \"%s\" must be %s, got %s", key, expected, JsonForMessage(got)));
 }
 
 absl::StatusOr<double> NonNegativeNumber(const json& value, const std::string& key) {
-  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
-    return KeyError(key, "a non-negative number", value);
+  if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > kMaxCostTime) {
+    return KeyError(key, absl::StrCat("a number in [0, ", kMaxCostTime, "]"), value);
   }
   return value.get<double>();
 }
@@ -61,8 +62,12 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
   for (const auto& [field, value] : object.items()) {
     const std::string field_key = absl::StrCat(key, ".", field);
     if (field == "activation_bytes" || field == "workspace_bytes") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
-        return KeyError(field_key, "a non-negative integer", value);
+      // An unsigned above INT64_MAX is neither below 0 nor within the bound as int64.
+      if (!value.is_number_integer() ||
+          (value.is_number_unsigned() && value.get<std::uint64_t>() > kMaxCostBytes) ||
+          value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > kMaxCostBytes) {
+        return KeyError(field_key, absl::StrCat("an integer in [0, ", kMaxCostBytes, "] (2^50)"),
+                        value);
       }
       (field == "activation_bytes" ? costs.activation_bytes : costs.workspace_bytes) =
           value.get<std::int64_t>();
@@ -76,9 +81,9 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
                                             : nullptr;
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: unknown key \"%s\" (expected f, b, i, w, allreduce, activation_bytes, "
+          "cost model: unknown key %s (expected f, b, i, w, allreduce, activation_bytes, "
           "workspace_bytes)",
-          field_key));
+          QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
   }
@@ -95,7 +100,7 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
   for (const auto& [key, value] : root.items()) {
     if (key == "default") continue;
     if (key == "version") {
-      if (!value.is_number_integer() || value.get<int>() != 1) {
+      if (!value.is_number_integer() || value.get<long long>() != 1) {
         return KeyError("version", "1 (the only version this build reads)", value);
       }
     } else if (key == "stages") {
@@ -115,8 +120,9 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
         PS_ASSIGN_OR_RETURN(model.comm_uniform, NonNegativeNumber(value, "comm"));
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: unknown key \"%s\" (expected version, default, stages, comm)", key));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cost model: unknown key %s (expected version, default, stages, comm)",
+                          QuoteForMessage(key, 60)));
     }
   }
   return model;
@@ -124,15 +130,33 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
 
 }  // namespace
 
+absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks) {
+  const std::int64_t stages = std::int64_t{num_ranks} * num_chunks;
+  const std::string shape = absl::StrFormat("P=%d x V=%d", num_ranks, num_chunks);
+  if (!costs.stages.empty() && static_cast<std::int64_t>(costs.stages.size()) != stages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: \"stages\" has %d %s but the schedule has %d virtual stages (%s); "
+        "give one entry per virtual stage, or leave \"stages\" out for uniform costs",
+        costs.stages.size(), costs.stages.size() == 1 ? "entry" : "entries", stages, shape));
+  }
+  if (!costs.comm.empty() && static_cast<std::int64_t>(costs.comm.size()) != stages - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: \"comm\" has %d %s but the schedule has %d stage boundaries (%d "
+        "virtual stages, %s); give one per boundary s -> s+1, or one number for all",
+        costs.comm.size(), costs.comm.size() == 1 ? "entry" : "entries", stages - 1, stages,
+        shape));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cost model: not valid JSON: ", e.what()));
+  absl::StatusOr<json> root = ParseJson(text);
+  if (!root.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model: not valid JSON: ", root.status().message()));
   }
   try {
-    return ParseRoot(root);
+    return ParseRoot(*root);
   } catch (const json::exception& e) {  // e.g. an integer too large for its field
     return absl::InvalidArgumentError(absl::StrCat("cost model: ", e.what()));
   }

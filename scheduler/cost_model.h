@@ -15,6 +15,13 @@
 
 namespace pipesched::scheduler {
 
+// Bounds on every cost, one definition for cost files, schedule files and the --cost-*
+// flags. Times above kMaxCostTime make makespans that the grid, the SVG and the trace
+// cannot draw (1e308 overflowed to inf); 1e15 us is 31 years. Byte counts above
+// kMaxCostBytes (1 PiB per micro-batch) overflow the peaks of deep schedules.
+inline constexpr double kMaxCostTime = 1e15;
+inline constexpr std::int64_t kMaxCostBytes = std::int64_t{1} << 50;
+
 struct StageCosts {
   double f = 1;
   double b = 2;
@@ -57,8 +64,16 @@ struct CostModel {
 //                "workspace_bytes": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...]}           // optional, uniform or per boundary
-// InvalidArgument naming the key and what is expected for anything else (negative
-// times, unknown keys, wrong types).
+// InvalidArgument naming the key and what is expected for anything else (times outside
+// [0, kMaxCostTime], byte counts outside [0, kMaxCostBytes], unknown keys, wrong types,
+// nesting deeper than base/json_util.h's limit).
 absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text);
+
+// Whether a cost model read from a file fits a schedule of P ranks x V chunks: "stages"
+// empty or one entry per virtual stage (P*V), "comm" empty (one number for all
+// boundaries) or one entry per boundary s -> s+1 (P*V - 1). InvalidArgument stating the
+// length expected otherwise. (CostModel::Stage() and Comm() fall back to the uniform
+// values past the end of the lists; a file that is too short or too long is a mistake.)
+absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks);
 
 }  // namespace pipesched::scheduler

@@ -125,6 +125,13 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
       int* slot_id = nullptr;
       if (a.op == Op::kAllReduce) {
         slot_id = &index.allreduce_[a.stage];
+      } else if (!IsCompute(a.op)) {  // a lowered transfer
+        if (index.comm_.empty()) index.comm_.assign(static_cast<std::size_t>(S) * M, CommSlot{});
+        CommSlot& comm = index.comm_[static_cast<std::size_t>(a.stage) * M + a.microbatch];
+        slot_id = a.op == Op::kSendF   ? &comm.send_f
+                  : a.op == Op::kRecvF ? &comm.recv_f
+                  : a.op == Op::kSendB ? &comm.send_b
+                                       : &comm.recv_b;
       } else {
         Slot& slot = index.slots_[static_cast<std::size_t>(a.stage) * M + a.microbatch];
         switch (a.op) {
@@ -141,7 +148,7 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
             slot_id = &slot.w;
             break;
           default:
-            break;  // SEND/RECV markers are not tracked
+            break;
         }
       }
       if (slot_id == nullptr) continue;
@@ -195,8 +202,48 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
       }
     }
   }
+  PS_RETURN_IF_ERROR(index.CheckTransfers(schedule));
   PS_RETURN_IF_ERROR(index.CheckProgramOrder(schedule));
   return index;
+}
+
+// Every send has the one receive on the consumer's rank that takes it, and every receive
+// the send it takes (duplicates were refused while indexing).
+absl::Status DependencyIndex::CheckTransfers(const Schedule& schedule) const {
+  if (comm_.empty()) return absl::OkStatus();
+  for (int s = 0; s < num_stages_; ++s) {
+    for (int m = 0; m < num_microbatches_; ++m) {
+      const CommSlot& comm = *CommOf(s, m);
+      // (this end's id, the peer's stage, the peer's id, the peer's op)
+      struct End {
+        int id;
+        int peer_stage;
+        int peer_id;
+        Op peer_op;
+      };
+      const End ends[] = {
+          {comm.send_f, s + 1, comm.send_f != kNoAction ? CommOf(s + 1, m)->recv_f : kNoAction,
+           Op::kRecvF},
+          {comm.recv_f, s - 1, comm.recv_f != kNoAction ? CommOf(s - 1, m)->send_f : kNoAction,
+           Op::kSendF},
+          {comm.send_b, s - 1, comm.send_b != kNoAction ? CommOf(s - 1, m)->recv_b : kNoAction,
+           Op::kRecvB},
+          {comm.recv_b, s + 1, comm.recv_b != kNoAction ? CommOf(s + 1, m)->send_b : kNoAction,
+           Op::kSendB},
+      };
+      for (const End& end : ends) {
+        if (end.id == kNoAction || end.peer_id != kNoAction) continue;
+        const int r = action_rank_[end.id];
+        const bool is_send = end.peer_op == Op::kRecvF || end.peer_op == Op::kRecvB;
+        return InvalidAt(schedule, r, end.id - offsets_[r],
+                         absl::StrFormat("has no matching %s: missing action %s on rank %d",
+                                         is_send ? "receive" : "send",
+                                         Name(Action{end.peer_stage, m, end.peer_op}),
+                                         stage_rank_[end.peer_stage]));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // No action may wait for one that comes later on its own rank: that rank would stall
@@ -213,6 +260,20 @@ absl::Status DependencyIndex::CheckProgramOrder(const Schedule& schedule) const 
       });
       if (bad == kNoAction) continue;
       const int bad_step = bad - offsets_[r];
+      const Action& later = program[bad_step];
+      if (a.op == Op::kSendF || a.op == Op::kSendB) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("comes before %s (step %d), which computes what it "
+                                         "sends: a send must follow its compute on rank %d",
+                                         Name(later), bad_step, r));
+      }
+      if (later.op == Op::kRecvF || later.op == Op::kRecvB) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("comes before %s (step %d), which receives its input: "
+                                         "a receive must come before the compute that uses it "
+                                         "on rank %d",
+                                         Name(later), bad_step, r));
+      }
       if (a.op == Op::kAllReduce) {
         return InvalidAt(schedule, r, step,
                          absl::StrFormat("comes before %s (step %d): a stage's ALLREDUCE must "
@@ -230,13 +291,17 @@ absl::Status DependencyIndex::CheckProgramOrder(const Schedule& schedule) const 
 
 absl::Status DeadlockError(const Schedule& schedule, const DependencyIndex& index,
                            const std::vector<int>& next_step, const std::vector<uint8_t>& done) {
+  // The first few blocked ranks are named; thousands would make a megabyte line.
+  constexpr int kMaxNamed = 8;
   std::string line = "deadlock: no rank can run its next action;";
   int first_rank = -1;
   int ran = 0;
+  int blocked = 0;
   for (int r = 0; r < index.num_ranks(); ++r) ran += next_step[r];
   for (int r = 0; r < index.num_ranks(); ++r) {
     const int step = next_step[r];
     if (step >= static_cast<int>(schedule.programs[r].size())) continue;
+    if (++blocked > kMaxNamed) continue;
     const Action& a = schedule.programs[r][step];
     int waits_for = kNoAction;
     index.ForEachDep(a, [&](int dep, int) {
@@ -248,6 +313,9 @@ absl::Status DeadlockError(const Schedule& schedule, const DependencyIndex& inde
                       index.RankOfId(waits_for), ")");
     }
     if (first_rank < 0) first_rank = r;
+  }
+  if (blocked > kMaxNamed) {
+    absl::StrAppend(&line, "; and ", blocked - kMaxNamed, " more ranks blocked");
   }
   absl::StrAppend(&line, " (", ran, " of ", index.num_actions(), " actions ran)");
   return absl::FailedPreconditionError(absl::StrCat(

@@ -7,8 +7,13 @@
 // Dependencies are DESIGN.md's and no others:
 //   F(s,m) after F(s-1,m);  B(s,m)/I(s,m) after F(s,m) and after B/I(s+1,m);
 //   W(s,m) after I(s,m);    ALLREDUCE(s) after every B/W of stage s.
-// Lowered SEND/RECV actions are zero-cost markers with no dependencies: the transfer
-// they stand for is already implied by the compute dependencies above.
+// Lowered SEND/RECV actions (PyTorch's semantics), only when a schedule has them:
+//   SEND_F(s,m) after F(s,m);   SEND_B(s,m) after B/I(s,m)   (on the sender's rank);
+//   RECV_F(s,m) after SEND_F(s-1,m);   RECV_B(s,m) after SEND_B(s+1,m)   (a receive
+//   blocks until its send is issued);   F(s,m) after RECV_F(s,m);   B/I(s,m) after
+//   RECV_B(s,m)   (a compute after the receive of its input, when there is one).
+// Every send needs its receive and every receive its send; the transfer times are the
+// compute dependencies' (the simulator draws no SEND/RECV span of its own).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +35,9 @@ class DependencyIndex {
  public:
   // Checks the shape (P, V, M, programs.size()), every action's stage, micro-batch and
   // rank, that every (stage, mb) has F once and either B once or I and W once each,
-  // at most one ALLREDUCE per stage, and that no action waits for one that comes later
-  // on its own rank. InvalidArgument naming the action, with the grid, otherwise.
+  // at most one ALLREDUCE per stage, each SEND/RECV at most once and matched by its
+  // peer, and that no action waits for one that comes later on its own rank.
+  // InvalidArgument naming the action, with the grid, otherwise.
   static absl::StatusOr<DependencyIndex> Build(const Schedule& schedule);
 
   int num_ranks() const { return num_ranks_; }
@@ -68,9 +74,22 @@ class DependencyIndex {
     int LastBackward() const { return b != kNoAction ? b : w; }
   };
 
+  struct CommSlot {  // ids of one (stage, mb)'s lowered transfers, kNoAction when absent
+    int send_f = kNoAction;
+    int recv_f = kNoAction;
+    int send_b = kNoAction;
+    int recv_b = kNoAction;
+  };
+
   const Slot& SlotOf(int stage, int mb) const {
     return slots_[static_cast<std::size_t>(stage) * num_microbatches_ + mb];
   }
+  // nullptr when the schedule has no SEND/RECV actions.
+  const CommSlot* CommOf(int stage, int mb) const {
+    return comm_.empty() ? nullptr
+                         : &comm_[static_cast<std::size_t>(stage) * num_microbatches_ + mb];
+  }
+  absl::Status CheckTransfers(const Schedule& schedule) const;
   absl::Status CheckProgramOrder(const Schedule& schedule) const;
 
   const std::vector<std::vector<Action>>* programs_ = nullptr;
@@ -82,6 +101,7 @@ class DependencyIndex {
   std::vector<int> stage_rank_;   // [stage] -> rank
   std::vector<Slot> slots_;       // [stage * M + mb]
   std::vector<int> allreduce_;    // [stage] -> id or kNoAction
+  std::vector<CommSlot> comm_;    // [stage * M + mb]; empty without SEND/RECV actions
 };
 
 // "rank 0 blocked at 0B1 (waits for 1B1 on rank 1)" for every rank whose next action
@@ -102,22 +122,41 @@ absl::Status WalkInOrder(const Schedule& schedule, const DependencyIndex& index,
 template <typename Fn>
 void DependencyIndex::ForEachDep(const Action& a, Fn&& fn) const {
   const int s = a.stage;
+  const int m = a.microbatch;
+  // The transfer dependencies; their ids are kNoAction where a file has no such action
+  // (Build has checked that every send has its receive and every receive its send).
+  const CommSlot* comm = a.op == Op::kAllReduce ? nullptr : CommOf(s, m);
+  auto transfer = [&](int id) {
+    if (id != kNoAction) fn(id, kSameStage);
+  };
   switch (a.op) {
     case Op::kF:
-      if (s > 0) fn(SlotOf(s - 1, a.microbatch).f, s - 1);
+      if (s > 0) fn(SlotOf(s - 1, m).f, s - 1);
+      if (comm != nullptr) transfer(comm->recv_f);
       return;
     case Op::kB:
     case Op::kI:
-      fn(SlotOf(s, a.microbatch).f, kSameStage);
-      if (s + 1 < num_stages_) fn(SlotOf(s + 1, a.microbatch).InputGrad(), s);
+      fn(SlotOf(s, m).f, kSameStage);
+      if (s + 1 < num_stages_) fn(SlotOf(s + 1, m).InputGrad(), s);
+      if (comm != nullptr) transfer(comm->recv_b);
       return;
     case Op::kW:
-      fn(SlotOf(s, a.microbatch).i, kSameStage);
+      fn(SlotOf(s, m).i, kSameStage);
       return;
     case Op::kAllReduce:
-      for (int m = 0; m < num_microbatches_; ++m) fn(SlotOf(s, m).LastBackward(), kSameStage);
+      for (int mb = 0; mb < num_microbatches_; ++mb) fn(SlotOf(s, mb).LastBackward(), kSameStage);
       return;
-    default:  // lowered SEND/RECV: markers
+    case Op::kSendF:
+      fn(SlotOf(s, m).f, kSameStage);
+      return;
+    case Op::kSendB:
+      fn(SlotOf(s, m).InputGrad(), kSameStage);
+      return;
+    case Op::kRecvF:
+      transfer(CommOf(s - 1, m)->send_f);
+      return;
+    case Op::kRecvB:
+      transfer(CommOf(s + 1, m)->send_b);
       return;
   }
 }
@@ -125,24 +164,43 @@ void DependencyIndex::ForEachDep(const Action& a, Fn&& fn) const {
 template <typename Fn>
 void DependencyIndex::ForEachDependent(const Action& a, Fn&& fn) const {
   const int s = a.stage;
+  const int m = a.microbatch;
+  const CommSlot* comm = a.op == Op::kAllReduce ? nullptr : CommOf(s, m);
+  auto transfer = [&](int id) {
+    if (id != kNoAction) fn(id);
+  };
   switch (a.op) {
     case Op::kF:
-      if (s + 1 < num_stages_) fn(SlotOf(s + 1, a.microbatch).f);
-      fn(SlotOf(s, a.microbatch).InputGrad());
+      if (s + 1 < num_stages_) fn(SlotOf(s + 1, m).f);
+      fn(SlotOf(s, m).InputGrad());
+      if (comm != nullptr) transfer(comm->send_f);
       return;
     case Op::kB:
     case Op::kI:
-      if (s > 0) fn(SlotOf(s - 1, a.microbatch).InputGrad());
+      if (s > 0) fn(SlotOf(s - 1, m).InputGrad());
       if (a.op == Op::kI) {
-        fn(SlotOf(s, a.microbatch).w);
+        fn(SlotOf(s, m).w);
       } else if (allreduce_[s] != kNoAction) {
         fn(allreduce_[s]);
       }
+      if (comm != nullptr) transfer(comm->send_b);
       return;
     case Op::kW:
       if (allreduce_[s] != kNoAction) fn(allreduce_[s]);
       return;
-    default:
+    case Op::kAllReduce:
+      return;
+    case Op::kSendF:
+      transfer(CommOf(s + 1, m)->recv_f);
+      return;
+    case Op::kSendB:
+      transfer(CommOf(s - 1, m)->recv_b);
+      return;
+    case Op::kRecvF:
+      fn(SlotOf(s, m).f);
+      return;
+    case Op::kRecvB:
+      fn(SlotOf(s, m).InputGrad());
       return;
   }
 }

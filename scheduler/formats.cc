@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/json_util.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
@@ -24,6 +25,9 @@ using nlohmann::json;
 
 constexpr std::string_view kFormatName = "pipesched-schedule";
 constexpr int kFormatVersion = 1;
+// The largest "stages", "virtual" or "microbatches" a file may give.
+constexpr long long kMaxCount = 1 << 24;
+constexpr std::size_t kMaxNameBytes = 200;
 
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -201,10 +205,8 @@ json CostModelJson(const CostModel& costs) {
 }
 
 absl::Status JsonError(std::string_view key, std::string_view expected, const json& got) {
-  std::string shown = got.dump();
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   return absl::InvalidArgumentError(absl::StrCat("schedule JSON: key \"", Absl(key), "\" must be ",
-                                                 Absl(expected), ", got ", shown));
+                                                 Absl(expected), ", got ", JsonForMessage(got)));
 }
 
 absl::StatusOr<int> PositiveInt(const json& root, const char* key) {
@@ -214,20 +216,19 @@ absl::StatusOr<int> PositiveInt(const json& root, const char* key) {
   }
   const json& value = root.at(key);
   if (!value.is_number_integer() || value.get<long long>() < 1 ||
-      value.get<long long>() > (1 << 24)) {
-    return JsonError(key, "a positive integer", value);
+      value.get<long long>() > kMaxCount) {
+    return JsonError(key, absl::StrCat("an integer in [1, ", kMaxCount, "]"), value);
   }
   return static_cast<int>(value.get<long long>());
 }
 
 absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
-  json root;
-  try {
-    root = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  absl::StatusOr<json> parsed = ParseJson(text);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("schedule JSON is malformed: ", e.what(), " (byte ", e.byte, ")"));
+        absl::StrCat("schedule JSON is malformed: ", parsed.status().message()));
   }
+  const json& root = *parsed;
   if (!root.is_object()) return JsonError("(top level)", "an object {...}", root);
   static constexpr const char* kKeys[] = {"format",    "version",  "name",
                                           "stages",    "virtual",  "microbatches",
@@ -237,29 +238,40 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
     const std::string& key = item.key();
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
         std::end(kKeys)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "schedule JSON: unknown key \"", key, "\" (expected ", absl::StrJoin(kKeys, ", "), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("schedule JSON: unknown key ",
+                                                     QuoteForMessage(key, 60), " (expected ",
+                                                     absl::StrJoin(kKeys, ", "), ")"));
     }
   }
   if (!root.contains("format") || root["format"] != kFormatName) {
     return absl::InvalidArgumentError(absl::StrCat(
         "schedule JSON: key \"format\" must be \"", Absl(kFormatName), "\", got ",
-        root.contains("format") ? root["format"].dump() : "nothing",
+        root.contains("format") ? JsonForMessage(root["format"]) : "nothing",
         root.contains("default") || root.contains("comm") ? " (is this a cost-model file?)" : ""));
   }
   if (!root.contains("version") || !root["version"].is_number_integer() ||
       root["version"].get<long long>() != kFormatVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("schedule JSON: unsupported \"version\" ",
-                     root.contains("version") ? root["version"].dump() : "(missing)",
+                     root.contains("version") ? JsonForMessage(root["version"]) : "(missing)",
                      "; this build reads version ", kFormatVersion));
   }
 
   ScheduleFile file;
   Schedule& schedule = file.schedule;
   if (root.contains("name")) {
-    if (!root["name"].is_string()) return JsonError("name", "a string", root["name"]);
-    schedule.name = root["name"].get<std::string>();
+    const json& name = root["name"];
+    // The name is echoed in every message and header: one short line.
+    if (!name.is_string() || name.get_ref<const std::string&>().size() > kMaxNameBytes ||
+        std::any_of(name.get_ref<const std::string&>().begin(),
+                    name.get_ref<const std::string&>().end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return JsonError(
+          "name",
+          absl::StrCat("a string of at most ", kMaxNameBytes, " bytes without control characters"),
+          name);
+    }
+    schedule.name = name.get<std::string>();
   }
   PS_ASSIGN_OR_RETURN(schedule.placement.num_ranks, PositiveInt(root, "stages"));
   schedule.placement.num_chunks = 1;

@@ -29,11 +29,17 @@ std::optional<double> Interleaved(const FormulaInputs& in) {
 
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): W fills part of the drain, so
 // each rank idles (P-1)(T_F + T_I - T_W) besides its M(T_F + T_I + T_W) of work.
+// That holds only when W can hide: rank 0 waits (P-1) T_I for its first I to come back
+// down the pipeline, and rank P-1 starts (P-1) T_F late, so the makespan is at least
+// M(T_F+T_I+T_W) + (P-1) max(T_F, T_I), more than the closed form once T_W > min(T_F,
+// T_I); and with M < P there is no steady state for the deferred W's to fill. Sweeping
+// the simulator (tests/scheduler/formulas_pinning_test.cc) shows the closed form exact
+// precisely when P = 1, or T_W = 0 (1F1B with B = I), or M >= P and T_W <= min(T_F, T_I).
 std::optional<double> ZeroBubbleH1(const FormulaInputs& in) {
   const StageCosts& c = in.costs;
-  if (in.num_chunks != 1 || in.num_microbatches < in.num_ranks || c.w > c.f + c.i) {
-    return std::nullopt;
-  }
+  const bool holds = in.num_ranks == 1 || c.w == 0 ||
+                     (in.num_microbatches >= in.num_ranks && c.w <= c.f && c.w <= c.i);
+  if (in.num_chunks != 1 || !holds) return std::nullopt;
   const double bubble = (in.num_ranks - 1.0) * (c.f + c.i - c.w);
   const double makespan = in.num_microbatches * (c.f + c.i + c.w) + bubble;
   if (makespan <= 0) return std::nullopt;

@@ -8,8 +8,10 @@
 //   interleaved 1F1B: ratio = (P-1) / (V*M)                  M divisible by P
 //                     so fraction = (P-1) / (V*M + P-1)
 //   ZB-H1:            bubble time per rank = (P-1)(T_F + T_I - T_W)
-//                     makespan = M (T_F + T_I + T_W) + that  M >= P, T_W <= T_F + T_I
+//                     makespan = M (T_F + T_I + T_W) + that
 //                     so fraction = bubble time / makespan
+//                     exact when P = 1, or T_W = 0, or M >= P and T_W <= min(T_F, T_I);
+//                     no closed form otherwise (the simulated bubble is larger)
 // The simulator reproduces these exactly for the registry's generators with uniform
 // costs; tests/scheduler/formulas_pinning_test.cc pins one to the other.
 #pragma once

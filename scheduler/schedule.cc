@@ -15,6 +15,9 @@ namespace {
 
 // Columns shown on each side of a marked step before a wide grid is cut with "...".
 constexpr int kMarkContext = 10;
+// Rows shown on each side of a marked rank before a tall grid is cut (a 100000-rank
+// file made a 3 MB error message).
+constexpr int kRowContext = 10;
 
 }  // namespace
 
@@ -47,10 +50,19 @@ std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_
   const int num_rows = static_cast<int>(schedule.programs.size());
   const bool marked = mark_rank >= 0 && mark_rank < num_rows && mark_step >= 0;
 
+  // Visible rows [row_first, row_last): all, or those around the marked rank.
+  int row_first = 0;
+  int row_last = num_rows;
+  if (num_rows > 2 * kRowContext + 1) {
+    const int center = marked ? mark_rank : kRowContext;
+    row_first = std::clamp(center - kRowContext, 0, num_rows - (2 * kRowContext + 1));
+    row_last = row_first + 2 * kRowContext + 1;
+  }
+
   int num_steps = 0;
   std::size_t width = 1;  // widest token
   std::vector<std::vector<std::string>> tokens(num_rows);
-  for (int r = 0; r < num_rows; ++r) {
+  for (int r = row_first; r < row_last; ++r) {
     for (const Action& action : schedule.programs[r]) {
       tokens[r].push_back(ToString(action));
       width = std::max(width, tokens[r].back().size());
@@ -75,7 +87,7 @@ std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_
   const std::size_t stride = width + gap;
   const std::string ellipsis = "...";
   std::size_t label_width = 0;
-  for (int r = 0; r < num_rows; ++r) {
+  for (int r = row_first; r < row_last; ++r) {
     label_width = std::max(label_width, absl::StrCat("rank ", r).size());
   }
   const std::size_t bar = label_width + 2;  // "rank 0 |"
@@ -84,7 +96,12 @@ std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_
   auto column_of = [&](int step) { return cells_start + (step - first) * stride + gap; };
 
   std::string out;
-  for (int r = 0; r < num_rows; ++r) {
+  auto rows_not_shown = [&](int n, const char* where) {
+    absl::StrAppend(&out, std::string(label_width, ' '), " | ... ", n,
+                    n == 1 ? " rank " : " ranks ", where, " not shown\n");
+  };
+  if (row_first > 0) rows_not_shown(row_first, "above");
+  for (int r = row_first; r < row_last; ++r) {
     std::string label = absl::StrCat("rank ", r);
     label.resize(label_width, ' ');
     std::string line = absl::StrCat(label, " |");
@@ -105,6 +122,7 @@ std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_
     out += line;
     out += '\n';
   }
+  if (row_last < num_rows) rows_not_shown(num_rows - row_last, "below");
 
   if (marked) {
     const int row_steps = static_cast<int>(tokens[mark_rank].size());

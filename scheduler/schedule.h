@@ -46,7 +46,9 @@ struct Schedule {
 // The rank x step grid of the programs, one column per program position:
 //   rank 0 | 0F0 0F1 0B0 ...
 // When `mark_rank` >= 0 the action at (mark_rank, mark_step) is bracketed and an
-// arrow line points at it.
+// arrow line points at it. Wide programs are cut to the steps around the mark; more than
+// 21 ranks are cut to the 10 on each side of the marked rank (the first 21 unmarked),
+// with a "... N ranks not shown" line where rows are left out.
 std::string RenderProgramGrid(const Schedule& schedule, int mark_rank = -1, int mark_step = -1);
 
 }  // namespace pipesched::scheduler

@@ -19,6 +19,7 @@
 #include "scheduler/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -38,6 +39,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);
+  int not_finite = -1;  // the first action whose end is not a finite time
   PS_RETURN_IF_ERROR(
       internal::WalkInOrder(schedule, index, [&](int r, int, int id, const Action& a) {
         const bool compute = IsCompute(a.op);
@@ -50,12 +52,20 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         index.ForEachDep(a, [&](int dep, int boundary) {
           double ready = end[dep];
           if (boundary != kSameStage && index.RankOfId(dep) != r) ready += costs.Comm(boundary);
-          t = std::max(t, ready);
+          t = std::isnan(ready) ? ready : std::max(t, ready);  // a NaN must not vanish
         });
         start[id] = t;
         end[id] = t + costs.Duration(a);
+        if (not_finite < 0 && !std::isfinite(end[id])) not_finite = id;
         lane_free = end[id];
       }));
+  if (not_finite >= 0) {
+    const Action& a = index.ActionOf(not_finite);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the simulated time is not finite: %s on rank %d ends at %g (duration %g); every "
+        "cost must be a number in [0, %g]",
+        ToString(a), index.RankOfId(not_finite), end[not_finite], costs.Duration(a), kMaxCostTime));
+  }
 
   SimResult result;
   trace::Timeline& timeline = result.timeline;
@@ -99,14 +109,27 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
       stats.busy += end[id] - start[id];
       const StageCosts& stage_costs = costs.Stage(a.stage);
       const std::int64_t bytes = stage_costs.activation_bytes;
+      auto overflow = [&](std::int64_t added, const char* what) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "rank %d's live bytes overflow 64 bits at %s: %d bytes live plus %s %d; use "
+            "smaller activation_bytes or workspace_bytes (each at most %d)",
+            r, ToString(a), live_bytes, what, added, kMaxCostBytes));
+      };
       if (a.op == Op::kB || a.op == Op::kI) {
         // Its scratch lives while it runs, before it releases the stash.
-        stats.peak_live_bytes =
-            std::max(stats.peak_live_bytes, live_bytes + stage_costs.workspace_bytes);
+        std::int64_t with_workspace = 0;
+        if (__builtin_add_overflow(live_bytes, stage_costs.workspace_bytes, &with_workspace)) {
+          return overflow(stage_costs.workspace_bytes, "workspace_bytes");
+        }
+        stats.peak_live_bytes = std::max(stats.peak_live_bytes, with_workspace);
       }
       if (a.op == Op::kF) {
         ++live;
-        live_bytes += bytes;
+        std::int64_t more = 0;
+        if (__builtin_add_overflow(live_bytes, bytes, &more)) {
+          return overflow(bytes, "activation_bytes");
+        }
+        live_bytes = more;
         stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, live);
         stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
       } else if (index.ReleasesActivation(a)) {

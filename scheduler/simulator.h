@@ -34,7 +34,8 @@ struct SimResult {
 // An activation of (stage, mb) is live from the start of F until the end of B, or of W
 // when the backward is split (W still needs the stage input).
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
-// InvalidArgument when Validate() would reject it.
+// InvalidArgument when Validate() would reject it, when a simulated time is not finite
+// (a cost above kMaxCostTime, inf or NaN), or when a rank's live bytes overflow int64.
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pipesched::scheduler

@@ -99,19 +99,36 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     const double d = span.end - span.start;
     if (d > 0 && (min_duration == 0 || d < min_duration)) min_duration = d;
   }
+  // Columns per time unit, and time per column for the header. A denormal makespan
+  // (costs of 1e-320) makes columns per unit overflow to inf: then columns are counted
+  // by dividing by the time per column instead. A makespan that is not finite gets no
+  // columns (the simulator refuses one; a hand-made timeline may have it).
+  const bool drawable = makespan > 0 && std::isfinite(makespan);
   double per_unit = 1;
-  if (makespan > 0) {
+  double col_time = 1;
+  if (drawable) {
     per_unit = min_duration > 0 ? static_cast<double>(max_label + 1) / min_duration : 1;
-    if (makespan * per_unit > plot_width) {
+    if (!std::isfinite(per_unit) || makespan * per_unit > plot_width) {
       per_unit = plot_width / makespan;
       // Whole columns per unit keep unit-time boundaries on column boundaries.
-      if (per_unit >= 1) per_unit = std::floor(per_unit);
+      if (per_unit >= 1 && std::isfinite(per_unit)) per_unit = std::floor(per_unit);
+    }
+    col_time = 1 / per_unit;
+    if (!std::isfinite(per_unit)) {  // denormal times: the same two rules, per column
+      col_time = min_duration > 0 ? min_duration / static_cast<double>(max_label + 1) : 0;
+      if (!(col_time > 0) || makespan / col_time > plot_width) col_time = makespan / plot_width;
     }
   }
-  const int num_columns =
-      makespan > 0 ? std::max(1, static_cast<int>(std::ceil(makespan * per_unit - 1e-9))) : 0;
+  auto to_columns = [&](double t) { return std::isfinite(per_unit) ? t * per_unit : t / col_time; };
+  // At most plot_width columns by construction; the clamp keeps a rounding slip from
+  // ever making a huge grid.
+  const int num_columns = drawable
+                              ? static_cast<int>(std::clamp(std::ceil(to_columns(makespan) - 1e-9),
+                                                            1.0, static_cast<double>(plot_width)))
+                              : 0;
   auto column = [&](double t) {
-    return std::clamp(static_cast<int>(std::lround(t * per_unit)), 0, num_columns);
+    const double c = std::clamp(to_columns(t), 0.0, static_cast<double>(num_columns));
+    return std::isnan(c) ? 0 : static_cast<int>(std::lround(c));
   };
 
   std::map<std::pair<int, int>, std::vector<Cell>> grid;
@@ -141,7 +158,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     absl::StrAppend(&out, timeline.name.empty() ? "timeline" : timeline.name, ": makespan ",
                     FormatNumber(makespan), " ", unit);
     if (num_columns > 0) {
-      absl::StrAppend(&out, ", 1 column = ", FormatNumber(1 / per_unit), " ", unit);
+      absl::StrAppend(&out, ", 1 column = ", FormatNumber(col_time), " ", unit);
     }
     out.push_back('\n');
   }
@@ -153,14 +170,16 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   }
 
   if (options.axis && num_columns > 0) {
-    const double step = NiceStep(kMinTickSpacing / per_unit);
+    const double step = NiceStep(kMinTickSpacing * col_time);
     // The axis may run one column past the grid (a tick at the makespan) and its numbers
     // a few more, within max_width.
     const int axis_width = std::max(num_columns, plot_width);
     std::string ticks(std::min(num_columns + 1, axis_width), '-');
     std::string numbers(ticks.size(), ' ');
     int free_from = 0;  // first column a new number may use
-    for (int k = 0;; ++k) {
+    // A tick is at least kMinTickSpacing columns from the last: the bound on k only
+    // guards against a step that rounding made too small.
+    for (int k = 0; k <= num_columns; ++k) {
       const double t = k * step;
       if (t > makespan * (1 + 1e-9)) break;
       const int c = column(t);

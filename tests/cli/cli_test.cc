@@ -87,7 +87,8 @@ TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
               "--workspace-bytes=-1", "--nogrid"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--workspace-bytes=-1 is negative; use a byte count >= 0"));
+  EXPECT_THAT(r.err, HasSubstr("--workspace-bytes=-1 is negative; use a byte count in [0, "
+                               "1125899906842624] (2^50, 1 PiB)"));
 }
 
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
@@ -167,6 +168,154 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--from=/nonexistent.csv"}, "/nonexistent.csv"},
         BadInput{{"validate"}, "validate takes one schedule file"},
         BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"}));
+
+// Bad cost files: one line, exit 2. Each was a crash (deep nesting), a hang (1e308), a
+// wrong peak (2^62 bytes) or silently ignored (lists of the wrong length).
+TEST(CliTest, BadCostFilesAreOneLineErrors) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  struct Case {
+    std::string content;
+    std::vector<std::string> flags;
+    std::string message;
+  } const cases[] = {
+      {"{\"version\": " + deep + "}", {}, "nested deeper than 64 levels"},
+      {"{\"stages\": " + deep + "}", {}, "nested deeper than 64 levels"},
+      {R"({"version": 1, "default": {"f": 1e308, "b": 1e308}})",
+       {},
+       "\"default.b\" must be a number in [0, 1e+15], got 1e+308"},
+      {R"({"version": 1, "comm": 1e308})", {}, "\"comm\" must be a number in [0, 1e+15]"},
+      {R"({"version": 1, "default": {"activation_bytes": 4611686018427387904}})",
+       {},
+       "must be an integer in [0, 1125899906842624] (2^50)"},
+      {R"({"version": 1, "comm": [5]})",
+       {"--stages=4"},
+       "\"comm\" has 1 entry but the schedule has 3 stage boundaries"},
+      {R"({"version": 1, "stages": [{}, {}, {}, {}, {}]})",
+       {},
+       "\"stages\" has 5 entries but the schedule has 2 virtual stages (P=2 x V=1)"},
+      {R"({"version": 1, "stages": [{"f": 2}]})", {}, "\"stages\" has 1 entry"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string path = WriteTemp("costs" + std::to_string(i++) + ".json", c.content);
+    std::vector<std::string> args = {"simulate", "--schedule=1f1b", "--stages=2",
+                                     "--microbatches=2", "--costs=" + path};
+    for (const std::string& flag : c.flags) args.push_back(flag);
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << c.message;
+    EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: " + path + ": cost model: "));
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(CountLines(r.err), 1) << r.err.substr(0, 300);
+  }
+  // The same lists in a schedule file's "costs" name that file.
+  const std::string schedule =
+      WriteTemp("costs_in_schedule.json",
+                R"({"format": "pipesched-schedule", "version": 1, "stages": 2, "microbatches": 1,
+          "programs": [["0F0", "0B0"], ["1F0", "1B0"]], "costs": {"comm": [1, 2]}})");
+  RunResult r = RunCli({"validate", schedule});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(schedule + ": key \"costs\": cost model: \"comm\" has 2 "
+                                          "entries but the schedule has 1 stage boundaries"));
+  // Lists that fit simulate.
+  const std::string fits =
+      WriteTemp("costs_fit.json", R"({"version": 1, "stages": [{"f": 2}, {}], "comm": [0.5]})");
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=2", "--costs=" + fits,
+              "--nogrid"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// Flags and files state the bound they break.
+TEST(CliTest, LimitsAreStatedInTheMessage) {
+  RunResult r = RunCli({"simulate", "--cost-f=1e16"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cost-f=1e+16 is not a valid time; use a number in [0, 1e+15]"));
+  r = RunCli({"simulate", "--activation-bytes=4611686018427387904"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--activation-bytes=4611686018427387904 is too large; use a byte "
+                               "count in [0, 1125899906842624]"));
+  // zb-v runs V=2 when --virtual is not given; the message said V=1.
+  r = RunCli({"simulate", "--schedule=zb-v", "--stages=4096", "--microbatches=4096"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("P=4096 x V=2 x M=4096 needs about 100663296 actions; the planner "
+                               "handles up to 67108864"));
+  const std::string path = WriteTemp("huge_stages.json",
+                                     R"({"format": "pipesched-schedule", "version": 1,
+                                         "stages": 1099511627776})");
+  r = RunCli({"validate", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("\"stages\" must be an integer in [1, 16777216], got "
+                               "1099511627776"));
+}
+
+// ZB-H1's closed form was printed where it does not hold (0.0000 against a simulated
+// 0.0857 at W=2).
+TEST(CliTest, ZbH1PrintsNoClosedFormWhereItDoesNotHold) {
+  RunResult r = RunCli(
+      {"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--cost-w=2", "--nogrid"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.0857 (simulated)   (no closed form for these "
+                               "costs)"));
+  r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--nogrid"});
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.1111 (simulated)   0.1111 (closed form)"));
+}
+
+// Costs of 1e-320 printed "1 column = 0 unit" over a broken one-column grid.
+TEST(CliTest, TinyCostsDrawAGrid) {
+  RunResult r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=2",
+                        "--cost-f=1e-320", "--cost-b=1e-320"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("= 0 unit")));
+  EXPECT_THAT(r.out, HasSubstr("rank 0 | F0 "));
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.3333 (simulated)"));
+}
+
+// PyTorch semantics for lowered transfers: rank 0 waits for B0's gradient before it
+// sends F0's activation. It used to validate (exit 0).
+TEST(CliTest, ValidateRejectsTransfersThatDeadlockOrDoNotMatch) {
+  RunResult r = RunCli({"validate", WriteTemp("dl.csv",
+                                              "0RECV_B0,0F0,0SEND_F0,0B0\n"
+                                              "1RECV_F0,1F0,1B0,1SEND_B0\n")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("deadlock: no rank can run its next action; rank 0 blocked at "
+                               "0RECV_B0 (waits for 1SEND_B0 on rank 1)"));
+  r = RunCli({"validate", WriteTemp("nomatch.csv", "0F0,0SEND_F0,0B0\n1F0,1B0\n")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("action 0SEND_F0 has no matching receive: missing action 1RECV_F0 "
+                               "on rank 1"));
+  r = RunCli(
+      {"validate", WriteTemp("dupsend.csv", "0F0,0SEND_F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0\n")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("action 0SEND_F0 is a duplicate"));
+  r = RunCli({"validate",
+              WriteTemp("lowered.csv",
+                        "0F0,0SEND_F0,0RECV_B0,0B0\n"
+                        "1RECV_F0,1F0,1B0,1SEND_B0\n"),
+              "--nogrid"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// File text in messages is short and on one line.
+TEST(CliTest, ErrorsQuoteFileTextShortAndEscaped) {
+  RunResult r = RunCli({"validate", WriteTemp("long_token.csv", std::string(10'000'000, 'x'))});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.size(), 500u);
+  EXPECT_EQ(CountLines(r.err), 1);
+  r = RunCli({"validate", WriteTemp("cr.csv", "0F0,0B0\r1F0,1B0\r")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad action \"0B0\\r1F0\""));
+  EXPECT_EQ(CountLines(r.err), 1);
+  // 100000 ranks with a duplicate on the last: the grid shows the 21 rows around it.
+  std::string tall;
+  for (int rank = 0; rank < 100000; ++rank) {
+    tall += std::to_string(rank) + "F0," + std::to_string(rank) + "B0\n";
+  }
+  tall.insert(tall.size() - 1, ",99999B0");
+  r = RunCli({"validate", WriteTemp("tall.csv", tall)});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("action 99999B0 is a duplicate"));
+  EXPECT_THAT(r.err, HasSubstr("... 99979 ranks above not shown"));
+  EXPECT_LT(CountLines(r.err), 30);
+}
 
 TEST(CliTest, HelpListsTheCommandsAndEachCommandsFlags) {
   RunResult all = RunCli({"help"});

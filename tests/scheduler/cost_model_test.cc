@@ -2,6 +2,9 @@
 // and every bad file is rejected with the key it got wrong.
 #include "scheduler/cost_model.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -104,24 +107,106 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"fwd": 1}})"),
               StatusIs(kBad, HasSubstr("unknown key \"default.fwd\"")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{}, {"f": -1}]})"),
-              StatusIs(kBad, HasSubstr("\"stages[1].f\" must be a non-negative number, got -1")));
+              StatusIs(kBad, HasSubstr("\"stages[1].f\" must be a number in [0, 1e+15], got -1")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{"b": "2"}]})"),
-              StatusIs(kBad, HasSubstr("\"stages[0].b\" must be a non-negative number, got "
+              StatusIs(kBad, HasSubstr("\"stages[0].b\" must be a number in [0, 1e+15], got "
                                        "\"2\"")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"workspace_bytes": 1.5}})"),
-              StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be a non-negative "
-                                       "integer, got 1.5")));
+              StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be an integer in "
+                                       "[0, 1125899906842624] (2^50), got 1.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": {"f": 1}})"),
               StatusIs(kBad, HasSubstr("\"stages\" must be an array")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [3]})"),
               StatusIs(kBad, HasSubstr("\"stages[0]\" must be an object")));
   EXPECT_THAT(ParseCostModelJson(R"({"comm": [0.1, -0.2]})"),
-              StatusIs(kBad, HasSubstr("\"comm[1]\" must be a non-negative number")));
+              StatusIs(kBad, HasSubstr("\"comm[1]\" must be a number in [0, 1e+15]")));
   EXPECT_THAT(ParseCostModelJson(R"({"comm": "fast"})"),
-              StatusIs(kBad, HasSubstr("\"comm\" must be a non-negative number")));
+              StatusIs(kBad, HasSubstr("\"comm\" must be a number in [0, 1e+15]")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"activation_bytes": 1.5}})"),
-              StatusIs(kBad, HasSubstr("\"default.activation_bytes\" must be a non-negative "
-                                       "integer")));
+              StatusIs(kBad, HasSubstr("\"default.activation_bytes\" must be an integer "
+                                       "in [0, 1125899906842624]")));
+}
+
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// A value nested 100000 deep once crashed the error path (a recursive dump() of it into
+// the message); at 10000 the message was 20 KB. Now the parse stops at 64 levels, and a
+// quoted value is cut at 60 bytes.
+TEST(CostModelTest, DeepOrHugeValuesGiveShortErrors) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  for (int depth : {100000, 10000, 65}) {
+    for (const char* key : {"version", "stages", "comm"}) {
+      const std::string text = absl::StrCat("{\"", key, "\": ", Nested(depth), "}");
+      EXPECT_THAT(ParseCostModelJson(text),
+                  StatusIs(kBad, HasSubstr("nested deeper than 64 levels of arrays and objects")))
+          << key << " at depth " << depth;
+    }
+  }
+  // Within the limit: the value is quoted, cut short.
+  absl::Status s = ParseCostModelJson(absl::StrCat("{\"version\": ", Nested(60), "}")).status();
+  EXPECT_THAT(s, StatusIs(kBad, HasSubstr("got [[[[[[")));
+  EXPECT_LT(s.message().size(), 200u);
+  std::string wide = "{\"comm\": [[";
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&wide, i > 0 ? "," : "", i);
+  s = ParseCostModelJson(wide + "]]}").status();
+  EXPECT_THAT(s, StatusIs(kBad, HasSubstr("\"comm[0]\" must be a number in [0, 1e+15], got "
+                                          "[0,1,2,3,")));
+  EXPECT_LT(s.message().size(), 200u);
+  s = ParseCostModelJson(absl::StrCat("{\"", std::string(100000, 'k'), "\": 1}")).status();
+  EXPECT_THAT(s, StatusIs(kBad, HasSubstr("unknown key \"kkkk")));
+  EXPECT_LT(s.message().size(), 200u);
+}
+
+// 1e308 made the simulated makespan inf (a grid that never finished drawing, "nan" in
+// the statistics); the bound is the --cost-* flags' one.
+TEST(CostModelTest, TimesAndBytesHaveUpperBounds) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"f": 1e308, "b": 1}})"),
+              StatusIs(kBad, HasSubstr("\"default.f\" must be a number in [0, 1e+15], got "
+                                       "1e+308")));
+  EXPECT_THAT(ParseCostModelJson(R"({"comm": 1e308})"),
+              StatusIs(kBad, HasSubstr("\"comm\" must be a number in [0, 1e+15]")));
+  EXPECT_THAT(ParseCostModelJson(R"({"comm": [1, 1e16]})"),
+              StatusIs(kBad, HasSubstr("\"comm[1]\" must be a number in [0, 1e+15]")));
+  EXPECT_THAT(ParseCostModelJson(R"({"stages": [{"w": 2e15}]})"),
+              StatusIs(kBad, HasSubstr("\"stages[0].w\" must be a number in [0, 1e+15]")));
+  PS_EXPECT_OK(ParseCostModelJson(R"({"default": {"f": 1e15}})").status());
+  EXPECT_EQ(kMaxCostTime, 1e15);
+  // 2^62 stashed per micro-batch summed to a peak that no longer fit int64.
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"activation_bytes": 4611686018427387904}})"),
+              StatusIs(kBad, HasSubstr("\"default.activation_bytes\" must be an integer in "
+                                       "[0, 1125899906842624] (2^50), got 4611686018427387904")));
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"workspace_bytes": 18446744073709551615}})"),
+              StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be an integer in")));
+  PS_EXPECT_OK(
+      ParseCostModelJson(R"({"default": {"activation_bytes": 1125899906842624}})").status());
+  // 2^32 + 1 is not version 1 (it was read through an int).
+  EXPECT_THAT(ParseCostModelJson(R"({"version": 4294967297})"),
+              StatusIs(kBad, HasSubstr("\"version\" must be 1")));
+}
+
+// "comm": [5] at P=4 used to cost boundary 0 only, the others silently 0.
+TEST(CostModelTest, CheckCostsFitStatesTheLengthExpected) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  CostModel costs;
+  PS_EXPECT_OK(CheckCostsFit(costs, 4, 2));
+  costs.comm = {5};
+  EXPECT_THAT(CheckCostsFit(costs, 4, 1),
+              StatusIs(kBad, HasSubstr("\"comm\" has 1 entry but the schedule has 3 stage "
+                                       "boundaries (4 virtual stages, P=4 x V=1)")));
+  costs.comm = {1, 2, 3};
+  PS_EXPECT_OK(CheckCostsFit(costs, 4, 1));
+  EXPECT_THAT(CheckCostsFit(costs, 2, 1), StatusIs(kBad, HasSubstr("has 3 entries")));
+  costs.comm.clear();
+  costs.stages.assign(5, StageCosts{});
+  EXPECT_THAT(CheckCostsFit(costs, 2, 1),
+              StatusIs(kBad, HasSubstr("\"stages\" has 5 entries but the schedule has 2 "
+                                       "virtual stages (P=2 x V=1); give one entry per virtual "
+                                       "stage")));
+  costs.stages.assign(1, StageCosts{});
+  EXPECT_THAT(CheckCostsFit(costs, 2, 1), StatusIs(kBad, HasSubstr("has 1 entry but")));
+  costs.stages.assign(4, StageCosts{});
+  PS_EXPECT_OK(CheckCostsFit(costs, 2, 2));
 }
 
 }  // namespace

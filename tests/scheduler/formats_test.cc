@@ -117,6 +117,24 @@ TEST(PytorchCsvTest, BadTokenNamesLineColumnAndToken) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("micro-batch")));
 }
 
+// A token is quoted cut to 40 bytes with its control bytes escaped: a 10 MB token was
+// echoed whole, and a lone \r (old Mac line ends) or a NUL went to the terminal raw.
+TEST(PytorchCsvTest, BadTokensAreQuotedShortAndEscaped) {
+  absl::Status s = ParsePytorchCsv(std::string(10'000'000, 'x') + "\n").status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("bad action \"" + std::string(40, 'x') + "...\"")));
+  EXPECT_LT(s.message().size(), 400u);
+  EXPECT_THAT(ParsePytorchCsv("0F0,0B0\r1F0,1B0\r"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("line 1, column 5: bad action \"0B0\\r1F0\"")));
+  s = ParsePytorchCsv(std::string("0F0,0B0\0\x01\n", 11)).status();
+  EXPECT_THAT(
+      s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad action \"0B0\\x00\\x01\"")));
+  EXPECT_THAT(ParsePytorchCsv("0F0,0" + std::string(1000, 'Q') + "0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown op \"" + std::string(40, 'Q') + "...\"")));
+}
+
 TEST(PytorchCsvTest, EmptyInputIsAnError) {
   for (const char* text : {"", "\n", " \r\n\r\n"}) {
     EXPECT_THAT(ParsePytorchCsv(text),
@@ -230,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadJson{"{" PS_HEAD ", \"stagse\": 1}", "unknown key \"stagse\""},
         BadJson{"{" PS_HEAD ", \"microbatches\": 1, \"programs\": [[]]}", "missing key \"stages\""},
         BadJson{"{" PS_HEAD ", \"stages\": 0, \"microbatches\": 1}",
-                "\"stages\" must be a positive"},
+                "\"stages\" must be an integer in [1, 16777216], got 0"},
         BadJson{"{" PS_HEAD ", \"stages\": 1.5, \"microbatches\": 1}", "got 1.5"},
         BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"placement\": \"zigzag\"}",
                 "\"placement\" must be \"loop\" or \"v\", got \"zigzag\""},
@@ -247,7 +265,55 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"costs\": {\"default\": {\"f\": -1}}}",
                 "key \"costs\""},
         BadJson{"{" PS_HEAD ", \"name\": 3, \"stages\": 1}", "\"name\" must be a string"}));
-#undef PS_HEAD
+
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// Deep values crashed the error path (a recursive dump() of "version", "format" or
+// "stages" into the message); now the parse stops at 64 levels.
+TEST(ScheduleJsonTest, DeepNestingIsRefusedBeforeItIsQuoted) {
+  for (int depth : {100000, 10000, 65}) {
+    for (const std::string& json :
+         {"{\"format\": \"pipesched-schedule\", \"version\": " + Nested(depth) + "}",
+          "{\"format\": " + Nested(depth) + "}",
+          "{" PS_HEAD ", \"microbatches\": 1, \"stages\": " + Nested(depth) + "}",
+          "{" PS_HEAD ", \"costs\": {\"comm\": " + Nested(depth) + "}}"}) {
+      EXPECT_THAT(ParseScheduleJson(json),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("schedule JSON is malformed: nested deeper than 64 levels")))
+          << depth;
+    }
+  }
+  const absl::Status s =
+      ParseScheduleJson("{" PS_HEAD ", \"microbatches\": 1, \"stages\": " + Nested(60) + "}")
+          .status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("\"stages\" must be an integer in [1, 16777216], got [[[[")));
+  EXPECT_LT(s.message().size(), 200u);
+}
+
+// The limits are in the message: "must be a positive integer" never said 2^24.
+TEST(ScheduleJsonTest, CountsAndNamesStateTheirLimits) {
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 1099511627776}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key \"stages\" must be an integer in [1, 16777216], got "
+                                 "1099511627776")));
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 1, \"microbatches\": 16777217}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"microbatches\" must be an integer in [1, 16777216]")));
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"" + std::string(100000, 'n') + "\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"name\" must be a string of at most 200 bytes without "
+                                 "control characters, got \"nnnn")));
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"a\\rb\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got \"a\\rb\"")));
+  // A "costs" object is held to the cost files' bounds.
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, "
+                                "\"programs\": [[\"0F0\", \"0B0\"]], \"costs\": "
+                                "{\"default\": {\"b\": 1e308}}}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key \"costs\": cost model: \"default.b\" must be a number in "
+                                 "[0, 1e+15]")));
+}
 
 TEST(LoadScheduleFileTest, MissingFileNamesThePath) {
   absl::StatusOr<ScheduleFile> file = LoadScheduleFile("/nonexistent/dir/s.csv");

@@ -3,8 +3,11 @@
 // formulas predict and stash exactly the activations the papers count. A failure here
 // means a generator, the simulator or a formula drifted.
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/formulas.h"
@@ -99,6 +102,80 @@ TEST(FormulasPinningTest, ZbH1BubbleIsAThirdOf1F1BsWithEqualFIW) {
       EXPECT_NEAR(zb.bubble_fraction, *ClosedFormBubbleFraction("zb-h1", in), kTol);
     }
   }
+}
+
+// The costs every sweep below runs over: zeros, fractions that are not dyadic, and a
+// cost much larger than the others.
+constexpr double kSweepCosts[] = {0, 0.5, 1.0 / 3, 1, 1.5, 2, 3};
+
+// ZB-H1's closed form, (P-1)(T_F + T_I - T_W) idle per rank, against the simulator over a
+// grid of F, I, W, P and M: it is offered exactly where it equals the simulation, i.e.
+// P = 1, or T_W = 0, or M >= P and T_W <= min(T_F, T_I) (formulas.cc says why).
+TEST(FormulasPinningTest, ZbH1ClosedFormIsOfferedExactlyWhereItHolds) {
+  int offered = 0;
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 10; ++m) {
+      PS_ASSERT_OK_AND_ASSIGN(
+          const Schedule schedule,
+          GenerateSchedule("zb-h1", GeneratorParams{.num_ranks = p, .num_microbatches = m}));
+      for (double f : kSweepCosts) {
+        for (double i : kSweepCosts) {
+          for (double w : kSweepCosts) {
+            CostModel costs;
+            costs.uniform = StageCosts{.f = f, .b = i + w, .i = i, .w = w};
+            PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(schedule, costs));
+            const double closed_makespan = m * (f + i + w) + (p - 1) * (f + i - w);
+            const bool holds = r.makespan > 0 && std::abs(r.makespan - closed_makespan) < 1e-9;
+            const std::optional<double> formula = ClosedFormBubbleFraction(
+                "zb-h1",
+                {.num_ranks = p, .num_chunks = 1, .num_microbatches = m, .costs = costs.uniform});
+            SCOPED_TRACE(absl::StrFormat("P=%d M=%d F=%g I=%g W=%g: simulated makespan %g", p, m, f,
+                                         i, w, r.makespan));
+            ASSERT_EQ(formula.has_value(), holds);
+            if (!formula.has_value()) continue;
+            ++offered;
+            EXPECT_NEAR(*formula, r.bubble_fraction, 1e-12);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(offered, 1000);
+}
+
+// GPipe, 1F1B and interleaved 1F1B over the same grid of F and B, zeros included:
+// wherever a closed form is offered, it is the simulated bubble fraction.
+TEST(FormulasPinningTest, FillDrainAndInterleavedHoldForAnyUniformCosts) {
+  int offered = 0;
+  for (const std::string name : {"gpipe", "1f1b", "interleaved-1f1b"}) {
+    for (int v = 1; v <= 3; ++v) {
+      if (v > 1 && name != "interleaved-1f1b") continue;
+      for (int p = 1; p <= 6; ++p) {
+        for (int m = 1; m <= 12; ++m) {
+          absl::StatusOr<Schedule> schedule = GenerateSchedule(
+              name, GeneratorParams{.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+          if (!schedule.ok()) continue;  // a combination the generator does not take
+          for (double f : kSweepCosts) {
+            for (double b : kSweepCosts) {
+              CostModel costs;
+              costs.uniform = StageCosts{.f = f, .b = b};
+              PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(*schedule, costs));
+              const std::optional<double> formula =
+                  ClosedFormBubbleFraction(name, {.num_ranks = p,
+                                                  .num_chunks = schedule->num_chunks(),
+                                                  .num_microbatches = m,
+                                                  .costs = costs.uniform});
+              if (!formula.has_value()) continue;
+              ++offered;
+              EXPECT_NEAR(*formula, r.bubble_fraction, 1e-12)
+                  << absl::StrFormat("%s V=%d P=%d M=%d F=%g B=%g", name, v, p, m, f, b);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(offered, 3000);
 }
 
 }  // namespace

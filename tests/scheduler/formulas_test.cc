@@ -47,6 +47,23 @@ TEST(FormulasTest, ZeroBubbleH1) {
   EXPECT_FALSE(ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 3, unit)).has_value());
   EXPECT_FALSE(
       ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 8, {.f = 1, .i = 1, .w = 3})).has_value());
+  // ... or W longer than F or than I, where the simulated bubble is larger (it printed
+  // 0.0000 against a simulated 0.0857 for W=2, 0.0508 against 0.0968 for W=1.5).
+  for (const StageCosts& c :
+       {StageCosts{.f = 1, .i = 1, .w = 2}, StageCosts{.f = 1, .i = 1, .w = 1.5},
+        StageCosts{.f = 1, .i = 0.5, .w = 1}, StageCosts{.f = 3, .i = 1, .w = 2},
+        StageCosts{.f = 0, .i = 1, .w = 1}}) {
+    EXPECT_FALSE(ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 8, c)).has_value()) << c.w;
+  }
+  EXPECT_FALSE(
+      ClosedFormBubbleFraction("zb-h1", Inputs(2, 1, 2, {.f = 0, .i = 1, .w = 1})).has_value());
+  // Inside it: W no longer than F and I; W = 0 at any M (1F1B with B = I); P = 1.
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 8, {.f = 2, .i = 1, .w = 1})),
+                   6.0 / 38);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 2, {.f = 1, .i = 1, .w = 0})),
+                   3.0 / 5);
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("zb-h1", Inputs(1, 1, 3, {.f = 1, .i = 1, .w = 5})),
+                   0);
 }
 
 TEST(FormulasTest, NulloptOutsideWhatTheFormulasCover) {

@@ -2,6 +2,8 @@
 // the comments, so a reader can check the simulator's rules one by one.
 #include "scheduler/simulator.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -241,6 +243,46 @@ TEST(SimulatorTest, RejectsWhatValidateRejects) {
   EXPECT_THAT(Simulate(HandSchedule(2, 1, 2, {"0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1"}), CostModel{}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("rank 0 blocked at 0B0 (waits for 1B0 on rank 1)")));
+}
+
+// A library caller can hand the simulator any CostModel: a time that is not finite is an
+// error, not "makespan inf, bubble fraction -nan".
+TEST(SimulatorTest, RejectsTimesThatAreNotFinite) {
+  CostModel costs;
+  costs.uniform.b = 1e308;
+  EXPECT_THAT(Simulate(HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}), costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the simulated time is not finite: 1B1 on rank 1 ends at inf "
+                                 "(duration 1e+308); every cost must be a number in [0, 1e+15]")));
+  costs.uniform.b = 2;
+  costs.comm_uniform = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(Simulate(HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"}), costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the simulated time is not finite: 1F0 on rank 1")));
+}
+
+// 2^62 bytes per stash: rank 0's two stashes overflowed to a peak equal to rank 1's one.
+TEST(SimulatorTest, RejectsLiveBytesThatOverflow) {
+  CostModel costs;
+  costs.uniform.activation_bytes = std::int64_t{1} << 62;
+  EXPECT_THAT(
+      Simulate(HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}), costs),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("rank 0's live bytes overflow 64 bits at 0F1: 4611686018427387904 bytes "
+                         "live plus activation_bytes 4611686018427387904")));
+  costs.uniform.activation_bytes = std::int64_t{1} << 61;
+  costs.uniform.workspace_bytes = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THAT(Simulate(HandSchedule(1, 1, 1, {"0F0 0B0"}), costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("overflow 64 bits at 0B0: 2305843009213693952 bytes live plus "
+                                 "workspace_bytes")));
+  // At the bound nothing overflows: 2 x 2^50.
+  costs.uniform = StageCosts{.activation_bytes = kMaxCostBytes};
+  PS_ASSERT_OK_AND_ASSIGN(
+      const SimResult r,
+      Simulate(HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 2 * kMaxCostBytes);
+  EXPECT_EQ(r.ranks[1].peak_live_bytes, kMaxCostBytes);
 }
 
 }  // namespace

@@ -2,8 +2,12 @@
 // words a user reads on the first line, and the grid with its arrow at the action.
 #include "scheduler/validate.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
@@ -18,6 +22,7 @@ using ::pipesched::scheduler::testing::HandSchedule;
 using ::pipesched::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // 1F1B, P=2, M=2:
@@ -229,6 +234,92 @@ TEST(ValidateTest, RejectsTransferPastTheEnds) {
   EXPECT_THAT(Validate(HandSchedule(2, 1, 1, {"0RECV_F0 0F0 0B0", "1F0 1B0"})),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        StartsWith("rank 0 step 0: action 0RECV_F0 transfers")));
+}
+
+// Lowered transfers follow PyTorch: a RECV blocks until its SEND is issued. Rank 0 waits
+// for B0's gradient before it sends F0's activation: a deadlock that used to validate.
+TEST(ValidateTest, RejectsTransfersThatDeadlock) {
+  const Schedule s =
+      HandSchedule(2, 1, 1, {"0RECV_B0 0F0 0SEND_F0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(StartsWith("deadlock: no rank can run its next action; rank 0 "
+                                        "blocked at 0RECV_B0 (waits for 1SEND_B0 on rank 1); "
+                                        "rank 1 blocked at 1RECV_F0 (waits for 0SEND_F0 on "
+                                        "rank 0) (0 of 8 actions ran)"),
+                             HasSubstr(GridAt(s, 0, 0)))));
+  // The simulator walks the same graph.
+  EXPECT_THAT(Simulate(s, CostModel{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("0RECV_B0")));
+}
+
+TEST(ValidateTest, RejectsUnmatchedDuplicateAndMisorderedTransfers) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  Schedule s = HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0B0", "1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, AllOf(StartsWith("rank 0 step 1: action 0SEND_F0 has "
+                                                           "no matching receive: missing action "
+                                                           "1RECV_F0 on rank 1"),
+                                                HasSubstr(GridAt(s, 0, 1)))));
+  s = HandSchedule(2, 1, 1, {"0F0 0B0", "1RECV_F0 1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 1 step 0: action 1RECV_F0 has no "
+                                                     "matching send: missing action 0SEND_F0 on "
+                                                     "rank 0")));
+  s = HandSchedule(2, 1, 1, {"0F0 0RECV_B0 0B0", "1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, HasSubstr("0RECV_B0 has no matching send: missing "
+                                                    "action 1SEND_B0 on rank 1")));
+  s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0 1SEND_B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, HasSubstr("1SEND_B0 has no matching receive: missing "
+                                                    "action 0RECV_B0 on rank 0")));
+  s = HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0SEND_F0 0B0", "1RECV_F0 1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 0 step 2: action 0SEND_F0 is a "
+                                                     "duplicate (first at rank 0 step 1)")));
+  s = HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0B0", "1RECV_F0 1RECV_F0 1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 1 step 1: action 1RECV_F0 is a "
+                                                     "duplicate")));
+  s = HandSchedule(2, 1, 1, {"0SEND_F0 0F0 0B0", "1RECV_F0 1F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 0 step 0: action 0SEND_F0 comes "
+                                                     "before 0F0 (step 1), which computes what "
+                                                     "it sends")));
+  s = HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0B0", "1F0 1RECV_F0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 1 step 0: action 1F0 comes before "
+                                                     "1RECV_F0 (step 1), which receives its "
+                                                     "input")));
+  s = HandSchedule(2, 1, 1, {"0F0 0B0 0RECV_B0", "1F0 1B0 1SEND_B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 0 step 1: action 0B0 comes before "
+                                                     "0RECV_B0 (step 2)")));
+  s = HandSchedule(2, 1, 1, {"0F0 0RECV_B0 0B0", "1F0 1SEND_B0 1B0"});
+  EXPECT_THAT(Validate(s), StatusIs(kBad, StartsWith("rank 1 step 1: action 1SEND_B0 comes "
+                                                     "before 1B0 (step 2)")));
+  // Split backward: SEND_B follows I; a full set of transfers around ZB-H1-like order.
+  PS_EXPECT_OK(Validate(
+      HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0RECV_B0 0I0 0W0", "1RECV_F0 1F0 1I0 1SEND_B0 1W0"})));
+}
+
+// A 100000-rank file with a problem on its last row printed all 100000 rows (3 MB).
+TEST(ValidateTest, TallGridsAreCutAroundTheMark) {
+  std::vector<std::string> rows;
+  for (int r = 0; r < 1000; ++r) rows.push_back(absl::StrCat(r, "F0 ", r, "B0"));
+  rows.back() += " 999B0";
+  const Schedule s = HandSchedule(1000, 1, 1, rows);
+  const absl::Status status = Validate(s);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               AllOf(StartsWith("rank 999 step 2: action 999B0 is a duplicate"),
+                                     HasSubstr("| ... 979 ranks above not shown\nrank 979 |"),
+                                     HasSubstr("rank 999 |"), Not(HasSubstr("rank 978 ")))));
+  EXPECT_LT(std::count(status.message().begin(), status.message().end(), '\n'), 26);
+  // Marked in the middle: 10 on each side.
+  const std::string grid = RenderProgramGrid(s, 500, 0);
+  EXPECT_THAT(grid, AllOf(HasSubstr("... 490 ranks above not shown"), HasSubstr("rank 490 |"),
+                          HasSubstr("rank 510 |"), HasSubstr("... 489 ranks below not shown"),
+                          Not(HasSubstr("rank 511 "))));
+  // A deadlock names the first 8 blocked ranks: rank 0 waits for 1B0, every other rank
+  // for the F1 of the rank before it.
+  rows = {"0F0 0B0 0F1 0B1"};
+  for (int r = 1; r < 20; ++r) rows.push_back(absl::StrFormat("%dF1 %dF0 %dB0 %dB1", r, r, r, r));
+  EXPECT_THAT(Validate(HandSchedule(20, 1, 2, rows)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("rank 7 blocked at 7F1"), Not(HasSubstr("rank 8 blocked")),
+                             HasSubstr("; and 12 more ranks blocked (1 of 80 actions ran)"))));
 }
 
 }  // namespace

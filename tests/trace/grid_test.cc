@@ -1,6 +1,7 @@
 // Terminal grid: the picture of a small timeline, colour on request only, width limit.
 #include "trace/grid.h"
 
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -88,6 +89,46 @@ TEST(GridTest, UnknownOpsAndSpansShorterThanAColumn) {
   const std::string grid = RenderTimelineGrid(t, options);
   EXPECT_THAT(grid, HasSubstr("rank 0 | F0"));
   EXPECT_THAT(grid, HasSubstr("? other"));
+}
+
+// The two-rank picture with every time multiplied by `scale`.
+Timeline Scaled(double scale) {
+  Timeline t = testing::TwoRankTimeline();
+  for (Span& span : t.spans) {
+    span.start *= scale;
+    span.end *= scale;
+  }
+  return t;
+}
+
+// Costs of 1e-320 (denormal) made columns per unit overflow to inf: the header said "1
+// column = 0 unit" over a one-column grid. The picture is the unit one at any scale.
+TEST(GridTest, TinyAndHugeTimesDrawTheSamePicture) {
+  const std::vector<std::string> unit = Lines(RenderTimelineGrid(Scaled(1)));
+  for (double scale : {1e-320, 1e-300, 1e-9, 1e9, 1e15}) {
+    SCOPED_TRACE(scale);
+    const std::string text = RenderTimelineGrid(Scaled(scale));
+    const std::vector<std::string> lines = Lines(text);
+    ASSERT_EQ(lines.size(), unit.size()) << text;
+    EXPECT_THAT(lines[0], Not(HasSubstr("= 0 unit")));
+    EXPECT_THAT(lines[0], Not(HasSubstr("inf")));
+    for (std::size_t k = 1; k <= 4; ++k) EXPECT_EQ(lines[k].size(), unit[k].size()) << k;
+  }
+  // Denormals carry few digits: the columns may round one off, the labels all show.
+  EXPECT_THAT(Lines(RenderTimelineGrid(Scaled(1e-320)))[1],
+              ::testing::MatchesRegex("rank 0 \\| F0 F1 \\.+B0    \\.\\.\\.B1    \\.+"));
+}
+
+// A makespan of inf (costs of 1e308) never finished drawing its time axis.
+TEST(GridTest, AMakespanThatIsNotFiniteGetsNoColumns) {
+  for (double end :
+       {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e308}) {
+    Timeline t = testing::TwoRankTimeline();
+    t.spans.back().end = end;
+    const std::string text = RenderTimelineGrid(t);
+    EXPECT_LT(text.size(), 2000u) << end;
+    EXPECT_THAT(text, HasSubstr("rank 0 | ")) << end;
+  }
 }
 
 }  // namespace
