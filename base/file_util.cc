@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/host_memory.h"
 #include "base/strings.h"
@@ -26,6 +28,49 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
   return absl::InternalError(msg);
 }
 
+// Where a write to an output path goes.
+struct OutputTarget {
+  enum Kind {
+    kReplace,     // a regular file or a new name: replaced atomically (temporary + rename)
+    kInPlace,     // an existing device or pipe (/dev/null, a FIFO): written into as it is
+    kDescriptor,  // a link into this process's open files (/dev/stdout, /dev/fd/3)
+  } kind = kReplace;
+  std::string path;  // kReplace: the final target, links followed (the links stay)
+  int fd = -1;       // kDescriptor
+};
+
+// Follows symbolic links, at most 16. Renaming onto a link would replace the link (as
+// root, /dev/stdout itself), and reopening /dev/stdout when it is redirected to a file
+// would write from offset 0 over what the process printed before: such a link is written
+// through its descriptor, at its current position.
+OutputTarget ResolveOutput(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path own_fds = fs::path("/proc") / std::to_string(::getpid()) / "fd";
+  std::string p = path;
+  for (int hop = 0; hop < 16; ++hop) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return {.kind = OutputTarget::kReplace, .path = p};
+    if (!S_ISLNK(st.st_mode)) {
+      const bool replace = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode);
+      return {.kind = replace ? OutputTarget::kReplace : OutputTarget::kInPlace, .path = p};
+    }
+    const fs::path parent =
+        fs::path(p).parent_path().empty() ? fs::path(".") : fs::path(p).parent_path();
+    std::error_code ec;
+    int fd = -1;
+    if (fs::canonical(parent, ec) == own_fds && !ec &&
+        absl::SimpleAtoi(fs::path(p).filename().string(), &fd)) {
+      return {.kind = OutputTarget::kDescriptor, .path = p, .fd = fd};
+    }
+    char target[4096];
+    const ssize_t n = ::readlink(p.c_str(), target, sizeof(target) - 1);
+    if (n < 0) break;
+    const fs::path next(std::string(target, static_cast<std::size_t>(n)));
+    p = next.is_absolute() ? next.string() : (parent / next).string();
+  }
+  return {.kind = OutputTarget::kInPlace, .path = path};  // open() names the loop
+}
+
 }  // namespace
 
 absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
@@ -34,9 +79,23 @@ absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(Absl(flag), "=", path, ": ", what,
                                                    "; give a file path in a writable directory"));
   };
+  const OutputTarget target = ResolveOutput(path);
+  if (target.kind == OutputTarget::kDescriptor) {
+    const int flags = ::fcntl(target.fd, F_GETFL);
+    if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) {
+      return bad(absl::StrCat("descriptor ", target.fd, " is not open for writing"));
+    }
+    return absl::OkStatus();
+  }
+  if (target.kind == OutputTarget::kInPlace) {
+    if (::access(target.path.c_str(), W_OK) != 0) {
+      return bad(absl::StrCat("is not writable (", std::strerror(errno), ")"));
+    }
+    return absl::OkStatus();
+  }
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return bad("is a directory");
-  const fs::path parent = fs::path(path).parent_path();
+  if (fs::is_directory(target.path, ec)) return bad("is a directory");
+  const fs::path parent = fs::path(target.path).parent_path();
   const fs::path dir = parent.empty() ? fs::path(".") : parent;
   if (!fs::exists(dir, ec))
     return bad(absl::StrCat("the directory ", dir.string(), " does not exist"));
@@ -105,18 +164,26 @@ int WriteAll(int fd, std::string_view content) {
 
 }  // namespace
 
-absl::Status WriteFileAtomic(const std::string& path, std::string_view content) {
-  // An existing path that is not a regular file (/dev/stdout, /dev/null, a pipe) is
-  // written into as it is: renaming a file onto it would replace the device or pipe.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
-    const int err = WriteAll(fd, content);
-    if (::close(fd) != 0 && err == 0) return ErrnoStatus(errno, "cannot write", path);
-    if (err != 0) return ErrnoStatus(err, "cannot write", path);
+absl::Status WriteFileAtomic(const std::string& requested, std::string_view content) {
+  const OutputTarget target = ResolveOutput(requested);
+  if (target.kind == OutputTarget::kDescriptor) {
+    // What the program printed through the standard streams comes first.
+    if (target.fd == STDOUT_FILENO) std::cout.flush();
+    if (target.fd == STDERR_FILENO) std::cerr.flush();
+    if (const int err = WriteAll(target.fd, content); err != 0) {
+      return ErrnoStatus(err, "cannot write", requested);
+    }
     return absl::OkStatus();
   }
+  if (target.kind == OutputTarget::kInPlace) {
+    int fd = ::open(target.path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus(errno, "cannot open", requested);
+    const int err = WriteAll(fd, content);
+    if (::close(fd) != 0 && err == 0) return ErrnoStatus(errno, "cannot write", requested);
+    if (err != 0) return ErrnoStatus(err, "cannot write", requested);
+    return absl::OkStatus();
+  }
+  const std::string& path = target.path;
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot create", tmp);

@@ -27,14 +27,19 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
 std::int64_t HostLoadLimitBytes();
 
 // Writes `content` to `path` atomically: a temporary file beside it, fsync, rename.
-// A failed write leaves any previous file at `path` untouched. An existing `path` that
-// is neither a regular file nor a directory (/dev/stdout, a pipe) is written into
-// directly. NotFound (no such directory), PermissionDenied, InvalidArgument (`path` is a
-// directory) or Internal, with the path and strerror (ENOSPC: "No space left on device").
+// A failed write leaves any previous file at `path` untouched. Symbolic links are
+// followed (the file they lead to is replaced; the links stay). A link into this
+// process's open files (/dev/stdout, /dev/fd/3) is written through that descriptor, at
+// its position; an existing path that is neither a regular file nor a directory
+// (/dev/null, a pipe) is written into as it is. NotFound (no such directory),
+// PermissionDenied, InvalidArgument (`path` is a directory) or Internal, with the path
+// and strerror (ENOSPC: "No space left on device").
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);
 
 // Whether WriteFileAtomic(path, ...) can succeed, checked before a long run that writes
-// it at the end: the directory exists and is writable, and `path` is not a directory.
+// it at the end: the directory exists and is writable, and `path` is not a directory;
+// for a device or pipe, that it is writable; for /dev/stdout and the like, that the
+// descriptor is open for writing.
 // InvalidArgument "<flag>=<path>: <what is wrong>; <what would work>" otherwise (`flag`
 // as the user typed it, e.g. "--csv").
 absl::Status CheckOutputPath(std::string_view flag, const std::string& path);

@@ -1,5 +1,6 @@
 #include "base/file_util.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,6 +84,44 @@ TEST(FileUtilTest, WriteIntoAPipeKeepsThePipe) {
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
   ::unlink(path.c_str());
+}
+
+// /dev/stdout redirected to a file is /proc/self/fd/1, a link to that file: the write
+// goes through the descriptor, after what was written to it before (reopening the path
+// would start at offset 0; renaming onto it would replace the link).
+TEST(FileUtilTest, WriteThroughAnOpenDescriptorAppendsAtItsPosition) {
+  const std::string path = TempPath("descriptor");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "printed before\n", 15), 15);
+  const std::string via = "/dev/fd/" + std::to_string(fd);
+  PS_EXPECT_OK(CheckOutputPath("--json", via));
+  PS_EXPECT_OK(WriteFileAtomic(via, "{\"json\": 1}\n"));
+  ::close(fd);
+  PS_ASSERT_OK_AND_ASSIGN(std::string back, ReadFile(path));
+  EXPECT_EQ(back, "printed before\n{\"json\": 1}\n");
+  // A descriptor open only for reading is refused before a run, not after it.
+  const int ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(ro, 0);
+  EXPECT_THAT(CheckOutputPath("--json", "/dev/fd/" + std::to_string(ro)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("descriptor " + std::to_string(ro) + " is not open for writing")));
+  ::close(ro);
+}
+
+// A link to a regular file: the file is replaced atomically, the link stays a link.
+TEST(FileUtilTest, WriteThroughALinkReplacesItsTarget) {
+  const std::string target = TempPath("link-target"), link = TempPath("link");
+  PS_ASSERT_OK(WriteFileAtomic(target, "old"));
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0) << std::strerror(errno);
+  PS_EXPECT_OK(WriteFileAtomic(link, "new"));
+  struct stat st {};
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  PS_ASSERT_OK_AND_ASSIGN(std::string back, ReadFile(target));
+  EXPECT_EQ(back, "new");
+  ::unlink(link.c_str());
 }
 
 TEST(FileUtilTest, CheckOutputPathSaysWhatIsWrongAndWhatWorks) {
