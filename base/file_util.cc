@@ -141,9 +141,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_b
   return out;
 }
 
-std::int64_t HostLoadLimitBytes() {
-  // Half: the file's bytes and what they are parsed into are both held for a while.
-  return HostMemoryAvailableBytes().value_or(std::numeric_limits<std::int64_t>::max() / 2) / 2;
+absl::StatusOr<std::string> ReadFileToLoad(const std::string& path) {
+  const std::int64_t limit =
+      HostMemoryAvailableBytes().value_or(std::numeric_limits<std::int64_t>::max() / 2) / 2;
+  return ReadFile(path, limit, "half the host memory available");
 }
 
 namespace {

@@ -21,10 +21,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      std::int64_t max_bytes = kReadFileDefaultMaxBytes,
                                      std::string_view limit = "");
 
-// The most a file that is loaded whole into host memory (a data set, a checkpoint) may
-// hold: half the memory available now (MemAvailable; its bytes and what they are parsed
-// into are both held for a while), or no limit where that is unknown.
-std::int64_t HostLoadLimitBytes();
+// Reads a file that is loaded whole into host memory (a data set, parameters, a
+// checkpoint): ReadFile limited to half the memory available now, "more than half the
+// host memory available (N GiB)" (its bytes and what they are parsed into are both held
+// for a while); no limit where MemAvailable is unknown.
+absl::StatusOr<std::string> ReadFileToLoad(const std::string& path);
 
 // Writes `content` to `path` atomically: a temporary file beside it, fsync, rename.
 // A failed write leaves any previous file at `path` untouched. Symbolic links are

@@ -126,14 +126,14 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
           "--", name, "= has an empty value; give one, or leave the flag out for its default"));
     }
     std::string error;
-    if ((flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>()) &&
-        IsIntegerLiteral(value) && !flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad value '", value, "' for --", name, ": far beyond any value it takes"));
-    }
     if (!flag->ParseFrom(value, &error)) {
+      // An integer that does not parse into an integer flag is out of its type's range.
+      const bool huge = (flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>()) &&
+                        IsIntegerLiteral(value);
       return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name, ": ",
-                                                     error.empty() ? "does not parse" : error));
+                                                     huge ? "far beyond any value it takes"
+                                                     : error.empty() ? "does not parse"
+                                                                     : error));
     }
     parsed.flags_set.push_back(canon);
   }

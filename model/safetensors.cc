@@ -203,7 +203,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
     for (const nlohmann::json& d : value["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
         return tensor_error(
-            absl::StrCat("shape entry ", d.dump(), " is not a non-negative integer"));
+            absl::StrCat("shape entry ", JsonForMessage(d), " is not a non-negative integer"));
       }
       tensor.shape.push_back(d.get<std::int64_t>());
     }
@@ -262,8 +262,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(std::string bytes,
-                      ReadFile(path, HostLoadLimitBytes(), "half the host memory available"));
+  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToLoad(path));
   return ParseSafetensors(bytes, path);
 }
 

@@ -17,8 +17,9 @@ namespace pipesched::scheduler {
 
 // Bounds on every cost, one definition for cost files, schedule files and the --cost-*
 // flags. Times above kMaxCostTime make makespans that the grid, the SVG and the trace
-// cannot draw (1e308 overflowed to inf); 1e15 us is 31 years. Byte counts above
-// kMaxCostBytes (1 PiB per micro-batch) overflow the peaks of deep schedules.
+// cannot draw (1e308 overflowed to inf); 1e15 us is 31 years. Byte counts are at most
+// kMaxCostBytes (1 PiB per micro-batch, beyond any device); their sums in the simulator
+// are still checked, since thousands of micro-batches in flight can pass 2^63.
 inline constexpr double kMaxCostTime = 1e15;
 inline constexpr std::int64_t kMaxCostBytes = std::int64_t{1} << 50;
 

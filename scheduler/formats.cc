@@ -27,7 +27,9 @@ constexpr std::string_view kFormatName = "pipesched-schedule";
 constexpr int kFormatVersion = 1;
 // The largest "stages", "virtual" or "microbatches" a file may give.
 constexpr long long kMaxCount = 1 << 24;
-constexpr std::size_t kMaxNameBytes = 200;
+// A file name's length at most (a CSV's schedule is named by its file's stem, and
+// written back as a JSON "name" that must load again).
+constexpr std::size_t kMaxNameBytes = 255;
 
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 

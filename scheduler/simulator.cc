@@ -111,9 +111,10 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
       const std::int64_t bytes = stage_costs.activation_bytes;
       auto overflow = [&](std::int64_t added, const char* what) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "rank %d's live bytes overflow 64 bits at %s: %d bytes live plus %s %d; use "
-            "smaller activation_bytes or workspace_bytes (each at most %d)",
-            r, ToString(a), live_bytes, what, added, kMaxCostBytes));
+            "rank %d's live bytes overflow 64 bits at %s: %d bytes live plus %s %d; the "
+            "micro-batches in flight times activation_bytes must stay below 2^63: use smaller "
+            "activation_bytes or workspace_bytes, or fewer micro-batches",
+            r, ToString(a), live_bytes, what, added));
       };
       if (a.op == Op::kB || a.op == Op::kI) {
         // Its scratch lives while it runs, before it releases the stash.

@@ -154,8 +154,7 @@ absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
 }
 
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& trainer) {
-  PS_ASSIGN_OR_RETURN(std::string bytes,
-                      ReadFile(path, HostLoadLimitBytes(), "half the host memory available"));
+  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToLoad(path));
   absl::StatusOr<model::SafetensorsFile> parsed = model::ParseSafetensors(bytes, path);
   if (!parsed.ok()) {
     return Rejected(path, absl::StrCat("truncated or not a safetensors file (",

@@ -14,8 +14,9 @@
 #include "testing/status_matchers.h"
 
 #ifdef PIPESCHED_HAS_CUDA
-#include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "runtime/cuda_runtime.h"
 #endif
 
 namespace pipesched::comm {
@@ -194,7 +195,7 @@ TEST_F(CommGpuTest, NcclRunsACollectiveOnOneGpu) {
   RecordProperty("nccl_version", version);
   // Out of place, so that the result can only have come from NCCL.
   const ncclResult_t reduce = ncclAllReduce(send, recv, kN, ncclFloat, ncclAvg, comm.get(),
-                                            static_cast<cudaStream_t>(s.native_handle()));
+                                            runtime::UncheckedCudaStream(s));
   ASSERT_EQ(reduce, ncclSuccess) << ncclGetErrorString(reduce);
   PS_ASSERT_OK(s.Synchronize());
   ncclResult_t async = ncclInternalError;

@@ -302,7 +302,7 @@ TEST(ScheduleJsonTest, CountsAndNamesStateTheirLimits) {
                        HasSubstr("\"microbatches\" must be an integer in [1, 16777216]")));
   EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"" + std::string(100000, 'n') + "\"}"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("\"name\" must be a string of at most 200 bytes without "
+                       HasSubstr("\"name\" must be a string of at most 255 bytes without "
                                  "control characters, got \"nnnn")));
   EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"a\\rb\"}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got \"a\\rb\"")));
