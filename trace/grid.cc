@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -117,6 +118,8 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     if (!std::isfinite(per_unit)) {  // denormal times: the same two rules, per column
       col_time = min_duration > 0 ? min_duration / static_cast<double>(max_label + 1) : 0;
       if (!(col_time > 0) || makespan / col_time > plot_width) col_time = makespan / plot_width;
+      // The smallest denormals (5e-324) divide to 0: a column is then the smallest time.
+      col_time = std::max(col_time, std::numeric_limits<double>::denorm_min());
     }
   }
   auto to_columns = [&](double t) { return std::isfinite(per_unit) ? t * per_unit : t / col_time; };

@@ -117,6 +117,12 @@ TEST(GridTest, TinyAndHugeTimesDrawTheSamePicture) {
   // Denormals carry few digits: the columns may round one off, the labels all show.
   EXPECT_THAT(Lines(RenderTimelineGrid(Scaled(1e-320)))[1],
               ::testing::MatchesRegex("rank 0 \\| F0 F1 \\.+B0    \\.\\.\\.B1    \\.+"));
+  // The smallest denormal (5e-324) divided to a column of 0: now a column is that time.
+  const std::string smallest =
+      RenderTimelineGrid(Scaled(std::numeric_limits<double>::denorm_min()));
+  EXPECT_THAT(Lines(smallest)[0], Not(HasSubstr("= 0 unit"))) << smallest;
+  EXPECT_THAT(Lines(smallest)[1], HasSubstr("F")) << smallest;
+  EXPECT_THAT(Lines(smallest)[1], HasSubstr("B")) << smallest;
 }
 
 // A makespan of inf (costs of 1e308) never finished drawing its time axis.
