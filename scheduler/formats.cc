@@ -332,11 +332,16 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
   return file;
 }
 
-// "a.b/c.csv" -> "c".
+// "a.b/c.csv" -> "c": the schedule's name when the file gives none. Control characters
+// (a file name may hold any byte but '/') become '?', as a JSON "name" may have none: the
+// name is printed in headers and written into pictures and JSON.
 std::string Stem(const std::string& path) {
   std::string base = path.substr(path.find_last_of('/') + 1);
   const std::size_t dot = base.find_last_of('.');
   if (dot != std::string::npos && dot > 0) base.resize(dot);
+  for (char& c : base) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   return base;
 }
 

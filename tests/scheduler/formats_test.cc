@@ -55,6 +55,18 @@ TEST(PytorchCsvTest, TwoRankFileIsLoopPlacementWithTwoChunks) {
   EXPECT_EQ(ToPytorchCsv(s), Slurp(path));
 }
 
+// A CSV is named by its file's stem, which may hold any byte but '/': control characters
+// become '?' (the name reaches terminals, pictures and JSON, and a JSON "name" with one
+// would not load again).
+TEST(PytorchCsvTest, NameFromTheFileHasNoControlCharacters) {
+  const std::string path = TempFile("esc\x1b[31mred\x01.csv", "0F0,0B0\n");
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
+  EXPECT_EQ(file.schedule.name, "formats_test_esc?[31mred?");
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile again,
+                          ParseScheduleJson(ToScheduleJson(file.schedule, nullptr)));
+  EXPECT_EQ(again.schedule.name, file.schedule.name);
+}
+
 TEST(PytorchCsvTest, EightRankFileIsOneChunkPerRank) {
   const std::string path = Shared("interop/pytorch/8-rank.csv");
   PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
