@@ -559,7 +559,7 @@ std::string ToCsv(const std::vector<Row>& rows, const Sweep& sweep) {
       } else if (j[c].is_number_float()) {
         fields.push_back(absl::StrFormat("%.6g", j[c].get<double>()));
       } else {
-        fields.push_back(j[c].dump());
+        fields.push_back(j[c].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       }
     }
     out += absl::StrJoin(fields, ",") + "\n";
@@ -776,7 +776,8 @@ int Bench(const CommandContext& ctx) {
       j["load_average"] = load;
       j["configurations"] = nlohmann::json::array();
       for (const Row& r : rows) j["configurations"].push_back(RowJson(r, sweep));
-      PS_RETURN_IF_ERROR(write(path, j.dump(2) + "\n"));
+      PS_RETURN_IF_ERROR(
+          write(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
     }
     if (std::string path = absl::GetFlag(FLAGS_md); !path.empty()) {
       PS_RETURN_IF_ERROR(write(path, ToMarkdown(rows)));

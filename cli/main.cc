@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <new>
 
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::cerr << "pipesched: out of host memory; use smaller sizes (--hidden, --layers, "
                  "--microbatch-size, --microbatches) or free memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    // A bug, not bad input (input is checked where it is read): one line, not an abort.
+    std::cerr << "pipesched: internal error: " << e.what() << "; please report it\n";
     return 1;
   }
 }

@@ -226,7 +226,7 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["peak_activations"] = peaks;
   j["peak_activation_bytes"] = peak_bytes;
   j["ranks"] = ranks;
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 absl::Status WriteScheduleOutputs(const CommandContext& ctx, const scheduler::Schedule& schedule,

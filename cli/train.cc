@@ -316,7 +316,8 @@ absl::Status Train(const CommandContext& ctx) {
                        {"planned_peak_activation_bytes", planned_peak[r]}});
     }
     j["ranks"] = ranks;
-    PS_RETURN_IF_ERROR(write(path, j.dump(2) + "\n"));
+    PS_RETURN_IF_ERROR(
+        write(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
   }
   return absl::OkStatus();
 }

@@ -293,7 +293,7 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {
                       {"data_offsets", {offset, offset + expected}}};
     offset += expected;
   }
-  std::string text = header.dump();
+  std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   const std::uint64_t len = text.size();

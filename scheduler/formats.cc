@@ -366,7 +366,8 @@ std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs) {
   std::string out = "{\n";
   absl::StrAppend(&out, "  \"format\": \"", Absl(kFormatName), "\",\n");
   absl::StrAppend(&out, "  \"version\": ", kFormatVersion, ",\n");
-  absl::StrAppend(&out, "  \"name\": ", json(schedule.name).dump(), ",\n");
+  absl::StrAppend(&out, "  \"name\": ",
+                  json(schedule.name).dump(-1, ' ', false, json::error_handler_t::replace), ",\n");
   absl::StrAppend(&out, "  \"stages\": ", schedule.num_ranks(), ",\n");
   absl::StrAppend(&out, "  \"virtual\": ", schedule.num_chunks(), ",\n");
   absl::StrAppend(&out, "  \"microbatches\": ", schedule.num_microbatches, ",\n");
@@ -382,7 +383,8 @@ std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs) {
   }
   absl::StrAppend(&out, schedule.programs.empty() ? "]" : "\n  ]");
   if (costs != nullptr) {
-    std::string costs_text = CostModelJson(*costs).dump(2);
+    std::string costs_text =
+        CostModelJson(*costs).dump(2, ' ', false, json::error_handler_t::replace);
     // Indent the nested object by two spaces.
     std::string indented;
     for (char c : costs_text) {

@@ -162,9 +162,11 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
   }
   // One event per line: diffable, and still one JSON document.
   std::string out = "{\"displayTimeUnit\": \"ms\",\n\"otherData\": ";
-  absl::StrAppend(&out, other.dump(), ",\n\"traceEvents\": [\n");
+  absl::StrAppend(&out, other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  ",\n\"traceEvents\": [\n");
   for (std::size_t i = 0; i < events.size(); ++i) {
-    absl::StrAppend(&out, events[i].dump(), i + 1 < events.size() ? ",\n" : "\n");
+    absl::StrAppend(&out, events[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    i + 1 < events.size() ? ",\n" : "\n");
   }
   absl::StrAppend(&out, "]}\n");
   return out;

@@ -84,7 +84,11 @@ std::string XmlEscape(std::string_view text) {
     const std::size_t n = Utf8Length(text, i);
     // XML 1.0 allows no control character but tab, newline and carriage return, and only
     // well-formed UTF-8: anything else (a name taken from a file) becomes U+FFFD.
-    if (n == 0 || (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')) {
+    // U+FFFE and U+FFFF (EF BF BE, EF BF BF) are no XML characters either.
+    const bool nonchar = n == 3 && text.substr(i, 2) == "\xEF\xBF" &&
+                         static_cast<unsigned char>(text[i + 2]) >= 0xBE;
+    if (n == 0 || nonchar ||
+        (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')) {
       out += "\xEF\xBF\xBD";
       i += n == 0 ? 1 : n;
       continue;

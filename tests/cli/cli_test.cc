@@ -341,6 +341,23 @@ TEST(CliTest, HelpListsTheCommandsAndEachCommandsFlags) {
   EXPECT_THAT(none.err, HasSubstr("usage: pipesched <command> [--flags]"));
 }
 
+// A file name is any bytes: one that is not UTF-8 (the schedule's name) made nlohmann's
+// dump() throw, and the program abort, when a JSON output was asked for.
+TEST(CliTest, NamesThatAreNotUtf8StillWriteJson) {
+  const std::string csv =
+      TempPath(std::string("x\xff"
+                           "y.csv"));
+  std::ofstream(csv) << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  const std::string json = TempPath("not-utf8.json"), schedule = TempPath("not-utf8-s.json");
+  RunResult r = RunCli(
+      {"simulate", "--from=" + csv, "--json=" + json, "--schedule-json=" + schedule, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json stats = nlohmann::json::parse(Slurp(json));
+  EXPECT_EQ(stats["schedule"], "pipesched_cli_x\xEF\xBF\xBDy");  // U+FFFD
+  RunResult again = RunCli({"validate", schedule, "--nogrid"});
+  EXPECT_EQ(again.code, 0) << again.err;
+}
+
 TEST(CliTest, MalformedFilesAreBadInput) {
   struct Case {
     std::string content;

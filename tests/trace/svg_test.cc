@@ -88,6 +88,9 @@ TEST(SvgTest, ControlCharactersAndBrokenUtf8BecomeReplacementCharacters) {
                                 "b\x1b[31mc"),
             "a" + fffd + "b" + fffd + "[31mc");
   EXPECT_EQ(internal::XmlEscape("tab\tnl\ncr\r"), "tab\tnl\ncr\r");
+  // U+FFFE and U+FFFF are well-formed UTF-8 but no XML characters; U+FFFD itself stays.
+  EXPECT_EQ(internal::XmlEscape("\xEF\xBF\xBE|\xEF\xBF\xBF|\xEF\xBF\xBD"),
+            fffd + "|" + fffd + "|" + fffd);
   // Well-formed UTF-8 (2, 3 and 4 bytes) is kept; a lone continuation byte, a truncated
   // sequence, an overlong form and a surrogate are not.
   EXPECT_EQ(internal::XmlEscape("\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"),
