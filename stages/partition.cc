@@ -72,6 +72,13 @@ absl::StatusOr<std::vector<LayerRange>> PartitionExplicit(
           absl::StrCat("chunk ", c, " of the partition (", absl::StrJoin(layers_per_chunk, ","),
                        ") has ", layers_per_chunk[c], " layers; every chunk needs at least one"));
     }
+    // Checked before the sum: 2147483647,2147483647,6 wrapped around to 4 layers.
+    if (layers_per_chunk[c] > num_layers - first) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the partition (", absl::StrJoin(layers_per_chunk, ","), ") gives chunk ", c,
+                       " ", layers_per_chunk[c], " layers but only ", num_layers - first,
+                       " of the model's ", num_layers, " are left for it"));
+    }
     ranges.push_back(LayerRange{.first = first, .last = first + layers_per_chunk[c]});
     first += layers_per_chunk[c];
   }

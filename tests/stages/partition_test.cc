@@ -55,6 +55,14 @@ TEST(PartitionTest, ImpossiblePartitionsAreErrors) {
   EXPECT_THAT(PartitionMlp(config, 2, {2, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("covers 4 layers but the model has 5")));
+  // Counts whose sum wraps around int (to 4 + 1 = 5 here) are refused one by one.
+  EXPECT_THAT(PartitionMlp(config, 3, {2147483647, 2147483647, 7}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("gives chunk 0 2147483647 layers but only 5 of the model's 5 "
+                                 "are left for it")));
+  EXPECT_THAT(PartitionMlp(config, 3, {3, 2, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("gives chunk 2 1 layers but only 0 of the model's 5")));
   EXPECT_THAT(PartitionBalanced({1, -1}, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("costs must be >= 0")));
   EXPECT_THAT(PartitionBalanced({1, 1}, 0),
