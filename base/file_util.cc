@@ -24,7 +24,10 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
   std::string msg = absl::StrCat(Absl(what), " '", path, "': ", std::strerror(err));
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  if (err == EISDIR) return absl::InvalidArgumentError(msg);
+  // The path itself is at fault: a directory, a loop of links, a name too long.
+  if (err == EISDIR || err == ELOOP || err == ENAMETOOLONG || err == ENOTDIR) {
+    return absl::InvalidArgumentError(msg);
+  }
   return absl::InternalError(msg);
 }
 

@@ -104,7 +104,10 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
         return KeyError("version", "1 (the only version this build reads)", value);
       }
     } else if (key == "stages") {
-      if (!value.is_array()) return KeyError("stages", "an array of per-stage objects", value);
+      // An empty list would read as "not given" (uniform costs) for any P.
+      if (!value.is_array() || value.empty()) {
+        return KeyError("stages", "a non-empty array of per-stage objects", value);
+      }
       for (std::size_t s = 0; s < value.size(); ++s) {
         StageCosts stage = model.uniform;
         PS_RETURN_IF_ERROR(ParseStageCosts(value[s], absl::StrCat("stages[", s, "]"), stage));

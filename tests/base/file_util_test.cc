@@ -124,6 +124,23 @@ TEST(FileUtilTest, WriteThroughALinkReplacesItsTarget) {
   ::unlink(link.c_str());
 }
 
+// Paths that cannot name a file are bad input (exit 2 in the CLI), not a failure.
+TEST(FileUtilTest, LinkLoopsAndOverlongNamesAreInvalidArguments) {
+  const std::string a = TempPath("loop-a"), b = TempPath("loop-b");
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+  ASSERT_EQ(::symlink(b.c_str(), a.c_str()), 0);
+  ASSERT_EQ(::symlink(a.c_str(), b.c_str()), 0);
+  EXPECT_THAT(ReadFile(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("Too many levels of symbolic links")));
+  EXPECT_THAT(WriteFileAtomic(a, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("symbolic links")));
+  EXPECT_THAT(ReadFile(TempPath(std::string(5000, 'n'))),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("File name too long")));
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+}
+
 TEST(FileUtilTest, CheckOutputPathSaysWhatIsWrongAndWhatWorks) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = tmp ? tmp : "/tmp";

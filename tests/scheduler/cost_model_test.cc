@@ -115,7 +115,7 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
               StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be an integer in "
                                        "[0, 1125899906842624] (2^50), got 1.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": {"f": 1}})"),
-              StatusIs(kBad, HasSubstr("\"stages\" must be an array")));
+              StatusIs(kBad, HasSubstr("\"stages\" must be a non-empty array")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [3]})"),
               StatusIs(kBad, HasSubstr("\"stages[0]\" must be an object")));
   EXPECT_THAT(ParseCostModelJson(R"({"comm": [0.1, -0.2]})"),
@@ -207,6 +207,9 @@ TEST(CostModelTest, CheckCostsFitStatesTheLengthExpected) {
   EXPECT_THAT(CheckCostsFit(costs, 2, 1), StatusIs(kBad, HasSubstr("has 1 entry but")));
   costs.stages.assign(4, StageCosts{});
   PS_EXPECT_OK(CheckCostsFit(costs, 2, 2));
+  // In a file, an empty "stages" list is refused: in memory it reads as "not given".
+  EXPECT_THAT(ParseCostModelJson(R"({"version": 1, "stages": []})"),
+              StatusIs(kBad, HasSubstr("a non-empty array of per-stage objects")));
 }
 
 }  // namespace
