@@ -71,10 +71,7 @@ std::string ParserMessage(std::string_view what, std::size_t byte) {
     const std::size_t close = what.find("] ");
     if (close != std::string_view::npos) what.remove_prefix(close + 2);
   }
-  std::string quoted = QuoteForMessage(what, kMaxParseMessage);
-  // QuoteForMessage's quotes are not wanted around a sentence.
-  quoted = quoted.substr(1, quoted.size() - 2);
-  return absl::StrCat(quoted, " (byte ", byte, ")");
+  return absl::StrCat(EscapeForMessage(what, kMaxParseMessage), " (byte ", byte, ")");
 }
 
 void Append(const json& value, std::size_t limit, std::string& out) {

@@ -5,10 +5,12 @@
 
 namespace pipesched {
 
-std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
+namespace {
+
+std::string Escape(std::string_view text, std::size_t max_chars, bool quotes) {
   const bool cut = text.size() > max_chars;
   if (cut) text = text.substr(0, max_chars);
-  std::string out = "\"";
+  std::string out;
   for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
@@ -21,14 +23,13 @@ std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
       case '\t':
         out += "\\t";
         break;
-      case '"':
-        out += "\\\"";
-        break;
       case '\\':
         out += "\\\\";
         break;
       default:
-        if (c < 0x20 || c == 0x7f) {
+        if (c == '"' && quotes) {
+          out += "\\\"";
+        } else if (c < 0x20 || c == 0x7f) {
           out += absl::StrFormat("\\x%02x", c);
         } else {
           out.push_back(ch);
@@ -36,8 +37,17 @@ std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
     }
   }
   if (cut) out += "...";
-  out.push_back('"');
   return out;
+}
+
+}  // namespace
+
+std::string EscapeForMessage(std::string_view text, std::size_t max_chars) {
+  return Escape(text, max_chars, /*quotes=*/false);
+}
+
+std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
+  return "\"" + Escape(text, max_chars, /*quotes=*/true) + "\"";
 }
 
 }  // namespace pipesched

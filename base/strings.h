@@ -21,4 +21,8 @@ inline std::string_view Std(absl::string_view s) { return std::string_view(s.dat
 // "0B0\r1F0" -> "\"0B0\\r1F0\"". Bytes >= 0x80 pass through (UTF-8 text stays readable).
 std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 
+// The same without the quotes (and '"' left as it is), for text the message quotes its
+// own way: "bad value 'x' for --flag".
+std::string EscapeForMessage(std::string_view text, std::size_t max_chars = 40);
+
 }  // namespace pipesched

@@ -3,8 +3,12 @@
 // with this machine's measured costs, measured -- and where the measured idle time went
 // (stages/bubble_analysis.h). Terminal table while it runs; CSV, JSON, Markdown and SVG.
 // A configuration that cannot run is skipped with its reason; the sweep goes on.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -170,6 +174,13 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
           absl::StrCat("--traces=", sweep.traces_dir, ": cannot create the directory (",
                        ec ? ec.message() : "a file is in the way",
                        "); give a directory path that can be written"));
+    }
+    // An existing directory may still not be writable: say so before the sweep, not
+    // after its first configuration.
+    if (::access(sweep.traces_dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--traces=", sweep.traces_dir, ": the directory is not writable (",
+                       std::strerror(errno), "); give a directory that can be written"));
     }
   }
   return sweep;

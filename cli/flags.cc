@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "base/strings.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b", "schedule generator name (see `pipesched schedules`)");
 ABSL_FLAG(int32_t, stages, 4, "pipeline ranks P");
@@ -108,8 +109,8 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
       std::vector<std::string> names;
       for (std::string_view a : allowed) names.push_back("--" + Dashed(a.substr(0, a.find('='))));
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " for '", parsed.command, "'; it takes ",
-                       names.empty() ? "no flags" : absl::StrJoin(names, " ")));
+          absl::StrCat("unknown flag --", EscapeForMessage(name, 60), " for '", parsed.command,
+                       "'; it takes ", names.empty() ? "no flags" : absl::StrJoin(names, " ")));
     }
     if (!has_value) {
       if (flag->IsOfType<bool>()) {
@@ -130,7 +131,8 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
       // An integer that does not parse into an integer flag is out of its type's range.
       const bool huge = (flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>()) &&
                         IsIntegerLiteral(value);
-      return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name, ": ",
+      return absl::InvalidArgumentError(absl::StrCat("bad value '", EscapeForMessage(value, 60),
+                                                     "' for --", name, ": ",
                                                      huge ? "far beyond any value it takes"
                                                      : error.empty() ? "does not parse"
                                                                      : error));

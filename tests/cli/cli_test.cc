@@ -158,6 +158,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
         BadInput{{"simulate", "--microbatches=0"}, "--microbatches=0 is out of range"},
         BadInput{{"simulate", "--stages=abc"}, "bad value 'abc' for --stages"},
+        // Values are quoted short, with control bytes escaped.
+        BadInput{{"simulate", "--stages=" + std::string(100000, '1')},
+                 "bad value '" + std::string(60, '1') + "...' for --stages"},
+        BadInput{{"simulate",
+                  "--schedule=a\x01"
+                  "b",
+                  "--stages=x"},
+                 "bad value 'x'"},
+        BadInput{{"simulate", "--" + std::string(100000, 'z') + "=1"},
+                 "unknown flag --" + std::string(60, 'z') + "... for 'simulate'"},
         BadInput{{"simulate", "--stages=2147483648"},
                  "bad value '2147483648' for --stages: far beyond any value it takes"},
         BadInput{{"simulate", "--bogus=1"}, "unknown flag --bogus"},
