@@ -110,6 +110,35 @@ absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status CheckFilesDistinct(const std::vector<FlagPath>& inputs,
+                                const std::vector<FlagPath>& outputs) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<const FlagPath*, fs::path>> written;  // regular files, resolved
+  for (const FlagPath& out : outputs) {
+    if (out.path.empty()) continue;
+    const OutputTarget target = ResolveOutput(out.path);
+    if (target.kind != OutputTarget::kReplace) continue;
+    std::error_code ec;
+    for (const FlagPath& in : inputs) {
+      if (!in.path.empty() && fs::equivalent(target.path, in.path, ec) && !ec) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Absl(out.flag), "=", out.path, " is also ", Absl(in.flag),
+            ": writing it would replace that input; give ", Absl(out.flag), " another path"));
+      }
+    }
+    const fs::path resolved = fs::weakly_canonical(fs::absolute(target.path, ec), ec);
+    for (const auto& [earlier, path] : written) {
+      if (path == resolved) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Absl(out.flag), "=", out.path, " is also ", Absl(earlier->flag),
+                         ": one would overwrite the other; give each its own path"));
+      }
+    }
+    written.emplace_back(&out, resolved);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_bytes,
                                      std::string_view limit) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -44,5 +45,19 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view content);
 // InvalidArgument "<flag>=<path>: <what is wrong>; <what would work>" otherwise (`flag`
 // as the user typed it, e.g. "--csv").
 absl::Status CheckOutputPath(std::string_view flag, const std::string& path);
+
+// A named path: the flag as the user typed it ("--json", "FILE") and its value.
+struct FlagPath {
+  std::string_view flag;
+  std::string path;
+};
+
+// Checked before a run that reads `inputs` and writes `outputs` (empty paths are
+// skipped): no output is the same file as an input (it would be replaced by what the
+// run writes) or as another output (one would overwrite the other). Devices, pipes and
+// descriptors (/dev/stdout) may repeat. InvalidArgument "--save=d.st is also --data:
+// ...; give --save another path" otherwise.
+absl::Status CheckFilesDistinct(const std::vector<FlagPath>& inputs,
+                                const std::vector<FlagPath>& outputs);
 
 }  // namespace pipesched

@@ -165,6 +165,12 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
         {"--svg", absl::GetFlag(FLAGS_svg)}}) {
     if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
   }
+  PS_RETURN_IF_ERROR(CheckFilesDistinct(
+      {{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}},
+      {{"--csv", absl::GetFlag(FLAGS_csv)},
+       {"--json", absl::GetFlag(FLAGS_json)},
+       {"--md", absl::GetFlag(FLAGS_md)},
+       {"--svg", absl::GetFlag(FLAGS_svg)}}));
   sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!sweep.traces_dir.empty()) {
     std::error_code ec;

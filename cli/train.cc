@@ -118,6 +118,17 @@ absl::Status Train(const CommandContext& ctx) {
                                    {"--json", absl::GetFlag(FLAGS_json)}}) {
     if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
   }
+  // --save may be --resume or --init: a run that continues its own checkpoint or
+  // parameters in place.
+  const std::vector<FlagPath> reports = {{"--trace", absl::GetFlag(FLAGS_trace)},
+                                         {"--svg", absl::GetFlag(FLAGS_svg)},
+                                         {"--json", absl::GetFlag(FLAGS_json)}};
+  std::vector<FlagPath> outputs = reports;
+  outputs.insert(outputs.begin(), {"--save", save});
+  PS_RETURN_IF_ERROR(CheckFilesDistinct(
+      {{"--data", absl::GetFlag(FLAGS_data)}, {"--from", absl::GetFlag(FLAGS_from)}}, outputs));
+  PS_RETURN_IF_ERROR(
+      CheckFilesDistinct({{"--init", absl::GetFlag(FLAGS_init)}, {"--resume", resume}}, reports));
   if (!resume.empty() && !absl::GetFlag(FLAGS_init).empty()) {
     return absl::InvalidArgumentError(
         "--resume restores the parameters already; drop --init (or --resume)");

@@ -368,6 +368,56 @@ TEST(CliTest, NamesThatAreNotUtf8StillWriteJson) {
   EXPECT_EQ(again.code, 0) << again.err;
 }
 
+// An output that is an input (or another output) would destroy it: a data set replaced
+// by a checkpoint, a schedule by its statistics.
+TEST(CliTest, OutputsThatAreInputsAreRefused) {
+  const std::string csv = TempPath("in.csv");
+  std::ofstream(csv) << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  const std::string json = TempPath("twice.json");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } const cases[] = {
+      {{"simulate", "--from=" + csv, "--json=" + csv},
+       "--json=" + csv +
+           " is also --from: writing it would replace that input; give --json "
+           "another path"},
+      {{"validate", csv, "--json=" + csv}, "--json=" + csv + " is also FILE"},
+      {{"simulate", "--json=" + json, "--trace=" + json},
+       "--json=" + json + " is also --trace: one would overwrite the other"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = RunCli(c.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  EXPECT_EQ(Slurp(csv), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  // A data set is not replaced by a checkpoint; the parameters file may be (in place).
+  model::Dataset data{.d_in = 4, .num_classes = 2};
+  data.x.assign(64 * 4, 0.5f);
+  data.y.assign(64, 1);
+  const std::string set = TempPath("set.safetensors");
+  ASSERT_TRUE(model::SaveDataset(set, data).ok());
+  const std::vector<std::string> tiny = {"train",      "--stages=1",          "--layers=2",
+                                         "--hidden=8", "--inputs=4",          "--classes=2",
+                                         "--steps=1",  "--microbatch-size=2", "--backend=host"};
+  auto train = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = tiny;
+    args.insert(args.end(), more.begin(), more.end());
+    return RunCli(args);
+  };
+  RunResult d = train({"--data=" + set, "--save=" + set});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_THAT(d.err, HasSubstr("--save=" + set + " is also --data"));
+  const std::string params = TempPath("params.safetensors");
+  ASSERT_EQ(train({"--save=" + params}).code, 0);
+  RunResult in_place = train({"--init=" + params, "--save=" + params});
+  EXPECT_EQ(in_place.code, 0) << in_place.err;
+  RunResult report = train({"--init=" + params, "--json=" + params});
+  EXPECT_EQ(report.code, 2);
+  EXPECT_THAT(report.err, HasSubstr("--json=" + params + " is also --init"));
+}
+
 TEST(CliTest, MalformedFilesAreBadInput) {
   struct Case {
     std::string content;
