@@ -164,10 +164,14 @@ absl::Status Train(const CommandContext& ctx) {
   for (int step = 1; step <= steps; ++step) {
     PS_ASSIGN_OR_RETURN(stages::StepResult result, trainer->Step());
     if (!std::isfinite(result.loss)) {
-      return absl::InternalError(
-          absl::StrCat("step ", step, ": the loss is ", result.loss,
-                       "; training diverged (inputs, labels and initial values are checked when "
-                       "loaded): lower --lr or --weight-decay"));
+      // The first loss comes before any update of this run: no learning rate made it.
+      return absl::InternalError(absl::StrCat(
+          "step ", step, ": the loss is ", result.loss,
+          step == 1 ? " before any update: the forward pass overflows fp32 with these inputs "
+                      "and parameters (they are finite: checked when loaded); scale the "
+                      "inputs (--data) down"
+                    : "; training diverged (inputs, labels and initial values are checked when "
+                      "loaded): lower --lr or --weight-decay"));
     }
     trace::BubbleStats measured = trace::ComputeBubbleStats(result.timeline, p);
     records.push_back({result.loss, result.step_micros, measured.bubble_fraction});

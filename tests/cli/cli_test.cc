@@ -623,6 +623,18 @@ TEST(CliTrainTest, DataFilesThatDisagreeWithTheFlagsAreOneLineErrors) {
     EXPECT_THAT(c.r.err, HasSubstr(c.message));
     EXPECT_EQ(CountLines(c.r.err), 1) << c.r.err;
   }
+  // Finite but huge inputs overflow the first forward pass: the message names the data,
+  // not the learning rate (no update has happened yet).
+  model::Dataset huge{.d_in = 8, .num_classes = 4};
+  huge.x.assign(128 * 8, 3e38f);  // one step of the defaults: 8 x 16 samples
+  huge.y.assign(128, 1);
+  const std::string big = TempPath("huge-inputs.safetensors");
+  ASSERT_TRUE(model::SaveDataset(big, huge).ok());
+  RunResult overflow = run(big, "--inputs=8");
+  EXPECT_EQ(overflow.code, 1) << overflow.err;
+  EXPECT_THAT(overflow.err, HasSubstr("step 1: the loss is nan before any update: the forward "
+                                      "pass overflows fp32"));
+  EXPECT_THAT(overflow.err, HasSubstr("scale the inputs (--data) down"));
 }
 
 // --save / --resume: 6 steps straight equal 2 steps, a resume, and 4 more, bit for bit.
