@@ -21,6 +21,22 @@
 namespace pipesched::scheduler {
 namespace {
 
+// C0 controls, DEL, and C1 controls (U+0080..U+009F, UTF-8 C2 80..C2 9F): bytes that
+// move a terminal's cursor or change its state.
+bool IsControlAt(std::string_view text, std::size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  return c < 0x20 || c == 0x7f ||
+         (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+          static_cast<unsigned char>(text[i + 1]) <= 0x9F);
+}
+
+bool HasControlCharacter(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (IsControlAt(text, i)) return true;
+  }
+  return false;
+}
+
 using nlohmann::json;
 
 constexpr std::string_view kFormatName = "pipesched-schedule";
@@ -265,9 +281,7 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
     const json& name = root["name"];
     // The name is echoed in every message and header: one short line.
     if (!name.is_string() || name.get_ref<const std::string&>().size() > kMaxNameBytes ||
-        std::any_of(name.get_ref<const std::string&>().begin(),
-                    name.get_ref<const std::string&>().end(),
-                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+        HasControlCharacter(name.get_ref<const std::string&>())) {
       return JsonError(
           "name",
           absl::StrCat("a string of at most ", kMaxNameBytes, " bytes without control characters"),
@@ -339,10 +353,16 @@ std::string Stem(const std::string& path) {
   std::string base = path.substr(path.find_last_of('/') + 1);
   const std::size_t dot = base.find_last_of('.');
   if (dot != std::string::npos && dot > 0) base.resize(dot);
-  for (char& c : base) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  std::string out;
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    if (!IsControlAt(base, i)) {
+      out.push_back(base[i]);
+      continue;
+    }
+    out.push_back('?');
+    if (static_cast<unsigned char>(base[i]) == 0xC2) ++i;  // a C1 control's second byte
   }
-  return base;
+  return out;
 }
 
 absl::Status WithPath(const std::string& path, const absl::Status& status) {

@@ -59,9 +59,12 @@ TEST(PytorchCsvTest, TwoRankFileIsLoopPlacementWithTwoChunks) {
 // become '?' (the name reaches terminals, pictures and JSON, and a JSON "name" with one
 // would not load again).
 TEST(PytorchCsvTest, NameFromTheFileHasNoControlCharacters) {
-  const std::string path = TempFile("esc\x1b[31mred\x01.csv", "0F0,0B0\n");
+  const std::string path = TempFile(
+      "esc\x1b[31mred\x01\xC2\x9B"
+      "1m\xC3\xA9.csv",
+      "0F0,0B0\n");
   PS_ASSERT_OK_AND_ASSIGN(ScheduleFile file, LoadScheduleFile(path));
-  EXPECT_EQ(file.schedule.name, "formats_test_esc?[31mred?");
+  EXPECT_EQ(file.schedule.name, "formats_test_esc?[31mred??1m\xC3\xA9");  // e-acute kept
   PS_ASSERT_OK_AND_ASSIGN(ScheduleFile again,
                           ParseScheduleJson(ToScheduleJson(file.schedule, nullptr)));
   EXPECT_EQ(again.schedule.name, file.schedule.name);
@@ -318,6 +321,11 @@ TEST(ScheduleJsonTest, CountsAndNamesStateTheirLimits) {
                                  "control characters, got \"nnnn")));
   EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"a\\rb\"}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got \"a\\rb\"")));
+  // C1 controls (U+0085, U+009B: a terminal's CSI) too.
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"name\": \"a\\u009b31mb\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"name\" must be a string of at most 255 bytes without "
+                                 "control characters")));
   // A "costs" object is held to the cost files' bounds.
   EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, "
                                 "\"programs\": [[\"0F0\", \"0B0\"]], \"costs\": "
