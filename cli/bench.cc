@@ -50,6 +50,11 @@ constexpr int kBenchSteps = 5;
 // 64 inputs, the head almost nothing, so 2, 4 or 8 chunks all get equal FLOPs (train's
 // default of 8 blocks splits 4 + 5 layers at P=2: stage 1 does 30% more work).
 constexpr int kBenchLayers = 17;
+// The spread simulation (stages::SpreadBubble): with 200 draws its result moves by
+// 0.05-0.07 pp (standard deviation over seeds) for 1f1b, interleaved-1f1b and zb-v at
+// P=2, M=16 on the bench's model, and costs 3-8 ms per configuration.
+constexpr int kSpreadDraws = 200;
+constexpr std::uint64_t kSpreadSeed = 1;
 
 struct Sweep {
   std::vector<std::string> schedules;
@@ -71,6 +76,7 @@ struct Row {
   double sim_ms = 0, sim_plain_ms = 0, replay_ms = 0, ideal_ms = 0;
   std::optional<double> closed_form;
   double simulated = 0, simulated_plain = 0, replayed = 0, measured = 0;
+  double spread = 0;  // simulated with durations drawn from the step's (stages/bubble_analysis.h)
   double idle_us = 0;
   stages::IdleBreakdown idle;  // over ranks, us
   std::vector<stages::IdleBreakdown> idle_by_rank;
@@ -303,9 +309,13 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // measured duration instead of its (stage, op) median: sim - replayed is what the
   // spread of the actions' durations in this step did, replayed - measured what the
   // simulator does not model.
-  PS_ASSIGN_OR_RETURN(scheduler::SimResult replay,
-                      scheduler::Simulate(trainer->schedule(),
-                                          stages::WithActionDurations(effective, med.timeline, p)));
+  PS_ASSIGN_OR_RETURN(
+      scheduler::SimResult replay,
+      scheduler::Simulate(
+          trainer->schedule(),
+          stages::WithHandoffs(stages::WithActionDurations(effective, med.timeline, p), a)));
+  PS_ASSIGN_OR_RETURN(row.spread, stages::SpreadBubble(trainer->schedule(), effective, med.timeline,
+                                                       p, a, kSpreadDraws, kSpreadSeed));
   row.replayed = replay.bubble_fraction;
   row.replay_ms = replay.makespan / 1000;
   row.simulated = sim.bubble_fraction;
@@ -329,8 +339,10 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                         scheduler::Simulate(trainer->schedule(), step_costs));
     PS_ASSIGN_OR_RETURN(
         scheduler::SimResult step_replay,
-        scheduler::Simulate(trainer->schedule(),
-                            stages::WithActionDurations(step_costs, results[k].timeline, p)));
+        scheduler::Simulate(
+            trainer->schedule(),
+            stages::WithHandoffs(stages::WithActionDurations(step_costs, results[k].timeline, p),
+                                 analyses[k])));
     row.steps.push_back(
         {.step_ms = results[k].step_micros / 1000,
          .measured = trace::ComputeBubbleStats(results[k].timeline, p).bubble_fraction,
@@ -417,12 +429,12 @@ std::string PeakMib(const Row& r) {
 }
 
 constexpr char kHeaderFormat[] =
-    "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
+    "%-17s %2s %2s %3s %9s %9s  %6s %6s %6s %6s %6s %6s   %5s %5s %5s %5s %5s %6s  %s\n";
 
 void PrintHeader(std::ostream& out) {
   out << absl::StrFormat(kHeaderFormat, "schedule", "P", "V", "M", "step ms", "samples/s", "closed",
-                         "sim", "replay", "meas", "d pp", "dep", "xfer", "ar", "host", "imb",
-                         "expl", "peak MiB/rank");
+                         "sim", "spread", "replay", "meas", "d pp", "dep", "xfer", "ar", "host",
+                         "imb", "expl", "peak MiB/rank");
 }
 
 void PrintRow(std::ostream& out, const Row& r) {
@@ -434,7 +446,7 @@ void PrintRow(std::ostream& out, const Row& r) {
   out << absl::StrFormat(kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v),
                          absl::StrCat(r.m), absl::StrFormat("%.2f", r.step_ms),
                          absl::StrFormat("%.0f", r.samples_per_s), Pct(r.closed_form),
-                         Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
+                         Pct(r.simulated), Pct(r.spread), Pct(r.replayed), Pct(r.measured),
                          absl::StrFormat("%+.1f", 100 * (r.simulated - r.measured)),
                          absl::StrFormat("%.0f%%", Share(r.idle.dependency, r.idle_us)),
                          absl::StrFormat("%.0f%%", Share(r.idle.transfer, r.idle_us)),
@@ -478,6 +490,7 @@ constexpr const char* kColumns[] = {"schedule",
                                     "bubble_closed_form",
                                     "bubble_simulated",
                                     "bubble_simulated_plain",
+                                    "bubble_simulated_spread",
                                     "bubble_replayed",
                                     "bubble_measured",
                                     "idle_us",
@@ -516,6 +529,7 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["bubble_closed_form"] = r.closed_form ? nlohmann::json(*r.closed_form) : nlohmann::json();
   j["bubble_simulated"] = r.simulated;
   j["bubble_simulated_plain"] = r.simulated_plain;
+  j["bubble_simulated_spread"] = r.spread;
   j["bubble_replayed"] = r.replayed;
   j["bubble_measured"] = r.measured;
   j["idle_us"] = r.idle_us;
@@ -586,10 +600,10 @@ std::string ToCsv(const std::vector<Row>& rows, const Sweep& sweep) {
 
 std::string ToMarkdown(const std::vector<Row>& rows) {
   std::string md =
-      "| schedule | P | V | M | step ms | samples/s | closed form | simulated | replayed | "
-      "measured | sim - meas (pp) | dependency | transfer | all-reduce | host | imbalance | "
-      "explained | peak MiB per rank "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "| schedule | P | V | M | step ms | samples/s | closed form | simulated | spread | "
+      "replayed | measured | sim - meas (pp) | spread - meas (pp) | dependency | transfer | "
+      "all-reduce | host | imbalance | explained | peak MiB per rank "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string skipped;
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
@@ -597,15 +611,15 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
       continue;
     }
     absl::StrAppend(
-        &md,
-        absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %s | %+.1f | %.0f%% | "
-                        "%.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
-                        r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s, Pct(r.closed_form),
-                        Pct(r.simulated), Pct(r.replayed), Pct(r.measured),
-                        100 * (r.simulated - r.measured), Share(r.idle.dependency, r.idle_us),
-                        Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
-                        Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
-                        Share(r.idle.total(), r.idle_us), PeakMib(r)));
+        &md, absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %s | %s | %+.1f | "
+                             "%+.1f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
+                             r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s,
+                             Pct(r.closed_form), Pct(r.simulated), Pct(r.spread), Pct(r.replayed),
+                             Pct(r.measured), 100 * (r.simulated - r.measured),
+                             100 * (r.spread - r.measured), Share(r.idle.dependency, r.idle_us),
+                             Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
+                             Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
+                             Share(r.idle.total(), r.idle_us), PeakMib(r)));
   }
   if (!skipped.empty()) absl::StrAppend(&md, "\nSkipped:\n\n", skipped);
   return md;
@@ -680,7 +694,8 @@ std::string ToPlots(const std::vector<Row>& rows, const Sweep& sweep, const std:
       pts.x.push_back(r.simulated);
       pts.y.push_back(r.measured);
       pts.tooltips.push_back(absl::StrCat(ConfigName(r), ": simulated ", Pct(r.simulated),
-                                          ", measured ", Pct(r.measured)));
+                                          " (spread ", Pct(r.spread), "), measured ",
+                                          Pct(r.measured)));
     }
     if (!pts.x.empty()) scatter.series.push_back(std::move(pts));
   }

@@ -223,11 +223,13 @@ absl::Status Train(const CommandContext& ctx) {
   // does not model, not the spread of the actions' durations.
   PS_ASSIGN_OR_RETURN(
       scheduler::SimResult replayed,
-      scheduler::Simulate(trainer->schedule(),
-                          stages::WithActionDurations(handoff_costs, last.timeline, p)));
+      scheduler::Simulate(
+          trainer->schedule(),
+          stages::WithHandoffs(stages::WithActionDurations(handoff_costs, last.timeline, p),
+                               idle)));
   out << absl::StrFormat(
       "last step: bubble fraction measured %.4f, replayed %.4f from its own action "
-      "durations; makespan measured %.3f ms, replayed %.3f ms; step %.3f ms\n",
+      "durations and hand-offs; makespan measured %.3f ms, replayed %.3f ms; step %.3f ms\n",
       measured.bubble_fraction, replayed.bubble_fraction, measured.makespan / 1000,
       replayed.makespan / 1000, last.step_micros / 1000);
   auto idle_share = [](const scheduler::SimResult& sim, int r) {

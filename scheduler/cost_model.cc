@@ -14,6 +14,14 @@
 
 namespace pipesched::scheduler {
 
+double CostModel::TransferInto(const Action& consumer, int boundary) const {
+  if (!transfers.empty()) {
+    auto it = transfers.find({consumer.stage, consumer.op, consumer.microbatch});
+    if (it != transfers.end()) return it->second;
+  }
+  return Comm(boundary);
+}
+
 double CostModel::Duration(const Action& action) const {
   if (!actions.empty()) {
     auto it = actions.find({action.stage, action.op, action.microbatch});

@@ -45,6 +45,11 @@ struct CostModel {
   // micro-batch) of a compute op -> duration. Empty normally; filled to replay one
   // measured step action by action (stages::WithActionDurations).
   std::map<std::tuple<int, Op, int>, double> actions;
+  // Per-dependency transfer times that override Comm() for one cross-rank input: the
+  // consuming compute action's (stage, op, micro-batch) -> time from its producer's end
+  // until it may start. Empty normally; filled to replay a measured step's hand-offs
+  // (stages::WithHandoffs) or to draw them (stages::SpreadBubble).
+  std::map<std::tuple<int, Op, int>, double> transfers;
 
   const StageCosts& Stage(int stage) const {
     return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage] : uniform;
@@ -57,6 +62,9 @@ struct CostModel {
   // Duration of a compute or ALLREDUCE action (its entry in `actions` if it has one, else
   // its stage's); lowered SEND/RECV take Comm() of their boundary.
   double Duration(const Action& action) const;
+  // Transfer time of the cross-rank input of compute action `consumer` across
+  // `boundary`: its entry in `transfers` if it has one, else Comm(boundary).
+  double TransferInto(const Action& consumer, int boundary) const;
 };
 
 // Parses the cost-model JSON file:

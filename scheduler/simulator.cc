@@ -2,14 +2,15 @@
 //
 // Semantics (one compute stream and one collective stream per rank):
 // - A rank runs its program in order. A compute action (F, B, I, W) starts at
-//     max(rank's compute lane free, each dependency's end [+ Comm(boundary) when the
-//         dependency ran on another rank])
+//     max(rank's compute lane free, each dependency's end [+ CostModel::TransferInto()
+//         -- Comm(boundary) unless overridden for this action -- when the dependency ran
+//         on another rank])
 //   and lasts CostModel::Duration(); it occupies trace::kComputeLane.
 // - ALLREDUCE runs on trace::kCommLane: it starts when the rank's comm lane is free and
 //   every B/W of its stage is done, and does NOT hold the compute lane (the executor
 //   runs it on its own stream, overlapping the remaining backward). It counts towards
 //   the makespan, not towards a rank's busy time.
-// - A cross-rank transfer is not contended: it is drawn as a span of Comm(boundary) on
+// - A cross-rank transfer is not contended: it is drawn as a span of its time on
 //   the sending rank's trace::kSendLane ("SEND_F" / "SEND_B", with the sender's stage
 //   and micro-batch) only when that time is > 0, and every cross-rank dependency is a
 //   trace::Flow from the producing span to the consuming one.
@@ -51,7 +52,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         double t = lane_free;
         index.ForEachDep(a, [&](int dep, int boundary) {
           double ready = end[dep];
-          if (boundary != kSameStage && index.RankOfId(dep) != r) ready += costs.Comm(boundary);
+          if (boundary != kSameStage && index.RankOfId(dep) != r)
+            ready += costs.TransferInto(a, boundary);
           t = std::isnan(ready) ? ready : std::max(t, ready);  // a NaN must not vanish
         });
         start[id] = t;
@@ -75,7 +77,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   timeline.num_ranks = P;
   // Each compute action has at most one cross-rank dependency: at most N flows and N
   // transfer spans. Reserving up front avoids regrowing tens of MB at P=64, M=1024.
-  const bool draws_transfers = costs.comm_uniform > 0 || !costs.comm.empty();
+  const bool draws_transfers =
+      costs.comm_uniform > 0 || !costs.comm.empty() || !costs.transfers.empty();
   timeline.spans.reserve(draws_transfers ? 2 * static_cast<std::size_t>(N) : N);
   timeline.flows.reserve(N);
   result.ranks.assign(P, RankStats{});
@@ -149,7 +152,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
       const int from_rank = index.RankOfId(dep);
       if (boundary == kSameStage || from_rank == r) return;
       timeline.flows.push_back(trace::Flow{.from = span_of[dep], .to = span_of[id]});
-      const double comm = costs.Comm(boundary);
+      const double comm = costs.TransferInto(a, boundary);
       if (comm <= 0) return;
       const Action& sender = index.ActionOf(dep);
       timeline.spans.push_back(trace::Span{

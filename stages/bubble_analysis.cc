@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -26,6 +28,15 @@ Kind KindOf(const trace::Span& s) {
   if (s.op == "RECV_F") return kRecvF;
   if (s.op == "SEND_B") return kSendB;
   return kOther;
+}
+
+// The compute op a span of a compute lane stands for.
+std::optional<scheduler::Op> ComputeOpOf(const trace::Span& s) {
+  for (scheduler::Op op :
+       {scheduler::Op::kF, scheduler::Op::kB, scheduler::Op::kI, scheduler::Op::kW}) {
+    if (s.op == scheduler::OpName(op)) return op;
+  }
+  return std::nullopt;
 }
 
 double Median(std::vector<double> v) {
@@ -205,6 +216,14 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
           result.handoff_samples[boundary].push_back(g1 - p_end);
         }
       }
+      // X's own hand-off: also when its producer finished while X's row was still busy
+      // but the data (the transfer) came after that, the last blocker.
+      if (producer != nullptr && data_last && p_end >= issued && p_end <= g1 &&
+          std::max(p_end, t_ready) >= g0) {
+        if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
+          result.handoff_into[{x.stage, *op, x.microbatch}] = g1 - p_end;
+        }
+      }
       g0 = x.end;
       prev = &x;
     }
@@ -303,17 +322,60 @@ scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
 
 scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
                                          const trace::Timeline& timeline, int num_rows) {
-  using scheduler::Op;
   for (const trace::Span& s : timeline.spans) {
     if (s.rank < 0 || s.rank >= num_rows || s.lane != trace::kComputeLane) continue;
-    for (Op op : {Op::kF, Op::kB, Op::kI, Op::kW}) {
-      if (s.op == scheduler::OpName(op)) {
-        costs.actions[{s.stage, op, s.microbatch}] = s.end - s.start;
-        break;
-      }
+    if (std::optional<scheduler::Op> op = ComputeOpOf(s)) {
+      costs.actions[{s.stage, *op, s.microbatch}] = s.end - s.start;
     }
   }
   return costs;
+}
+
+scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis) {
+  for (const auto& [key, latency] : analysis.handoff_into) costs.transfers[key] = latency;
+  return costs;
+}
+
+absl::StatusOr<double> SpreadBubble(const scheduler::Schedule& schedule,
+                                    const scheduler::CostModel& costs,
+                                    const trace::Timeline& timeline, int num_rows,
+                                    const IdleAnalysis& analysis, int draws, std::uint64_t seed) {
+  if (draws <= 0) return absl::InvalidArgumentError("SpreadBubble needs draws >= 1");
+  // The samples: compute durations per (stage, op), hand-off latencies per boundary.
+  std::map<std::pair<int, scheduler::Op>, std::vector<double>> durations;
+  for (const trace::Span& s : timeline.spans) {
+    if (s.rank < 0 || s.rank >= num_rows || s.lane != trace::kComputeLane) continue;
+    if (std::optional<scheduler::Op> op = ComputeOpOf(s)) {
+      durations[{s.stage, *op}].push_back(s.end - s.start);
+    }
+  }
+  const std::vector<std::vector<double>>& handoffs = analysis.handoff_samples;
+  std::mt19937_64 rng(seed);
+  auto draw = [&rng](const std::vector<double>& v) {
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  double sum = 0;
+  scheduler::CostModel drawn = costs;
+  for (int k = 0; k < draws; ++k) {
+    drawn.actions.clear();
+    drawn.transfers.clear();
+    for (int r = 0; r < schedule.num_ranks(); ++r) {
+      for (const scheduler::Action& a : schedule.programs[r]) {
+        if (!scheduler::IsCompute(a.op)) continue;
+        auto it = durations.find({a.stage, a.op});
+        if (it != durations.end()) drawn.actions[{a.stage, a.op, a.microbatch}] = draw(it->second);
+        // The cross-rank input of F(s) crosses boundary s-1, of B/I(s) boundary s.
+        const int boundary = a.op == scheduler::Op::kF ? a.stage - 1 : a.stage;
+        if (a.op != scheduler::Op::kW && boundary >= 0 &&
+            boundary < static_cast<int>(handoffs.size()) && !handoffs[boundary].empty()) {
+          drawn.transfers[{a.stage, a.op, a.microbatch}] = draw(handoffs[boundary]);
+        }
+      }
+    }
+    PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, drawn));
+    sum += sim.bubble_fraction;
+  }
+  return sum / draws;
 }
 
 }  // namespace pipesched::stages

@@ -44,6 +44,9 @@
 // to replay this machine (WithHandoffLatency).
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,6 +76,11 @@ struct IdleAnalysis {
   IdleBreakdown total;              // over rows
   // Per boundary s -> s+1: effective hand-off latency samples (see above).
   std::vector<std::vector<double>> handoff_samples;
+  // Per consuming action X (stage, op, micro-batch): X.start - p.end where the data --
+  // its cross-rank producer p or p's transfer -- was X's last blocker and came after X's
+  // row was free (the samples above, plus those where p ended while X's row was busy
+  // but the transfer did not), to replay the step's hand-offs (WithHandoffs).
+  std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
 };
 
 // `issue_micros`: per span of `timeline` (StepResult::issue_micros) or empty (issue
@@ -114,5 +122,27 @@ scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
 // issue), not the spread of the actions' durations.
 scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
                                          const trace::Timeline& timeline, int num_rows);
+
+// `costs` with each cross-rank input whose hand-off latency `analysis` measured (its
+// producer was the consumer's last blocker: IdleAnalysis::handoff_into) given that
+// latency as its own transfer time (CostModel::transfers). With WithActionDurations on
+// the same step, the simulator replays the step's compute and its hand-offs; the rest
+// of the inputs keep their boundary's time.
+scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis);
+
+// The bubble fraction the simulator gives `schedule` on average over `draws` draws in
+// which every compute action takes a duration drawn (uniformly, with replacement) from
+// the durations its (stage, op) had in the measured `timeline` (rows [0, num_rows)), and
+// every cross-rank input a hand-off latency drawn from its boundary's samples in
+// `analysis` (the step's AnalyzeIdle); what `costs` says for the rest (a (stage, op)
+// or boundary without samples, all-reduce). The simulator fed with medians
+// underestimates the bubble of a machine whose action times spread: a pipeline waits
+// for the slower of two branches, and the mean of a maximum exceeds the maximum of the
+// means. Deterministic for a given `seed`. InvalidArgument for draws < 1, and whatever
+// Simulate returns.
+absl::StatusOr<double> SpreadBubble(const scheduler::Schedule& schedule,
+                                    const scheduler::CostModel& costs,
+                                    const trace::Timeline& timeline, int num_rows,
+                                    const IdleAnalysis& analysis, int draws, std::uint64_t seed);
 
 }  // namespace pipesched::stages

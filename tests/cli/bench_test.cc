@@ -64,7 +64,8 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
     EXPECT_EQ(c["virtual"], c["schedule"] == "zb-v" ? 2 : 1);
     EXPECT_GT(c["step_ms"].get<double>(), 0);
     EXPECT_GT(c["samples_per_s"].get<double>(), 0);
-    for (const char* k : {"bubble_simulated", "bubble_replayed", "bubble_measured"}) {
+    for (const char* k :
+         {"bubble_simulated", "bubble_simulated_spread", "bubble_replayed", "bubble_measured"}) {
       EXPECT_GE(c[k].get<double>(), 0) << k;
       EXPECT_LT(c[k].get<double>(), 1) << k;
     }
@@ -104,7 +105,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   std::vector<std::string> header = absl::StrSplit(lines[0], ',');
   EXPECT_EQ(header[0], "schedule");
   EXPECT_THAT(lines[0], HasSubstr("bubble_closed_form,bubble_simulated,bubble_simulated_plain,"
-                                  "bubble_replayed,bubble_measured"));
+                                  "bubble_simulated_spread,bubble_replayed,bubble_measured"));
   for (std::size_t i = 1; i < lines.size(); ++i) {
     if (lines[i].rfind("nope,", 0) == 0) {
       EXPECT_THAT(lines[i], HasSubstr(",skipped,\"unknown schedule"));  // quoted: has commas
@@ -115,6 +116,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   }
   const std::string markdown = Slurp(md);
   EXPECT_THAT(markdown, HasSubstr("| schedule | P | V | M |"));
+  EXPECT_THAT(markdown, HasSubstr("| simulated | spread | replayed | measured |"));
   EXPECT_THAT(markdown, HasSubstr("| zb-v | 2 | 2 | 4 |"));
   EXPECT_THAT(markdown, HasSubstr("Skipped:"));
   const std::string picture = Slurp(svg);

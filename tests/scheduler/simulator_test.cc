@@ -132,6 +132,24 @@ TEST(SimulatorTest, PerBoundaryTransferTime) {
   EXPECT_DOUBLE_EQ(r.makespan, 14);
 }
 
+// One dependency's own transfer time (CostModel::transfers) overrides its boundary's for
+// that consumer only: the same P=3 pipeline with 2F0's input taking 4 instead of 2.
+//   0F0 [0,1] 1F0 [1.5,2.5] 2F0 [6.5,7.5] 2B0 [7.5,9.5] 1B0 [11.5,13.5] 0B0 [14,16]
+TEST(SimulatorTest, PerActionTransferTimeOverridesItsBoundary) {
+  const Schedule s = HandSchedule(3, 1, 1, {"0F0 0B0", "1F0 1B0", "2F0 2B0"});
+  CostModel costs;
+  costs.comm = {0.5, 2};
+  costs.transfers[{2, Op::kF, 0}] = 4;
+  EXPECT_EQ(costs.TransferInto(Action{.stage = 2, .microbatch = 0, .op = Op::kF}, 1), 4);
+  EXPECT_EQ(costs.TransferInto(Action{.stage = 1, .microbatch = 0, .op = Op::kB}, 1), 2);
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 2, "F", 2, 0, 6.5, 7.5);
+  ExpectCompute(r.timeline, 1, "B", 1, 0, 11.5, 13.5);  // B's input keeps boundary 1's 2
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 14, 16);
+  ExpectSpan(r.timeline, 1, trace::kSendLane, "SEND_F", 1, 0, 2.5, 6.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 16);
+}
+
 // Per-stage costs: stage 1's F takes 3 and its B 1.
 //   0F0 [0,1] 0F1 [1,2] 1F0 [1,4] 1B0 [4,5] 1F1 [5,8] 1B1 [8,9] 0B0 [5,7] 0B1 [9,11]
 TEST(SimulatorTest, PerStageCosts) {

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -97,6 +99,27 @@ TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
   ASSERT_EQ(a.handoff_samples.size(), 1u);
   EXPECT_EQ(a.handoff_samples[0], (std::vector<double>{3, 2, 3}));
   EXPECT_EQ(MedianHandoff({&a}), (std::vector<double>{3}));
+  // The same, keyed by the consumer (F11 waited on its issue, not on its data).
+  using scheduler::Op;
+  EXPECT_EQ(a.handoff_into, (std::map<std::tuple<int, Op, int>, double>{
+                                {{0, Op::kB, 0}, 3}, {{0, Op::kB, 1}, 2}, {{1, Op::kF, 0}, 3}}));
+}
+
+// A consumer whose row was still busy when its producer finished, but whose data came
+// later: no boundary sample (the producer was not the last blocker), but its own
+// hand-off (8: F00 ends at 10, F10 starts at 18, the copy ended at 17).
+TEST(BubbleAnalysisTest, AHandOffBehindABusyRowIsTheConsumersOwn) {
+  Builder b(2);
+  using trace::kComputeLane, trace::kRecvLane;
+  b.Add(0, kComputeLane, "F", 0, 0, 0, 10);
+  b.Add(1, kComputeLane, "W", 1, 5, 0, 15);
+  b.Add(1, kRecvLane, "RECV_F", 1, 0, 10, 17);
+  b.Add(1, kComputeLane, "F", 1, 0, 18, 28);
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));
+  EXPECT_EQ(a.rows[1].transfer, 3);  // [15,17) the copy, [17,18) the hand-off
+  EXPECT_TRUE(a.handoff_samples[0].empty());
+  using scheduler::Op;
+  EXPECT_EQ(a.handoff_into, (std::map<std::tuple<int, Op, int>, double>{{{1, Op::kF, 0}, 8}}));
 }
 
 TEST(BubbleAnalysisTest, BalancedReferenceResplitsTheDependencyWait) {
@@ -196,6 +219,84 @@ TEST(BubbleAnalysisTest, WithActionDurationsReplaysAStepSpanForSpan) {
   EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
   // Rows beyond num_rows (other replicas) are not taken.
   EXPECT_TRUE(WithActionDurations(medians, measured.timeline, 0).actions.empty());
+}
+
+// Replaying hand-offs: a step in which two dependencies took longer than their
+// boundary's time (the first forward's input 7 instead of 1, the last backward's 4) is
+// reproduced once each consumer gets its measured hand-off (WithHandoffs).
+TEST(BubbleAnalysisTest, WithHandoffsReplaysSlowHandOffs) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
+  using scheduler::Op;
+  scheduler::CostModel truth;
+  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
+  truth.comm_uniform = 1;
+  truth.transfers[{1, Op::kF, 0}] = 7;
+  truth.transfers[{0, Op::kB, 5}] = 4;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
+  scheduler::CostModel medians = truth;
+  medians.transfers.clear();
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult plain, scheduler::Simulate(schedule, medians));
+  EXPECT_DOUBLE_EQ(plain.makespan, measured.makespan - 6 - 3);
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  EXPECT_EQ(a.handoff_into.at({1, Op::kF, 0}), 7);
+  EXPECT_EQ(a.handoff_into.at({0, Op::kB, 5}), 4);
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::SimResult replayed,
+      scheduler::Simulate(schedule,
+                          WithHandoffs(WithActionDurations(medians, measured.timeline, 2), a)));
+  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
+  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+}
+
+// The spread simulation is the mean of the simulator over the measured durations: with
+// one duration per (stage, op) it is the plain simulation; with stage 1's two forwards
+// measured at 10 and 30 (stage 0's take 20), it approaches the exact mean over the four
+// equally likely ways of drawing them, enumerated here through the simulator itself:
+// 37.0%, above the 34.4% of both at their median 20 (a slow first forward delays the
+// second, a fast one cannot make it start before stage 0 delivers).
+TEST(BubbleAnalysisTest, SpreadBubbleIsTheMeanOverTheMeasuredDurations) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 2}));
+  using scheduler::Op;
+  scheduler::CostModel costs;
+  costs.stages = {{.f = 20, .b = 20}, {.f = 20, .b = 20}};
+  costs.comm_uniform = 1;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult even, scheduler::Simulate(schedule, costs));
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis even_idle, AnalyzeIdle(even.timeline, {}, 2));
+  PS_ASSERT_OK_AND_ASSIGN(double same,
+                          SpreadBubble(schedule, costs, even.timeline, 2, even_idle, 50, 1));
+  EXPECT_DOUBLE_EQ(same, even.bubble_fraction);
+
+  scheduler::CostModel truth = costs;
+  truth.actions[{1, Op::kF, 0}] = 10;
+  truth.actions[{1, Op::kF, 1}] = 30;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult step, scheduler::Simulate(schedule, truth));
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis idle, AnalyzeIdle(step.timeline, {}, 2));
+  double exact = 0;
+  for (double f0 : {10.0, 30.0}) {
+    for (double f1 : {10.0, 30.0}) {
+      scheduler::CostModel c = costs;
+      c.actions[{1, Op::kF, 0}] = f0;
+      c.actions[{1, Op::kF, 1}] = f1;
+      PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult r, scheduler::Simulate(schedule, c));
+      exact += r.bubble_fraction / 4;
+    }
+  }
+  PS_ASSERT_OK_AND_ASSIGN(double spread,
+                          SpreadBubble(schedule, costs, step.timeline, 2, idle, 4000, 7));
+  EXPECT_NEAR(spread, exact, 0.003);
+  // Not the median-fed answer (both forwards at the median 20).
+  EXPECT_NEAR(exact, 0.3699, 1e-4);
+  EXPECT_NEAR(even.bubble_fraction, 0.3443, 1e-4);
+  // Deterministic for a seed.
+  PS_ASSERT_OK_AND_ASSIGN(double again,
+                          SpreadBubble(schedule, costs, step.timeline, 2, idle, 4000, 7));
+  EXPECT_EQ(again, spread);
+  EXPECT_THAT(SpreadBubble(schedule, costs, step.timeline, 2, idle, 0, 7),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("draws >= 1")));
 }
 
 TrainerConfig Tiny(const std::string& schedule, int p, int m) {
