@@ -1,8 +1,13 @@
 #include "base/host_memory.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -29,6 +34,38 @@ std::string HumanBytes(std::int64_t bytes) {
   if (bytes >= (std::int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1 << 20));
   if (bytes >= (std::int64_t{1} << 10)) return absl::StrFormat("%.1f KiB", b / 1024);
   return absl::StrCat(bytes, " B");
+}
+
+absl::StatusOr<std::int64_t> ParseByteSize(std::string_view text) {
+  const std::string all(text);
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", all, "' is not a size", why,
+        ": write a number with an optional unit, e.g. 80GiB, 512MiB, 1.5GiB, 16GB or 4096 "
+        "(bytes; units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
+  };
+  const std::string rest(absl::StripAsciiWhitespace(all));
+  std::size_t n = 0;
+  while (n < rest.size() && (absl::ascii_isdigit(rest[n]) || rest[n] == '.')) ++n;
+  const std::string number = rest.substr(0, n);
+  const std::string unit =
+      absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(rest.substr(n))));
+  double value = 0;
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 ||
+      number.front() == '.' || number.back() == '.' || !absl::SimpleAtod(number, &value)) {
+    return bad("");
+  }
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},         {"b", 1},    {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30},
+      {"tib", 0x1p40}, {"kb", 1e3}, {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = std::floor(value * scale);
+    if (bytes < 1) return bad(" (less than one byte)");
+    if (bytes > 0x1p62) return bad(" (more than 2^62 bytes)");
+    return static_cast<std::int64_t>(bytes);
+  }
+  return bad(absl::StrCat(" (unknown unit '", unit, "')"));
 }
 
 }  // namespace pipesched

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
 
 namespace pipesched {
 
@@ -15,5 +18,11 @@ std::optional<std::int64_t> HostMemoryAvailableBytes();
 
 // "512 B", "1.5 KiB", "12.25 MiB", "3.00 GiB".
 std::string HumanBytes(std::int64_t bytes);
+
+// A byte count as a user writes it: digits with an optional fraction and unit, "80GiB",
+// "1.5 GiB", "512MiB", "4096", "16 GB". Units (any case): B, KiB, MiB, GiB, TiB (powers
+// of 1024) and KB, MB, GB, TB (powers of 1000). InvalidArgument naming the text and the
+// accepted forms for anything else, for a result below 1 byte or above 2^62.
+absl::StatusOr<std::int64_t> ParseByteSize(std::string_view text);
 
 }  // namespace pipesched

@@ -25,7 +25,7 @@ std::vector<std::string_view> With(std::vector<std::string_view> flags,
 constexpr std::string_view kTrainingFlags[] = {
     "virtual",      "replicas",  "microbatch_size", "layers", "hidden",    "inputs",
     "classes",      "partition", "steps",           "lr",     "optimizer", "momentum",
-    "weight_decay", "backend",   "devices",         "seed",   "data"};
+    "weight_decay", "backend",   "devices",         "seed",   "data",      "device_memory"};
 std::vector<std::string_view> Training(std::initializer_list<std::string_view> first,
                                        std::initializer_list<std::string_view> more) {
   std::vector<std::string_view> flags(first);
@@ -60,8 +60,9 @@ const std::vector<Command>& AllCommands() {
        "train --schedule=NAME --stages=P [--virtual=V] --replicas=D --microbatches=M\n"
        "      --microbatch-size=B --layers=L --hidden=H [--inputs=64 --classes=10] --steps=N\n"
        "      [--lr=0.05 --optimizer=sgd|adamw --momentum=0.9 --weight-decay=0]\n"
-       "      [--backend=auto|host|cuda] [--devices=N] [--seed=S] [--partition=3,3,3]\n"
-       "      [--from=SCHEDULE_FILE] [--data=F.safetensors] [--init=F.safetensors]\n"
+       "      [--backend=auto|host|cuda] [--devices=N] [--device-memory=SIZE] [--seed=S]\n"
+       "      [--partition=3,3,3] [--from=SCHEDULE_FILE] [--data=F.safetensors] "
+       "[--init=F.safetensors]\n"
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",

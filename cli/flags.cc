@@ -162,6 +162,9 @@ ABSL_FLAG(std::string, backend, "auto", "auto|host|cuda");
 ABSL_FLAG(int32_t, devices, 0,
           "devices to use (host: emulated devices); 0 = one per (replica, rank) on host, all GPUs "
           "on CUDA");
+ABSL_FLAG(std::string, device_memory, "",
+          "memory of each device, e.g. 80GiB: the host backend then has a GPU's memory on each "
+          "device, CUDA uses at most this much of each GPU; empty = the machine's / the GPU's");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the parameters and the synthetic data");
 ABSL_FLAG(std::string, data, "", "safetensors file with x (N, inputs) F32 and y (N) I32/I64");
 ABSL_FLAG(std::string, init, "", "load the parameters from a safetensors file");

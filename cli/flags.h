@@ -69,6 +69,7 @@ ABSL_DECLARE_FLAG(double, momentum);
 ABSL_DECLARE_FLAG(double, weight_decay);
 ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(int32_t, devices);
+ABSL_DECLARE_FLAG(std::string, device_memory);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, init);

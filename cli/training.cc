@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/flags.h"
 
@@ -80,6 +81,14 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   if (config.num_devices < 0 || config.num_devices > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--devices=", config.num_devices,
                                                    " is out of range: use 0 (automatic) to 4096"));
+  }
+  if (std::string size = absl::GetFlag(FLAGS_device_memory); !size.empty()) {
+    absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device-memory=", size, ": ", bytes.status().message()));
+    }
+    config.device_memory_bytes = *bytes;
   }
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);

@@ -45,6 +45,7 @@
 #include "stages/bubble_analysis.h"
 #include "stages/checkpoint.h"
 #include "stages/executor.h"
+#include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
 #include "stages/partition.h"
 #include "stages/slow_stage_work.h"

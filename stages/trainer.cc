@@ -1,6 +1,8 @@
 // The Trainer (stages/trainer.h).
 #include "stages/trainer.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <set>
 
@@ -9,6 +11,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "scheduler/registry.h"
+#include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
 #include "stages/slow_stage_work.h"
 
@@ -24,6 +27,19 @@ MlpStageWork& Mlp(StageWork& work) {
 // Samples of the synthetic data set: --synthetic-samples, else 8 global batches.
 std::int64_t SyntheticSamples(const TrainerConfig& config, std::int64_t global_batch) {
   return config.synthetic_samples > 0 ? config.synthetic_samples : 8 * global_batch;
+}
+
+// Host memory the data will take: the synthetic data set (x as fp32, y as int32), or a
+// --data file's size (what loading it reads), plus a step's inputs staged on the host.
+std::int64_t HostDataBytes(const TrainerConfig& config) {
+  const std::int64_t g =
+      static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
+  const std::int64_t d_in = config.model.d_in;
+  const std::int64_t inputs = 2 * g * d_in * 4;
+  if (config.data_path.empty()) return SyntheticSamples(config, g) * (d_in + 1) * 4 + inputs;
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(config.data_path, error);
+  return (error ? 0 : static_cast<std::int64_t>(size)) + inputs;
 }
 
 // On the host backend every device's memory is the machine's: refuses, before anything is
@@ -60,13 +76,11 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
                      " available; use a smaller --hidden or --layers", also));
   }
   if (!config.data_path.empty()) return absl::OkStatus();
-  // The synthetic data set (x as fp32, y as int32) and a step's inputs, staged on the host
-  // and copied to the first ranks.
   const std::int64_t g =
       static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
   const std::int64_t samples = SyntheticSamples(config, g);
   const std::int64_t d_in = config.model.d_in;
-  const std::int64_t data = (samples * (d_in + 1) + 2 * g * d_in) * 4;
+  const std::int64_t data = HostDataBytes(config);
   if (need + data <= *available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
@@ -135,7 +149,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   if (kind == runtime::BackendKind::kHost) {
     PS_RETURN_IF_ERROR(CheckHostMemory(t->config_, t->partition_));
   }
-  runtime::BackendOptions options{.kind = kind, .strict = config.strict};
+  if (config.device_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the device memory cap must be positive (or 0 for none), not ",
+                     config.device_memory_bytes));
+  }
+  runtime::BackendOptions options{
+      .kind = kind, .strict = config.strict, .memory_capacity_bytes = config.device_memory_bytes};
   options.num_devices = config.num_devices > 0 ? config.num_devices
                                                : (kind == runtime::BackendKind::kHost ? P * D : 0);
   PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(options));
@@ -167,8 +187,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   PS_ASSIGN_OR_RETURN(t->executor_,
                       Executor::Create(schedule, *t->backend_, factory,
                                        {.num_replicas = D,
-                                        .exact_memory_accounting = config.exact_memory_accounting,
+                                        .exact_memory_accounting = config.exact_memory_accounting ||
+                                                                   config.device_memory_bytes > 0,
                                         .step_timeout_seconds = config.step_timeout_seconds}));
+
+  // Activations are allocated step by step: refuse now a plan whose peak cannot fit,
+  // rather than in the step that exhausts the memory (minutes into a large run on a CPU),
+  // and before making the data. The parameters are in memory by now; the data will take
+  // what HostDataBytes says.
+  std::optional<std::int64_t> machine = HostMemoryAvailableBytes();
+  if (machine.has_value())
+    *machine = std::max<std::int64_t>(0, *machine - HostDataBytes(t->config_));
+  PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
+  PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
+                                          .num_ranks = P,
+                                          .num_microbatches = t->executor_->num_microbatches()},
+                                         places));
 
   // Data.
   const std::int64_t g = t->global_batch();

@@ -58,6 +58,14 @@ struct TrainerConfig {
   // replica) really takes slow_factor times longer (stages/slow_stage_work.h). -1 = none.
   int slow_rank = -1;
   double slow_factor = 1;
+  // Per-device memory cap in bytes (runtime::BackendOptions::memory_capacity_bytes): a
+  // host run then has the memory of a GPU of that size on each device, a CUDA run uses
+  // at most this much of each GPU. 0 = none (host: the machine's memory, shared). With a
+  // cap the executor accounts memory exactly (ExecutorOptions::exact_memory_accounting):
+  // the runtime counts an allocation when the host issues it, so a host running ahead
+  // of the streams would otherwise hit the cap with memory a stream-ordered allocator
+  // (a GPU's pool) would already have reused.
+  std::int64_t device_memory_bytes = 0;
 };
 
 class Trainer {
@@ -65,7 +73,10 @@ class Trainer {
   // InvalidArgument with one sentence for anything that does not fit: unknown schedule
   // (NotFound listing the names), P, V, M the schedule rejects, more chunks than layers,
   // a bad partition, B < 1, a data file whose shapes disagree with the model, fewer
-  // samples than one global batch; Unavailable for --backend=cuda without a GPU.
+  // samples than one global batch; Unavailable for --backend=cuda without a GPU;
+  // ResourceExhausted when the parameters and optimizer state, the data, or the
+  // activations the schedule's plan holds at its peak (stages/memory_check.h) do not fit
+  // in the memory available -- before the first step, not during it.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
   ~Trainer();
 

@@ -32,6 +32,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -294,6 +296,7 @@ class CudaDevice final : public Device {
     ReleaseReachedFrees();
     return memory_.stats();
   }
+  absl::StatusOr<std::optional<std::int64_t>> AvailableBytes() override;
   void ResetPeakMemory() override {
     ReleaseReachedFrees();
     memory_.ResetPeak();
@@ -606,6 +609,31 @@ absl::StatusOr<Buffer> CudaDevice::Allocate(std::size_t bytes, Stream& stream) {
       absl::StrCat(description_, ": cannot allocate ", bytes, " bytes: ", free_bytes,
                    " bytes free of ", total_bytes, " on the GPU (", memory_.stats().current_bytes,
                    " allocated through pipesched): ", status.message()));
+}
+
+absl::StatusOr<std::optional<std::int64_t>> CudaDevice::AvailableBytes() {
+  ReleaseReachedFrees();
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t used = 0;
+  {
+    CudaDeviceGuard guard(index_);
+    PS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // What the pool keeps after frees (up to its release threshold) is not free to the
+    // GPU but is to the pool's next allocation.
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaMemPoolGetAttribute(pool_.get(), cudaMemPoolAttrReservedMemCurrent, &reserved));
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaMemPoolGetAttribute(pool_.get(), cudaMemPoolAttrUsedMemCurrent, &used));
+  }
+  std::int64_t available = static_cast<std::int64_t>(free_bytes) +
+                           static_cast<std::int64_t>(reserved > used ? reserved - used : 0);
+  if (memory_.capacity() > 0) {
+    available = std::min(
+        available, std::max<std::int64_t>(0, memory_.capacity() - memory_.stats().current_bytes));
+  }
+  return std::optional<std::int64_t>(available);
 }
 
 void CudaDevice::FreeNow(void* data, std::size_t size) {

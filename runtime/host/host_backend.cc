@@ -262,6 +262,11 @@ class HostDevice final : public Device {
   absl::Status CopyToHost(void* host_dst, const void* src, std::size_t bytes) override;
   absl::Status CopyFromHost(void* dst, const void* host_src, std::size_t bytes) override;
   MemoryStats memory_stats() const override { return memory_.stats(); }
+  absl::StatusOr<std::optional<std::int64_t>> AvailableBytes() override {
+    if (memory_.capacity() == 0) return std::optional<std::int64_t>();  // the machine's
+    return std::optional<std::int64_t>(
+        std::max<std::int64_t>(0, memory_.capacity() - memory_.stats().current_bytes));
+  }
   void ResetPeakMemory() override { memory_.ResetPeak(); }
 
   HostBackend& backend() const { return backend_; }

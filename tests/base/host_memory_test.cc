@@ -16,6 +16,26 @@ TEST(HostMemoryTest, HumanBytesPicksTheUnit) {
   EXPECT_EQ(HumanBytes(std::int64_t{496} << 30), "496.00 GiB");
 }
 
+TEST(HostMemoryTest, ParseByteSizeTakesBinaryAndDecimalUnits) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_EQ(*ParseByteSize("80GiB"), std::int64_t{80} << 30);
+  EXPECT_EQ(*ParseByteSize("1.5 GiB"), std::int64_t{3} << 29);
+  EXPECT_EQ(*ParseByteSize("512mib"), std::int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("16GB"), 16'000'000'000);
+  EXPECT_EQ(*ParseByteSize("2 TiB"), std::int64_t{2} << 40);
+  EXPECT_EQ(*ParseByteSize("100B"), 100);
+  for (const char* bad :
+       {"", "GiB", "-1GiB", "1.2.3MiB", "12 parsecs", "0", "0.1", ".5GiB", "1e3", "5000000TiB"}) {
+    absl::StatusOr<std::int64_t> parsed = ParseByteSize(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(parsed.status().message().find("e.g. 80GiB"), std::string::npos)
+        << parsed.status().message();
+  }
+  EXPECT_NE(ParseByteSize("12 parsecs").status().message().find("unknown unit 'parsecs'"),
+            std::string::npos);
+}
+
 // Every machine this project builds on is Linux with /proc/meminfo.
 TEST(HostMemoryTest, AvailableMemoryIsReadFromProcMeminfo) {
   const std::optional<std::int64_t> available = HostMemoryAvailableBytes();

@@ -564,6 +564,16 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
        "the synthetic data does not fit in host memory: 4194304 samples of 4096 inputs (8 global "
        "batches of replicas x microbatches x microbatch-size = 524288) and a step's inputs need "
        "80.02 GiB"},
+      // GPipe holds all 256 micro-batches of 4096 samples on each rank: 288 GiB of
+      // activations at its peak, refused before the data is made or a step runs.
+      {{"train", "--schedule=gpipe", "--stages=2", "--microbatches=256", "--microbatch-size=4096",
+        "--hidden=2048", "--layers=16", "--momentum=0", "--backend=host"},
+       "gpipe's activations do not fit in host memory: at its peak the plan holds 288.39 GiB "
+       "there (2 rank(s); rank 1 alone 152.11 GiB with 256 of M = 256 micro-batches in flight) "
+       "but "},
+      {{"train", "--device-memory=12parsecs"},
+       "--device-memory=12parsecs: '12parsecs' is not a size (unknown unit 'parsecs'): write a "
+       "number with an optional unit, e.g. 80GiB"},
   };
   for (const Case& c : cases) {
     RunResult r = RunCli(c.args);
@@ -571,6 +581,29 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
     EXPECT_EQ(CountLines(r.err), 1) << r.err;
   }
+}
+
+// --device-memory gives each host device a GPU's memory: GPipe's 8 micro-batches in
+// flight do not fit in 2 MiB per device (refused before the first step, exit 2); 1F1B's
+// at most 2 do, and it trains.
+TEST(CliTrainTest, DeviceMemoryRefusesAPlanThatCannotFitAndRunsOneThatCan) {
+  auto run = [](const std::string& schedule) {
+    return RunCli({"train", "--schedule=" + schedule, "--stages=2", "--microbatches=8",
+                   "--microbatch-size=128", "--layers=4", "--hidden=128", "--inputs=16",
+                   "--classes=4", "--steps=2", "--backend=host", "--device-memory=2MiB"});
+  };
+  RunResult gpipe = run("gpipe");
+  EXPECT_EQ(gpipe.code, 2) << gpipe.err;
+  EXPECT_EQ(gpipe.err,
+            "pipesched: gpipe's activations do not fit in host:0: at its peak the plan holds "
+            "2.62 MiB there (1 rank(s); rank 0 alone 2.62 MiB with 8 of M = 8 micro-batches in "
+            "flight) but 1.72 MiB is available; use a smaller --microbatch-size, --hidden or "
+            "--layers, fewer --microbatches, a schedule that keeps fewer micro-batches in flight "
+            "(1f1b: at most P = 2 on a rank), or more --stages (fewer layers on each device)\n");
+  EXPECT_THAT(gpipe.out, Not(HasSubstr("step 1/")));
+  RunResult one_f_one_b = run("1f1b");
+  EXPECT_EQ(one_f_one_b.code, 0) << one_f_one_b.err;
+  EXPECT_THAT(one_f_one_b.out, HasSubstr("activations at the planned peak 720.0 KiB / 516.0 KiB"));
 }
 
 // The placement line says how the (replica, rank) pairs map onto the devices asked for.

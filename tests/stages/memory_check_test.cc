@@ -1,0 +1,174 @@
+// The activation-memory pre-flight (stages/memory_check.h): the message and its
+// suggestions on hand-made places, the places of real trainers (the planned peaks are
+// what a step then measures, byte for byte), and Trainer::Create refusing a plan that
+// cannot fit before any step while the same memory runs a schedule that holds less.
+#include "stages/memory_check.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "stages/trainer.h"
+#include "tests/testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+TEST(MemoryCheckTest, FitsWhenEveryPlaceHasRoom) {
+  const PlanShape plan{.schedule = "gpipe", .num_ranks = 2, .num_microbatches = 8};
+  EXPECT_THAT(CheckActivationsFit(plan, {}), ::pipesched::testing::IsOk());
+  EXPECT_THAT(
+      CheckActivationsFit(
+          plan, {{.name = "host:0", .planned_bytes = 10, .available_bytes = 10, .ranks = 1}}),
+      ::pipesched::testing::IsOk());
+}
+
+TEST(MemoryCheckTest, GPipeOnTheMachineNamesThePeakAndWhatWouldFit) {
+  const PlanShape plan{.schedule = "gpipe", .num_ranks = 2, .num_microbatches = 8};
+  const MemoryPlace machine{.name = "host memory",
+                            .planned_bytes = 96 * kMiB,
+                            .available_bytes = 40 * kMiB,
+                            .ranks = 2,
+                            .busiest_rank = 1,
+                            .busiest_microbatches = 8,
+                            .busiest_bytes = 56 * kMiB};
+  EXPECT_THAT(
+      CheckActivationsFit(plan, {machine}),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "gpipe's activations do not fit in host memory: at its peak the plan holds "
+               "96.00 MiB there (2 rank(s); rank 1 alone 56.00 MiB with 8 of M = 8 micro-batches "
+               "in flight) but 40.00 MiB is available; use a smaller --microbatch-size, --hidden "
+               "or --layers, fewer --microbatches, or a schedule that keeps fewer micro-batches "
+               "in flight (1f1b: at most P = 2 on a rank)"));
+}
+
+// 1F1B already keeps at most P in flight, fewer than M: neither fewer micro-batches nor
+// another schedule would help; on a device, more stages would.
+TEST(MemoryCheckTest, OneFOneBOnADeviceSuggestsOnlyWhatHelps) {
+  const PlanShape plan{.schedule = "1f1b", .num_ranks = 4, .num_microbatches = 16};
+  const std::vector<MemoryPlace> places = {
+      {.name = "cuda:0", .planned_bytes = 1, .available_bytes = 2, .ranks = 1},
+      {.name = "cuda:1 (NVIDIA H200)",
+       .planned_bytes = 3 * kMiB,
+       .available_bytes = 2 * kMiB,
+       .ranks = 1,
+       .busiest_rank = 1,
+       .busiest_microbatches = 3,
+       .busiest_bytes = 3 * kMiB}};
+  absl::Status status = CheckActivationsFit(plan, places);
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("1f1b's activations do not fit in cuda:1 (NVIDIA H200)"),
+                             HasSubstr("3 of M = 16 micro-batches in flight"),
+                             HasSubstr("use a smaller --microbatch-size, --hidden or --layers, or "
+                                       "more --stages (fewer layers on each device)"))));
+  EXPECT_THAT(status.message(), Not(HasSubstr("fewer --microbatches")));
+  EXPECT_THAT(status.message(), Not(HasSubstr("1f1b: at most")));
+}
+
+TrainerConfig Config(const std::string& schedule) {
+  TrainerConfig config;
+  config.schedule = schedule;
+  config.stages = 2;
+  config.microbatches = 8;
+  config.microbatch_size = 32;
+  config.model = {.d_in = 16, .d_hidden = 64, .num_classes = 4, .num_layers = 4};
+  config.backend = "host";
+  config.strict = true;
+  config.exact_memory_accounting = true;
+  return config;
+}
+
+// With a capacity every host device is its own place; the plan's peak there is what a
+// step then measures on it.
+TEST(MemoryCheckTest, PlacesOfDevicesWithACapacityMatchTheMeasuredPeaks) {
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
+    TrainerConfig config = Config(schedule);
+    config.device_memory_bytes = 64 * kMiB;
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+    const Executor& executor = trainer->executor();
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> places, ActivationPlaces(executor, 1));
+    ASSERT_EQ(places.size(), 2u) << schedule;
+    PS_ASSERT_OK_AND_ASSIGN(StepResult step, trainer->Step());
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(places[r].name, absl::StrCat("host:", r));
+      EXPECT_EQ(places[r].ranks, 1);
+      EXPECT_EQ(places[r].busiest_rank, r);
+      EXPECT_GT(places[r].planned_bytes, 0);
+      EXPECT_EQ(places[r].planned_bytes, step.peak_activation_bytes[r])
+          << schedule << " rank " << r;
+      EXPECT_EQ(places[r].available_bytes,
+                64 * kMiB - executor.device(0, r).memory_stats().current_bytes);
+    }
+    // GPipe holds all M on every rank; 1F1B P - r on rank r.
+    if (schedule == "gpipe") {
+      EXPECT_EQ(places[0].busiest_microbatches, 8);
+    }
+    if (schedule == "1f1b") {
+      EXPECT_EQ(places[0].busiest_microbatches, 2);
+      EXPECT_EQ(places[1].busiest_microbatches, 1);
+    }
+  }
+}
+
+// Without a capacity the host devices share the machine: one place, the ranks' peaks
+// added, against the availability given; unknown availability checks nothing.
+TEST(MemoryCheckTest, HostDevicesWithoutACapacityShareTheMachine) {
+  TrainerConfig config = Config("gpipe");
+  config.replicas = 2;
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> places,
+                          ActivationPlaces(trainer->executor(), 12345));
+  ASSERT_EQ(places.size(), 1u);
+  EXPECT_EQ(places[0].name, "host memory");
+  EXPECT_EQ(places[0].ranks, 4);
+  EXPECT_EQ(places[0].available_bytes, 12345);
+  PS_ASSERT_OK_AND_ASSIGN(StepResult step, trainer->Step());
+  std::int64_t measured = 0;
+  for (std::int64_t peak : step.peak_activation_bytes) measured += peak;
+  EXPECT_EQ(places[0].planned_bytes, measured);
+  PS_ASSERT_OK_AND_ASSIGN(places, ActivationPlaces(trainer->executor(), std::nullopt));
+  EXPECT_TRUE(places.empty());
+}
+
+// The same per-device memory: GPipe (all 8 micro-batches on rank 0) is refused at
+// Create, before any step; 1F1B (2 on rank 0) runs.
+TEST(MemoryCheckTest, TrainerRefusesAPlanThatCannotFitBeforeTheFirstStep) {
+  std::int64_t state = 0, one_f_one_b = 0;
+  {
+    PS_ASSERT_OK_AND_ASSIGN(auto probe, Trainer::Create(Config("1f1b")));
+    state = probe->executor().device(0, 0).memory_stats().current_bytes;
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> places,
+                            ActivationPlaces(probe->executor(), std::int64_t{1} << 40));
+    one_f_one_b = places[0].busiest_bytes;  // rank 0's peak: the larger one
+  }
+  TrainerConfig config = Config("gpipe");
+  config.device_memory_bytes = state + one_f_one_b;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("gpipe's activations do not fit in host:0"),
+                             HasSubstr("with 8 of M = 8 micro-batches in flight"),
+                             HasSubstr("1f1b: at most P = 2 on a rank"))));
+  config.schedule = "1f1b";
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+  PS_ASSERT_OK_AND_ASSIGN(StepResult step, trainer->Step());
+  EXPECT_TRUE(std::isfinite(step.loss));
+  EXPECT_EQ(step.peak_activation_bytes[0], one_f_one_b);
+  config.device_memory_bytes = -1;
+  EXPECT_THAT(Trainer::Create(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device memory cap")));
+}
+
+}  // namespace
+}  // namespace pipesched::stages
