@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -203,6 +205,7 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
     }
   }
   PS_RETURN_IF_ERROR(index.CheckTransfers(schedule));
+  PS_RETURN_IF_ERROR(index.CheckTransferOrder(schedule));
   PS_RETURN_IF_ERROR(index.CheckProgramOrder(schedule));
   return index;
 }
@@ -241,6 +244,76 @@ absl::Status DependencyIndex::CheckTransfers(const Schedule& schedule) const {
                                          Name(Action{end.peer_stage, m, end.peer_op}),
                                          stage_rank_[end.peer_stage]));
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Point-to-point transfers between two ranks are paired in order: NCCL (and PyTorch's
+// pipelining runtime on it) hands rank A's k-th send to rank B to B's k-th receive from
+// A, whatever their micro-batches. Receives out of the senders' order would not deadlock
+// here (each receive waits for its own send) but would deliver the wrong micro-batch's
+// data there, so they are refused.
+absl::Status DependencyIndex::CheckTransferOrder(const Schedule& schedule) const {
+  if (comm_.empty()) return absl::OkStatus();
+  // (from, to) -> ids of the sends in the sender's program order, and of the receives in
+  // the receiver's.
+  std::map<std::pair<int, int>, std::vector<int>> sends, receives;
+  for (int r = 0; r < num_ranks_; ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    for (int step = 0; step < static_cast<int>(program.size()); ++step) {
+      const Action& a = program[step];
+      const int id = offsets_[r] + step;
+      switch (a.op) {
+        case Op::kSendF:
+          sends[{r, stage_rank_[a.stage + 1]}].push_back(id);
+          break;
+        case Op::kSendB:
+          sends[{r, stage_rank_[a.stage - 1]}].push_back(id);
+          break;
+        case Op::kRecvF:
+          receives[{stage_rank_[a.stage - 1], r}].push_back(id);
+          break;
+        case Op::kRecvB:
+          receives[{stage_rank_[a.stage + 1], r}].push_back(id);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  auto receive_of = [&](int send_id) {
+    const Action& a = ActionOf(send_id);
+    return a.op == Op::kSendF ? CommOf(a.stage + 1, a.microbatch)->recv_f
+                              : CommOf(a.stage - 1, a.microbatch)->recv_b;
+  };
+  auto ordinal = [](std::size_t k) {
+    const std::size_t n = k + 1;
+    const char* suffix = n % 100 >= 11 && n % 100 <= 13 ? "th"
+                         : n % 10 == 1                  ? "st"
+                         : n % 10 == 2                  ? "nd"
+                         : n % 10 == 3                  ? "rd"
+                                                        : "th";
+    return absl::StrCat(n, suffix);
+  };
+  for (const auto& [pair, send_ids] : sends) {
+    const auto& [from, to] = pair;
+    if (from == to) continue;  // between chunks of one rank: no NCCL transfer
+    const std::vector<int>& receive_ids = receives[pair];
+    // CheckTransfers matched every send with one receive: the lists have one length.
+    for (std::size_t k = 0; k < send_ids.size() && k < receive_ids.size(); ++k) {
+      const int expected = receive_of(send_ids[k]);
+      if (receive_ids[k] == expected) continue;
+      return InvalidAt(
+          schedule, to, StepOfId(receive_ids[k]),
+          absl::StrFormat(
+              "is rank %d's %s receive from rank %d, but rank %d's %s send to rank %d is %s "
+              "(received by %s at step %d): NCCL pairs two ranks' transfers in order, so "
+              "this receive would get %s's data; receive from rank %d in the order rank %d "
+              "sends",
+              to, ordinal(k), from, from, ordinal(k), to, Name(ActionOf(send_ids[k])),
+              Name(ActionOf(expected)), StepOfId(expected), Name(ActionOf(send_ids[k])), from,
+              from));
     }
   }
   return absl::OkStatus();

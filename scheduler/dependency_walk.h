@@ -36,7 +36,9 @@ class DependencyIndex {
   // Checks the shape (P, V, M, programs.size()), every action's stage, micro-batch and
   // rank, that every (stage, mb) has F once and either B once or I and W once each,
   // at most one ALLREDUCE per stage, each SEND/RECV at most once and matched by its
-  // peer, and that no action waits for one that comes later on its own rank.
+  // peer, the receives of each pair of ranks in the order of their sends (NCCL, and so
+  // PyTorch, pairs them in order), and that no action waits for one that comes later on
+  // its own rank.
   // InvalidArgument naming the action, with the grid, otherwise.
   static absl::StatusOr<DependencyIndex> Build(const Schedule& schedule);
 
@@ -90,6 +92,7 @@ class DependencyIndex {
                          : &comm_[static_cast<std::size_t>(stage) * num_microbatches_ + mb];
   }
   absl::Status CheckTransfers(const Schedule& schedule) const;
+  absl::Status CheckTransferOrder(const Schedule& schedule) const;
   absl::Status CheckProgramOrder(const Schedule& schedule) const;
 
   const std::vector<std::vector<Action>>* programs_ = nullptr;

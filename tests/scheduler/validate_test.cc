@@ -295,6 +295,38 @@ TEST(ValidateTest, RejectsUnmatchedDuplicateAndMisorderedTransfers) {
       HandSchedule(2, 1, 1, {"0F0 0SEND_F0 0RECV_B0 0I0 0W0", "1RECV_F0 1F0 1I0 1SEND_B0 1W0"})));
 }
 
+// NCCL pairs two ranks' transfers in order: rank 1 receiving micro-batch 1 before 0
+// while rank 0 sends 0 first would hand it micro-batch 0's activations as 1's. Each
+// receive waits for its own send here, so this is no deadlock; it is refused as such.
+TEST(ValidateTest, RejectsReceivesOutOfTheSendersOrder) {
+  const Schedule s = HandSchedule(2, 1, 2,
+                                  {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                   "1RECV_F1 1RECV_F0 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1"});
+  EXPECT_THAT(Validate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(StartsWith("rank 1 step 0: action 1RECV_F1 is rank 1's 1st receive "
+                                        "from rank 0, but rank 0's 1st send to rank 1 is "
+                                        "0SEND_F0 (received by 1RECV_F0 at step 1): NCCL pairs "
+                                        "two ranks' transfers in order, so this receive would "
+                                        "get 0SEND_F0's data; receive from rank 0 in the order "
+                                        "rank 0 sends\n"),
+                             HasSubstr(GridAt(s, 1, 0)))));
+  EXPECT_THAT(Simulate(s, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1st receive")));
+  // The backward direction too: rank 0 receives B1 before B0, rank 1 sends B0 first.
+  const Schedule b = HandSchedule(2, 1, 2,
+                                  {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0RECV_B0 0B0 0B1",
+                                   "1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1"});
+  EXPECT_THAT(Validate(b), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 0 step 4: action 0RECV_B1 is rank 0's 1st "
+                                               "receive from rank 1, but rank 1's 1st send to "
+                                               "rank 0 is 1SEND_B0")));
+  // In the senders' order, with the two directions interleaved: fine.
+  PS_EXPECT_OK(Validate(HandSchedule(2, 1, 2,
+                                     {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"})));
+}
+
 // A 100000-rank file with a problem on its last row printed all 100000 rows (3 MB).
 TEST(ValidateTest, TallGridsAreCutAroundTheMark) {
   std::vector<std::string> rows;
