@@ -79,7 +79,10 @@ struct IdleAnalysis {
   // Per consuming action X (stage, op, micro-batch): X.start - p.end where the data --
   // its cross-rank producer p or p's transfer -- was X's last blocker and came after X's
   // row was free (the samples above, plus those where p ended while X's row was busy
-  // but the transfer did not), to replay the step's hand-offs (WithHandoffs).
+  // but the transfer did not), to replay the step's hand-offs (WithHandoffs). Not where
+  // X was issued after p ended: the host's lateness would then be in the latency (the
+  // transfer's own issue may have been late too), so such inputs keep the boundary's
+  // median in the replay.
   std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
 };
 

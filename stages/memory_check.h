@@ -8,11 +8,17 @@
 // The plan's peak per rank is the simulator's RankStats::peak_live_bytes with each
 // stage's Executor::activation_bytes and workspace_bytes: it depends only on the order
 // of each rank's program, not on timings, and equals what the runtime measures (the
-// executor contract test). Where several ranks share memory -- every host device without
-// a capacity shares the machine's, ranks placed on one GPU share it -- their peaks are
-// added: the ranks of GPipe, 1F1B and the zero-bubble schedules all reach (or come
-// within one micro-batch of) their peaks in the same steady state, so the sum is the
-// plan's peak there to within a micro-batch per rank.
+// executor contract test) when the executor accounts memory in stream order. Where
+// several ranks share memory -- every host device takes its memory from the machine's
+// (a capped one too), ranks placed on one GPU share it -- their peaks are added: the
+// ranks of GPipe, 1F1B and the zero-bubble schedules all reach (or come within one
+// micro-batch of) their peaks in the same steady state, so the sum is the plan's peak
+// there to within a micro-batch per rank.
+//
+// A floor, not a guarantee: the runtime counts an allocation when the host issues it, so
+// a host running ahead of its streams holds more than the plan unless the executor
+// accounts exactly (ExecutorOptions::exact_memory_accounting, which a Trainer with a
+// device memory cap turns on).
 #pragma once
 
 #include <cstdint>
@@ -27,24 +33,26 @@
 
 namespace pipesched::stages {
 
-// One place activations live in: the machine's memory (host devices without a
-// capacity) or one device.
+// One place activations live in: the machine's memory or one device.
 struct MemoryPlace {
   std::string name;                  // "host memory", "host:1", "cuda:0 (NVIDIA H200)"
   std::int64_t planned_bytes = 0;    // the plan's activation peak there: its ranks' peaks
   std::int64_t available_bytes = 0;  // what is free there now, for activations
   int ranks = 0;                     // (replica, rank) pairs there
-  // The rank there with the largest peak: its index, micro-batches in flight at its peak
-  // and bytes held then (for the message).
+  // The rank there with the largest peak: its index, the forward activations (one per F
+  // of one of its chunks, so up to V x M) it holds at its peak, the bytes held then, and
+  // what one micro-batch's activations on all its chunks take (for the message).
   int busiest_rank = 0;
-  int busiest_microbatches = 0;
+  int busiest_activations = 0;
   std::int64_t busiest_bytes = 0;
+  std::int64_t busiest_microbatch_bytes = 0;
 };
 
 // What the plan is, for the message.
 struct PlanShape {
   std::string schedule;      // its name (or file name)
   int num_ranks = 1;         // P
+  int num_chunks = 1;        // V
   int num_microbatches = 1;  // M
 };
 
@@ -52,16 +60,19 @@ struct PlanShape {
 // one sentence for the first place that does not fit: the schedule, the peak there and
 // what makes it up, what is available, and what would fit -- a smaller
 // --microbatch-size, --hidden or --layers; fewer --microbatches when the busiest rank
-// holds all M; a schedule that keeps fewer in flight (1f1b: at most P per rank) when it
-// holds more than P; more --stages (fewer layers on each) when the place is a device.
+// holds all V x M activations; a schedule that keeps fewer in flight (1f1b: at most P
+// micro-batches per rank) when the busiest rank holds more than P micro-batches of all
+// its chunks; on a device holding one rank, more --stages (fewer layers on each); on a
+// device holding several, more devices (--devices).
 absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<MemoryPlace>& places);
 
-// The places of `executor`'s (replica, rank) pairs with the plan's peaks added up:
-// host devices without a capacity (Device::AvailableBytes() nullopt) form one place,
-// "host memory", whose availability is `machine_available_bytes` (nullopt: unknown, the
-// place is left out); every other device is its own place. The plan's peaks come from
-// scheduler::Simulate (InvalidArgument if the bytes overflow); a device's error from
-// AvailableBytes.
+// The places of `executor`'s (replica, rank) pairs with the plan's peaks added up
+// (saturating at 2^63 - 1): every device with memory of its own (Device::AvailableBytes
+// not nullopt: a GPU, a host device with a capacity) is a place, and every host device,
+// with a capacity or not, also counts towards "host memory", the machine's, whose
+// availability is `machine_available_bytes` (nullopt: unknown, that place is left out).
+// The plan's peaks come from scheduler::Simulate (InvalidArgument if a rank's bytes
+// overflow); a device's error from AvailableBytes.
 absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
     const Executor& executor, std::optional<std::int64_t> machine_available_bytes);
 

@@ -196,11 +196,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   // and before making the data. The parameters are in memory by now; the data will take
   // what HostDataBytes says.
   std::optional<std::int64_t> machine = HostMemoryAvailableBytes();
-  if (machine.has_value())
-    *machine = std::max<std::int64_t>(0, *machine - HostDataBytes(t->config_));
+  if (machine.has_value()) {
+    const std::int64_t data = HostDataBytes(t->config_);
+    // Data that does not fit is the data's problem (CheckHostMemory, the loader's limit),
+    // not the activations'.
+    machine = data <= *machine ? std::optional<std::int64_t>(*machine - data) : std::nullopt;
+  }
   PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
   PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
                                           .num_ranks = P,
+                                          .num_chunks = t->executor_->schedule().num_chunks(),
                                           .num_microbatches = t->executor_->num_microbatches()},
                                          places));
 

@@ -73,10 +73,13 @@ class Trainer {
   // InvalidArgument with one sentence for anything that does not fit: unknown schedule
   // (NotFound listing the names), P, V, M the schedule rejects, more chunks than layers,
   // a bad partition, B < 1, a data file whose shapes disagree with the model, fewer
-  // samples than one global batch; Unavailable for --backend=cuda without a GPU;
-  // ResourceExhausted when the parameters and optimizer state, the data, or the
-  // activations the schedule's plan holds at its peak (stages/memory_check.h) do not fit
-  // in the memory available -- before the first step, not during it.
+  // samples than one global batch, a negative device_memory_bytes; Unavailable for
+  // --backend=cuda without a GPU; ResourceExhausted, before the first step, when on the
+  // host backend the parameters and optimizer state or the synthetic data do not fit in
+  // the machine's memory, or on any backend when the activations the schedule's plan
+  // holds at its peak (stages/memory_check.h) do not fit where they live. A plan that
+  // passes may still exhaust memory during a step when the host runs ahead of the
+  // streams (the check is a floor) unless device_memory_bytes is set.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
   ~Trainer();
 

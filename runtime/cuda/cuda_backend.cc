@@ -619,6 +619,7 @@ absl::StatusOr<std::optional<std::int64_t>> CudaDevice::AvailableBytes() {
   std::uint64_t used = 0;
   {
     CudaDeviceGuard guard(index_);
+    PS_RETURN_IF_ERROR(guard.status());
     PS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
     // What the pool keeps after frees (up to its release threshold) is not free to the
     // GPU but is to the pool's next allocation.

@@ -41,8 +41,9 @@ TEST(MemoryCheckTest, GPipeOnTheMachineNamesThePeakAndWhatWouldFit) {
                             .available_bytes = 40 * kMiB,
                             .ranks = 2,
                             .busiest_rank = 1,
-                            .busiest_microbatches = 8,
-                            .busiest_bytes = 56 * kMiB};
+                            .busiest_activations = 8,
+                            .busiest_bytes = 56 * kMiB,
+                            .busiest_microbatch_bytes = 7 * kMiB};
   EXPECT_THAT(
       CheckActivationsFit(plan, {machine}),
       StatusIs(absl::StatusCode::kResourceExhausted,
@@ -64,8 +65,9 @@ TEST(MemoryCheckTest, OneFOneBOnADeviceSuggestsOnlyWhatHelps) {
        .available_bytes = 2 * kMiB,
        .ranks = 1,
        .busiest_rank = 1,
-       .busiest_microbatches = 3,
-       .busiest_bytes = 3 * kMiB}};
+       .busiest_activations = 3,
+       .busiest_bytes = 3 * kMiB,
+       .busiest_microbatch_bytes = 1 * kMiB}};
   absl::Status status = CheckActivationsFit(plan, places);
   EXPECT_THAT(status,
               StatusIs(absl::StatusCode::kResourceExhausted,
@@ -75,6 +77,28 @@ TEST(MemoryCheckTest, OneFOneBOnADeviceSuggestsOnlyWhatHelps) {
                                        "more --stages (fewer layers on each device)"))));
   EXPECT_THAT(status.message(), Not(HasSubstr("fewer --microbatches")));
   EXPECT_THAT(status.message(), Not(HasSubstr("1f1b: at most")));
+}
+
+// V > 1: the count is of chunk activations (up to V x M); a device shared by two ranks
+// wants more devices, not more stages.
+TEST(MemoryCheckTest, InterleavedOnASharedDeviceCountsChunkActivations) {
+  const PlanShape plan{
+      .schedule = "interleaved-1f1b", .num_ranks = 2, .num_chunks = 2, .num_microbatches = 4};
+  const MemoryPlace shared{.name = "cuda:0",
+                           .planned_bytes = 12 * kMiB,
+                           .available_bytes = 10 * kMiB,
+                           .ranks = 2,
+                           .busiest_rank = 0,
+                           .busiest_activations = 8,
+                           .busiest_bytes = 8 * kMiB,
+                           .busiest_microbatch_bytes = 2 * kMiB};
+  EXPECT_THAT(CheckActivationsFit(plan, {shared}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("rank 0 alone 8.00 MiB with 8 of V x M = 2 x 4 chunk "
+                                       "activations in flight"),
+                             HasSubstr("fewer --microbatches"),
+                             HasSubstr("(1f1b: at most P = 2 on a rank)"),
+                             HasSubstr(", or more devices (--devices)"))));
 }
 
 TrainerConfig Config(const std::string& schedule) {
@@ -98,7 +122,8 @@ TEST(MemoryCheckTest, PlacesOfDevicesWithACapacityMatchTheMeasuredPeaks) {
     config.device_memory_bytes = 64 * kMiB;
     PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
     const Executor& executor = trainer->executor();
-    PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> places, ActivationPlaces(executor, 1));
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> places,
+                            ActivationPlaces(executor, std::nullopt));
     ASSERT_EQ(places.size(), 2u) << schedule;
     PS_ASSERT_OK_AND_ASSIGN(StepResult step, trainer->Step());
     for (int r = 0; r < 2; ++r) {
@@ -111,13 +136,21 @@ TEST(MemoryCheckTest, PlacesOfDevicesWithACapacityMatchTheMeasuredPeaks) {
       EXPECT_EQ(places[r].available_bytes,
                 64 * kMiB - executor.device(0, r).memory_stats().current_bytes);
     }
+    // Capped host devices still take their memory from the machine: with its
+    // availability known, "host memory" holds both ranks' peaks as well.
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<MemoryPlace> with_machine,
+                            ActivationPlaces(executor, std::int64_t{1} << 40));
+    ASSERT_EQ(with_machine.size(), 3u);
+    EXPECT_EQ(with_machine[1].name, "host memory");
+    EXPECT_EQ(with_machine[1].ranks, 2);
+    EXPECT_EQ(with_machine[1].planned_bytes, places[0].planned_bytes + places[1].planned_bytes);
     // GPipe holds all M on every rank; 1F1B P - r on rank r.
     if (schedule == "gpipe") {
-      EXPECT_EQ(places[0].busiest_microbatches, 8);
+      EXPECT_EQ(places[0].busiest_activations, 8);
     }
     if (schedule == "1f1b") {
-      EXPECT_EQ(places[0].busiest_microbatches, 2);
-      EXPECT_EQ(places[1].busiest_microbatches, 1);
+      EXPECT_EQ(places[0].busiest_activations, 2);
+      EXPECT_EQ(places[1].busiest_activations, 1);
     }
   }
 }
