@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <new>
+#include <string>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -167,7 +169,19 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_b
     }
     if (n == 0) break;
     if (static_cast<std::int64_t>(out.size()) + n > max_bytes) return too_big("it goes on");
-    out.append(buf, static_cast<size_t>(n));
+    // The limit follows the machine's memory; a process limit (ulimit -v, a container's)
+    // can be lower, and then growing the string throws.
+    try {
+      out.append(buf, static_cast<size_t>(n));
+    } catch (const std::bad_alloc&) {
+      ::close(fd);
+      const std::size_t read = out.size();
+      out = std::string();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot read '", path, "': out of memory after ", HumanBytes(read),
+                       " (this process may hold less than the machine has: see ulimit -v); give a "
+                       "smaller file or raise the process's memory limit"));
+    }
   }
   ::close(fd);
   return out;

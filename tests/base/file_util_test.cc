@@ -1,10 +1,13 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -46,6 +49,42 @@ TEST(FileUtilTest, FailedWriteKeepsPreviousFile) {
   EXPECT_FALSE(WriteFileAtomic("/nonexistent/dir/file", "new").ok());
   PS_ASSERT_OK_AND_ASSIGN(std::string back, ReadFile(path));
   EXPECT_EQ(back, "old");
+}
+
+// The limit follows the machine's memory, but the process may have less (ulimit -v, a
+// container): reading a never-ending device then runs out before the limit, and that is
+// ResourceExhausted naming the file, not an exception out of the program. In a child
+// process whose address space is capped 64 MiB above its current size.
+TEST(FileUtilTest, ReadFileBeyondTheProcessMemoryLimitIsResourceExhausted) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' runtimes need more address space than the cap leaves";
+#else
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    if (pages == 0) std::_Exit(3);
+    const rlim_t cap = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (64 << 20);
+    const struct rlimit limit = {cap, cap};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(4);
+    absl::StatusOr<std::string> read = ReadFile("/dev/zero", std::int64_t{1} << 40);
+    if (read.ok()) std::_Exit(5);
+    const std::string message(read.status().message());
+    const bool right = absl::IsResourceExhausted(read.status()) &&
+                       message.find("cannot read '/dev/zero': out of memory after ") == 0 &&
+                       message.find("raise the process's memory limit") != std::string::npos;
+    std::_Exit(right ? 0 : 6);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit: status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3/4: setup failed, 5: read 1 TiB, 6: another error "
+                                       "than expected";
+#endif
 }
 
 // What a long run checks before it starts, so that it does not fail at the end.
