@@ -64,6 +64,15 @@ absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx)
       }
     }
     PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(from));
+    // Every chunk needs a layer, and --layers stops at kMaxLayers blocks (+ the head).
+    if (const int chunks = file.schedule.num_stages(); chunks > kMaxLayers + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--from=", from, ": the schedule has ", chunks,
+                       " chunks (stages x virtual stages), but the model has at most ", kMaxLayers,
+                       " blocks + head = ", kMaxLayers + 1,
+                       " layers (--layers) and every chunk needs one; use a schedule with at most ",
+                       kMaxLayers + 1, " chunks"));
+    }
     config.schedule_override = std::move(file.schedule);
   } else {
     config.schedule = absl::GetFlag(FLAGS_schedule);

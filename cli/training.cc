@@ -33,7 +33,7 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   config.model.num_classes = absl::GetFlag(FLAGS_classes);
   PS_RETURN_IF_ERROR(Positive("replicas", config.replicas, 1024));
   PS_RETURN_IF_ERROR(Positive("microbatch-size", config.microbatch_size, 1 << 20));
-  PS_RETURN_IF_ERROR(Positive("layers", config.model.num_layers, 4096));
+  PS_RETURN_IF_ERROR(Positive("layers", config.model.num_layers, kMaxLayers));
   PS_RETURN_IF_ERROR(Positive("hidden", config.model.d_hidden, 1 << 16));
   PS_RETURN_IF_ERROR(Positive("inputs", config.model.d_in, 1 << 16));
   PS_RETURN_IF_ERROR(Positive("classes", config.model.num_classes, 1 << 20));

@@ -8,6 +8,9 @@
 
 namespace pipesched::cli {
 
+// The most --layers (hidden blocks) a run takes.
+inline constexpr int kMaxLayers = 4096;
+
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
 

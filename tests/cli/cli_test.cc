@@ -583,6 +583,21 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
   }
 }
 
+// A schedule file with more chunks than the model can ever have layers: the error says
+// so, rather than suggesting more --layers than --layers takes.
+TEST(CliTrainTest, ScheduleFileWithMoreChunksThanAnyModelIsOneLine) {
+  const std::string path = TempPath("4100-chunks.json");
+  RunResult made = RunCli({"simulate", "--schedule=looped-bfs", "--stages=2050", "--virtual=2",
+                           "--microbatches=1", "--nogrid", "--schedule-json=" + path});
+  ASSERT_EQ(made.code, 0) << made.err;
+  RunResult r = RunCli({"train", "--from=" + path, "--backend=host", "--steps=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "pipesched: --from=" + path +
+                       ": the schedule has 4100 chunks (stages x virtual stages), but the model "
+                       "has at most 4096 blocks + head = 4097 layers (--layers) and every chunk "
+                       "needs one; use a schedule with at most 4097 chunks\n");
+}
+
 // --device-memory gives each host device a GPU's memory: GPipe's 8 micro-batches in
 // flight do not fit in 2 MiB per device (refused before the first step, exit 2); 1F1B's
 // at most 2 do, and it trains.
