@@ -755,8 +755,11 @@ int Bench(const CommandContext& ctx) {
                  ? absl::StrFormat("; rank %d slowed %gx", sweep.slow_rank, sweep.slow_factor)
                  : "",
              load)
-      << "bubble = idle / (P x makespan); idle shares: dep(endency) xfer (transfer/hand-off) "
-         "ar (all-reduce) host (issue) imb(alance); expl = their sum / measured idle\n";
+      << "bubble = idle / (P x makespan); sim: simulator on the step's (stage, op) medians, "
+         "spread: its mean over draws of the step's durations, replay: on each action's own; "
+         "d pp = sim - meas\n"
+         "idle shares: dep(endency) xfer (transfer/hand-off) ar (all-reduce) host (issue) "
+         "imb(alance); expl = their sum / measured idle\n";
   PrintHeader(out);
   std::vector<Row> rows;
   const int total =

@@ -46,16 +46,18 @@ const std::vector<Command>& AllCommands() {
        "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
        "          --activation-bytes=0 --workspace-bytes=0 --costs=FILE.json]\n"
-       "         [--trace=F.json] [--svg=F.svg]\n"
+       "         [--device-memory=SIZE] [--trace=F.json] [--svg=F.svg]\n"
        "         [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] [--nogrid]\n"
        "         [--color=auto|always|never]",
        "simulate a schedule with stage costs: grid, makespan, bubble, peak activations",
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
-             "schedule_json", "grid", "color"}),
+             "schedule_json", "grid", "color", "device_memory"}),
        &RunSimulate},
-      {"validate", "validate FILE [--costs=FILE.json --cost-*=...] [--json=STATS.json] [--nogrid]",
+      {"validate",
+       "validate FILE [--costs=FILE.json --cost-*=...] [--device-memory=SIZE]\n"
+       "         [--json=STATS.json] [--nogrid]",
        "check a PyTorch CSV or pipesched JSON schedule file; exit 0 only when valid",
-       With({"json", "grid", "color"}), &RunValidate},
+       With({"json", "grid", "color", "device_memory"}), &RunValidate},
       {"train",
        "train --schedule=NAME --stages=P [--virtual=V] --replicas=D --microbatches=M\n"
        "      --microbatch-size=B --layers=L --hidden=H [--inputs=64 --classes=10] --steps=N\n"
@@ -76,7 +78,8 @@ const std::vector<Command>& AllCommands() {
        "      [--traces=DIR]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
        "       --microbatch-size=64]",
-       "sweep schedules x P x M: bubble closed form, simulated and measured; idle decomposed",
+       "sweep schedules x P x M: bubble closed form, simulated, replayed and measured; idle "
+       "decomposed",
        Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches"},
                 {"warmup", "slow_stage", "csv", "json", "md", "svg", "traces"}),
        &RunBench},

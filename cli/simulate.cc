@@ -1,8 +1,13 @@
 // `pipesched simulate` and `pipesched validate`: the planner on the command line.
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/command.h"
 #include "cli/flags.h"
@@ -28,9 +33,68 @@ absl::Status CheckColorFlag() {
   return absl::OkStatus();
 }
 
+// --device-memory: nullopt when not given.
+absl::StatusOr<std::optional<std::int64_t>> DeviceMemoryFromFlags() {
+  const std::string size = absl::GetFlag(FLAGS_device_memory);
+  if (size.empty()) return std::optional<std::int64_t>();
+  absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-memory=", size, ": ", bytes.status().message()));
+  }
+  return std::optional<std::int64_t>(*bytes);
+}
+
+// Whether every rank's activation peak fits in `capacity` (one rank per device): a line
+// saying so, or ResourceExhausted for the rank with the largest peak, naming what would
+// make it fit.
+absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                               const scheduler::CostModel& costs, const scheduler::SimResult& sim,
+                               std::int64_t capacity) {
+  int worst = 0;
+  for (int r = 1; r < schedule.num_ranks(); ++r) {
+    if (sim.ranks[r].peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
+  }
+  const scheduler::RankStats& rs = sim.ranks[worst];
+  if (rs.peak_live_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--device-memory needs the activations' sizes: give --activation-bytes (and "
+        "--workspace-bytes), or a --costs file with activation_bytes");
+  }
+  const std::string cap = absl::GetFlag(FLAGS_device_memory);
+  if (rs.peak_live_bytes <= capacity) {
+    *ctx.out << absl::StrFormat(
+        "memory: every rank's activation peak fits in --device-memory=%s (largest: rank %d, "
+        "%s, %.0f%%; parameters and optimizer state come on top)\n",
+        cap, worst, HumanBytes(rs.peak_live_bytes), 100.0 * rs.peak_live_bytes / capacity);
+    return absl::OkStatus();
+  }
+  // What one micro-batch takes on all of the rank's chunks: 1F1B keeps at most P.
+  std::int64_t microbatch_bytes = 0;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (schedule.placement.RankOf(s) == worst) microbatch_bytes += costs.Stage(s).activation_bytes;
+  }
+  std::string fixes = "use smaller --activation-bytes or --workspace-bytes";
+  const int all = schedule.num_chunks() * schedule.num_microbatches;
+  if (rs.peak_live_microbatches >= all) absl::StrAppend(&fixes, ", fewer --microbatches");
+  if (microbatch_bytes > 0 && rs.peak_live_bytes / microbatch_bytes > schedule.num_ranks()) {
+    absl::StrAppend(&fixes,
+                    ", a schedule that keeps fewer micro-batches in flight (1f1b: at most P = ",
+                    schedule.num_ranks(), " on a rank)");
+  }
+  absl::StrAppend(&fixes, ", or more --stages");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the plan does not fit in --device-memory=", cap, ": rank ", worst, " holds ",
+      HumanBytes(rs.peak_live_bytes), " of activations at its peak (", rs.peak_live_microbatches,
+      " of ", schedule.num_chunks() == 1 ? "M = " : "V x M = ", all,
+      schedule.num_chunks() == 1 ? " micro-batches" : " chunk activations",
+      " in flight), more than ", HumanBytes(capacity), "; ", fixes));
+}
+
 // Validates, simulates, prints and writes the outputs of one schedule.
 absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Schedule& schedule,
                                const scheduler::CostModel& costs) {
+  PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
   if (absl::GetFlag(FLAGS_grid)) {
@@ -46,6 +110,10 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   if (std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
     PS_RETURN_IF_ERROR(WriteFileAtomic(p, SimulationJson(schedule, costs, sim)));
     *ctx.out << "wrote " << p << "\n";
+  }
+  // Last, so that a plan that does not fit still gets its grid and pictures.
+  if (capacity.has_value()) {
+    PS_RETURN_IF_ERROR(CheckDeviceMemory(ctx, schedule, costs, sim, *capacity));
   }
   return absl::OkStatus();
 }

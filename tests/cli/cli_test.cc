@@ -91,6 +91,40 @@ TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
                                "1125899906842624] (2^50, 1 PiB)"));
 }
 
+// --device-memory asks whether every rank's activation peak fits one device: GPipe
+// holds all 8 micro-batches of 12 GiB (96 GiB, exit 2 naming what would fit), 1F1B at
+// most P = 4 (48 GiB, fits); without activation sizes there is nothing to check.
+TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
+  auto run = [](const std::string& schedule, const std::vector<std::string>& more) {
+    std::vector<std::string> args = {"simulate", "--schedule=" + schedule, "--stages=4",
+                                     "--microbatches=8", "--nogrid"};
+    args.insert(args.end(), more.begin(), more.end());
+    return RunCli(args);
+  };
+  const std::string twelve_gib = "--activation-bytes=" + std::to_string(std::int64_t{12} << 30);
+  RunResult gpipe = run("gpipe", {twelve_gib, "--device-memory=80GiB"});
+  EXPECT_EQ(gpipe.code, 2);
+  EXPECT_THAT(gpipe.out, HasSubstr("96.00 GiB"));  // the per-rank table still printed
+  EXPECT_EQ(gpipe.err,
+            "pipesched: the plan does not fit in --device-memory=80GiB: rank 0 holds 96.00 GiB of "
+            "activations at its peak (8 of M = 8 micro-batches in flight), more than 80.00 GiB; "
+            "use smaller --activation-bytes or --workspace-bytes, fewer --microbatches, a "
+            "schedule that keeps fewer micro-batches in flight (1f1b: at most P = 4 on a rank), "
+            "or more --stages\n");
+  RunResult one_f_one_b = run("1f1b", {twelve_gib, "--device-memory=80GiB"});
+  EXPECT_EQ(one_f_one_b.code, 0) << one_f_one_b.err;
+  EXPECT_THAT(one_f_one_b.out,
+              HasSubstr("memory: every rank's activation peak fits in --device-memory=80GiB "
+                        "(largest: rank 0, 48.00 GiB, 60%;"));
+  RunResult unknown = run("1f1b", {"--device-memory=80GiB"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--device-memory needs the activations' sizes"));
+  RunResult bad = run("1f1b", {twelve_gib, "--device-memory=lots"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--device-memory=lots: 'lots' is not a size"));
+  EXPECT_EQ(CountLines(bad.err), 1);
+}
+
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
   std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
   RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",
