@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "cli/planning.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
+#include "stages/memory_check.h"
 #include "trace/grid.h"
 
 namespace pipesched::cli {
@@ -46,49 +48,48 @@ absl::StatusOr<std::optional<std::int64_t>> DeviceMemoryFromFlags() {
 }
 
 // Whether every rank's activation peak fits in `capacity` (one rank per device): a line
-// saying so, or ResourceExhausted for the rank with the largest peak, naming what would
-// make it fit.
+// saying so, or stages::CheckActivationsFit's ResourceExhausted for the first rank that
+// does not fit.
 absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Schedule& schedule,
                                const scheduler::CostModel& costs, const scheduler::SimResult& sim,
                                std::int64_t capacity) {
+  const std::string cap = absl::GetFlag(FLAGS_device_memory);
+  std::vector<stages::MemoryPlace> places;
   int worst = 0;
-  for (int r = 1; r < schedule.num_ranks(); ++r) {
-    if (sim.ranks[r].peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
+  for (int r = 0; r < schedule.num_ranks(); ++r) {
+    const scheduler::RankStats& rs = sim.ranks[r];
+    if (rs.peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
+    std::int64_t microbatch_bytes = 0;  // one micro-batch on all the rank's chunks
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      if (schedule.placement.RankOf(s) == r) microbatch_bytes += costs.Stage(s).activation_bytes;
+    }
+    places.push_back({.name = absl::StrCat("one device (--device-memory=", cap, ")"),
+                      .planned_bytes = rs.peak_live_bytes,
+                      .available_bytes = capacity,
+                      .ranks = 1,
+                      .busiest_rank = r,
+                      .busiest_activations = rs.peak_live_microbatches,
+                      .busiest_bytes = rs.peak_live_bytes,
+                      .busiest_microbatch_bytes = microbatch_bytes});
   }
-  const scheduler::RankStats& rs = sim.ranks[worst];
-  if (rs.peak_live_bytes == 0) {
+  const std::int64_t peak = sim.ranks[worst].peak_live_bytes;
+  if (peak == 0) {
     return absl::InvalidArgumentError(
         "--device-memory needs the activations' sizes: give --activation-bytes (and "
         "--workspace-bytes), or a --costs file with activation_bytes");
   }
-  const std::string cap = absl::GetFlag(FLAGS_device_memory);
-  if (rs.peak_live_bytes <= capacity) {
-    *ctx.out << absl::StrFormat(
-        "memory: every rank's activation peak fits in --device-memory=%s (largest: rank %d, "
-        "%s, %.0f%%; parameters and optimizer state come on top)\n",
-        cap, worst, HumanBytes(rs.peak_live_bytes), 100.0 * rs.peak_live_bytes / capacity);
-    return absl::OkStatus();
-  }
-  // What one micro-batch takes on all of the rank's chunks: 1F1B keeps at most P.
-  std::int64_t microbatch_bytes = 0;
-  for (int s = 0; s < schedule.num_stages(); ++s) {
-    if (schedule.placement.RankOf(s) == worst) microbatch_bytes += costs.Stage(s).activation_bytes;
-  }
-  std::string fixes = "use smaller --activation-bytes or --workspace-bytes";
-  const int all = schedule.num_chunks() * schedule.num_microbatches;
-  if (rs.peak_live_microbatches >= all) absl::StrAppend(&fixes, ", fewer --microbatches");
-  if (microbatch_bytes > 0 && rs.peak_live_bytes / microbatch_bytes > schedule.num_ranks()) {
-    absl::StrAppend(&fixes,
-                    ", a schedule that keeps fewer micro-batches in flight (1f1b: at most P = ",
-                    schedule.num_ranks(), " on a rank)");
-  }
-  absl::StrAppend(&fixes, ", or more --stages");
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the plan does not fit in --device-memory=", cap, ": rank ", worst, " holds ",
-      HumanBytes(rs.peak_live_bytes), " of activations at its peak (", rs.peak_live_microbatches,
-      " of ", schedule.num_chunks() == 1 ? "M = " : "V x M = ", all,
-      schedule.num_chunks() == 1 ? " micro-batches" : " chunk activations",
-      " in flight), more than ", HumanBytes(capacity), "; ", fixes));
+  PS_RETURN_IF_ERROR(
+      stages::CheckActivationsFit({.schedule = schedule.name,
+                                   .num_ranks = schedule.num_ranks(),
+                                   .num_chunks = schedule.num_chunks(),
+                                   .num_microbatches = schedule.num_microbatches,
+                                   .smaller = "smaller --activation-bytes or --workspace-bytes"},
+                                  places));
+  *ctx.out << absl::StrFormat(
+      "memory: every rank's activation peak fits in --device-memory=%s (largest: rank %d, "
+      "%s, %.0f%%; parameters and optimizer state come on top)\n",
+      cap, worst, HumanBytes(peak), 100.0 * peak / capacity);
+  return absl::OkStatus();
 }
 
 // Validates, simulates, prints and writes the outputs of one schedule.

@@ -228,14 +228,14 @@ absl::Status Train(const CommandContext& ctx) {
       "action and copy times, %.4f with the measured hand-off latency between ranks\n",
       Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction);
   // The last step replayed action by action (each compute action's own measured duration,
-  // the measured hand-offs): what is left against the measured step is what the simulator
-  // does not model, not the spread of the actions' durations.
+  // each dependency's measured hand-off where it was the last blocker): what is left
+  // against the measured step is what the simulator does not model (host issue), not the
+  // spread of the actions' and hand-offs' durations.
   PS_ASSIGN_OR_RETURN(
       scheduler::SimResult replayed,
-      scheduler::Simulate(
-          trainer->schedule(),
-          stages::WithHandoffs(stages::WithActionDurations(handoff_costs, last.timeline, p),
-                               idle)));
+      scheduler::Simulate(trainer->schedule(),
+                          stages::WithHandoffs(
+                              stages::WithActionDurations(handoff_costs, last.timeline, p), idle)));
   out << absl::StrFormat(
       "last step: bubble fraction measured %.4f, replayed %.4f from its own action "
       "durations and hand-offs; makespan measured %.3f ms, replayed %.3f ms; step %.3f ms\n",

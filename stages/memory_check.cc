@@ -29,7 +29,7 @@ absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<Memory
   for (const MemoryPlace& place : places) {
     if (place.planned_bytes <= place.available_bytes) continue;
     const bool machine = place.name == kMachine;
-    std::vector<std::string> fixes = {"a smaller --microbatch-size, --hidden or --layers"};
+    std::vector<std::string> fixes = {plan.smaller};
     if (place.busiest_activations >= all) fixes.push_back("fewer --microbatches");
     // 1F1B keeps at most P micro-batches, each the rank's chunks' activations, on a rank.
     if (place.busiest_microbatch_bytes > 0 &&

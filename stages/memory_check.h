@@ -54,12 +54,14 @@ struct PlanShape {
   int num_ranks = 1;         // P
   int num_chunks = 1;        // V
   int num_microbatches = 1;  // M
+  // The first fix suggested: what makes one micro-batch's activations smaller.
+  std::string smaller = "a smaller --microbatch-size, --hidden or --layers";
 };
 
 // OK when every place's planned_bytes <= available_bytes. Otherwise ResourceExhausted,
 // one sentence for the first place that does not fit: the schedule, the peak there and
-// what makes it up, what is available, and what would fit -- a smaller
-// --microbatch-size, --hidden or --layers; fewer --microbatches when the busiest rank
+// what makes it up, what is available, and what would fit -- PlanShape::smaller (a
+// smaller --microbatch-size, --hidden or --layers); fewer --microbatches when the busiest rank
 // holds all V x M activations; a schedule that keeps fewer in flight (1f1b: at most P
 // micro-batches per rank) when the busiest rank holds more than P micro-batches of all
 // its chunks; on a device holding one rank, more --stages (fewer layers on each); on a

@@ -106,11 +106,12 @@ TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
   EXPECT_EQ(gpipe.code, 2);
   EXPECT_THAT(gpipe.out, HasSubstr("96.00 GiB"));  // the per-rank table still printed
   EXPECT_EQ(gpipe.err,
-            "pipesched: the plan does not fit in --device-memory=80GiB: rank 0 holds 96.00 GiB of "
-            "activations at its peak (8 of M = 8 micro-batches in flight), more than 80.00 GiB; "
-            "use smaller --activation-bytes or --workspace-bytes, fewer --microbatches, a "
-            "schedule that keeps fewer micro-batches in flight (1f1b: at most P = 4 on a rank), "
-            "or more --stages\n");
+            "pipesched: gpipe's activations do not fit in one device (--device-memory=80GiB): at "
+            "its peak the plan holds 96.00 GiB there (1 rank(s); rank 0 alone 96.00 GiB with 8 "
+            "of M = 8 micro-batches in flight) but 80.00 GiB is available; use smaller "
+            "--activation-bytes or --workspace-bytes, fewer --microbatches, a schedule that "
+            "keeps fewer micro-batches in flight (1f1b: at most P = 4 on a rank), or more "
+            "--stages (fewer layers on each device)\n");
   RunResult one_f_one_b = run("1f1b", {twelve_gib, "--device-memory=80GiB"});
   EXPECT_EQ(one_f_one_b.code, 0) << one_f_one_b.err;
   EXPECT_THAT(one_f_one_b.out,
