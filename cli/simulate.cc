@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -57,20 +58,11 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
   std::vector<stages::MemoryPlace> places;
   int worst = 0;
   for (int r = 0; r < schedule.num_ranks(); ++r) {
-    const scheduler::RankStats& rs = sim.ranks[r];
-    if (rs.peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
-    std::int64_t microbatch_bytes = 0;  // one micro-batch on all the rank's chunks
-    for (int s = 0; s < schedule.num_stages(); ++s) {
-      if (schedule.placement.RankOf(s) == r) microbatch_bytes += costs.Stage(s).activation_bytes;
-    }
-    places.push_back({.name = absl::StrCat("one device (--device-memory=", cap, ")"),
-                      .planned_bytes = rs.peak_live_bytes,
-                      .available_bytes = capacity,
-                      .ranks = 1,
-                      .busiest_rank = r,
-                      .busiest_activations = rs.peak_live_microbatches,
-                      .busiest_bytes = rs.peak_live_bytes,
-                      .busiest_microbatch_bytes = microbatch_bytes});
+    if (sim.ranks[r].peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
+    stages::MemoryPlace place = stages::RankPlace(schedule, costs, sim, r);
+    place.name = absl::StrCat("one device (--device-memory=", cap, ")");
+    place.available_bytes = capacity;
+    places.push_back(std::move(place));
   }
   const std::int64_t peak = sim.ranks[worst].peak_live_bytes;
   if (peak == 0) {

@@ -61,11 +61,27 @@ absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<Memory
   return absl::OkStatus();
 }
 
+MemoryPlace RankPlace(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
+                      const scheduler::SimResult& sim, int rank) {
+  const scheduler::RankStats& stats = sim.ranks[rank];
+  std::int64_t microbatch_bytes = 0;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (schedule.placement.RankOf(s) == rank) {
+      microbatch_bytes = SaturatingAdd(microbatch_bytes, costs.Stage(s).activation_bytes);
+    }
+  }
+  return {.planned_bytes = stats.peak_live_bytes,
+          .ranks = 1,
+          .busiest_rank = rank,
+          .busiest_activations = stats.peak_live_microbatches,
+          .busiest_bytes = stats.peak_live_bytes,
+          .busiest_microbatch_bytes = microbatch_bytes};
+}
+
 absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
     const Executor& executor, std::optional<std::int64_t> machine_available_bytes) {
   const scheduler::Schedule& schedule = executor.schedule();
   scheduler::CostModel costs;  // unit times: the peaks depend on the programs' order only
-  std::vector<std::int64_t> microbatch_bytes(executor.num_ranks(), 0);  // [rank]
   for (int s = 0; s < executor.num_stages(); ++s) {
     costs.stages.push_back({.f = 1,
                             .b = 2,
@@ -73,23 +89,24 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
                             .w = 1,
                             .activation_bytes = executor.activation_bytes(s),
                             .workspace_bytes = executor.workspace_bytes(s)});
-    std::int64_t& rank_bytes = microbatch_bytes[schedule.placement.RankOf(s)];
-    rank_bytes = SaturatingAdd(rank_bytes, executor.activation_bytes(s));
   }
   PS_ASSIGN_OR_RETURN(const scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
+  std::vector<MemoryPlace> rank_places;
+  for (int r = 0; r < executor.num_ranks(); ++r) {
+    rank_places.push_back(RankPlace(schedule, costs, sim, r));
+  }
 
   std::vector<MemoryPlace> places;
   std::map<const runtime::Device*, std::optional<std::size_t>> own_place;  // device -> place
   std::optional<std::size_t> machine;  // index of "host memory" in places
-  auto add = [&](MemoryPlace& place, int r) {
-    const scheduler::RankStats& stats = sim.ranks[r];
-    place.planned_bytes = SaturatingAdd(place.planned_bytes, stats.peak_live_bytes);
+  auto add = [](MemoryPlace& place, const MemoryPlace& rank) {
+    place.planned_bytes = SaturatingAdd(place.planned_bytes, rank.planned_bytes);
     ++place.ranks;
-    if (place.ranks == 1 || stats.peak_live_bytes > place.busiest_bytes) {
-      place.busiest_rank = r;
-      place.busiest_bytes = stats.peak_live_bytes;
-      place.busiest_activations = stats.peak_live_microbatches;
-      place.busiest_microbatch_bytes = microbatch_bytes[r];
+    if (place.ranks == 1 || rank.busiest_bytes > place.busiest_bytes) {
+      place.busiest_rank = rank.busiest_rank;
+      place.busiest_activations = rank.busiest_activations;
+      place.busiest_bytes = rank.busiest_bytes;
+      place.busiest_microbatch_bytes = rank.busiest_microbatch_bytes;
     }
   };
   for (int d = 0; d < executor.num_replicas(); ++d) {
@@ -105,13 +122,13 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
         }
         it = own_place.emplace(&device, index).first;
       }
-      if (it->second.has_value()) add(places[*it->second], r);
+      if (it->second.has_value()) add(places[*it->second], rank_places[r]);
       if (device.kind() == runtime::BackendKind::kHost && machine_available_bytes.has_value()) {
         if (!machine.has_value()) {
           machine = places.size();
           places.push_back({.name = kMachine, .available_bytes = *machine_available_bytes});
         }
-        add(places[*machine], r);
+        add(places[*machine], rank_places[r]);
       }
     }
   }

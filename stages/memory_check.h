@@ -29,6 +29,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/runtime.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
+#include "scheduler/simulator.h"
 #include "stages/executor.h"
 
 namespace pipesched::stages {
@@ -67,6 +70,13 @@ struct PlanShape {
 // its chunks; on a device holding one rank, more --stages (fewer layers on each); on a
 // device holding several, more devices (--devices).
 absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<MemoryPlace>& places);
+
+// The place rank `rank` of a simulated plan makes on its own: its peak
+// (planned_bytes = busiest_bytes), the activations it holds then, and the bytes of one
+// micro-batch on all its chunks (from `costs`' activation_bytes); ranks = 1. The name and
+// the available bytes are the caller's.
+MemoryPlace RankPlace(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
+                      const scheduler::SimResult& sim, int rank);
 
 // The places of `executor`'s (replica, rank) pairs with the plan's peaks added up
 // (saturating at 2^63 - 1): every device with memory of its own (Device::AvailableBytes

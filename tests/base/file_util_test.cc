@@ -1,21 +1,20 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "testing/capped_child.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched {
@@ -59,31 +58,17 @@ TEST(FileUtilTest, ReadFileBeyondTheProcessMemoryLimitIsResourceExhausted) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the sanitizers' runtimes need more address space than the cap leaves";
 #else
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    long pages = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-      std::fclose(f);
-    }
-    if (pages == 0) std::_Exit(3);
-    const rlim_t cap = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (64 << 20);
-    const struct rlimit limit = {cap, cap};
-    if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(4);
+  const std::optional<int> code = testing::RunWithCappedAddressSpace(std::size_t{64} << 20, [] {
     absl::StatusOr<std::string> read = ReadFile("/dev/zero", std::int64_t{1} << 40);
-    if (read.ok()) std::_Exit(5);
+    if (read.ok()) return 5;
     const std::string message(read.status().message());
     const bool right = absl::IsResourceExhausted(read.status()) &&
                        message.find("cannot read '/dev/zero': out of memory after ") == 0 &&
                        message.find("raise the process's memory limit") != std::string::npos;
-    std::_Exit(right ? 0 : 6);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit: status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "3/4: setup failed, 5: read 1 TiB, 6: another error "
-                                       "than expected";
+    return right ? 0 : 6;
+  });
+  ASSERT_TRUE(code.has_value()) << "the child did not exit";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 5: read 1 TiB, 6: another error than expected";
 #endif
 }
 

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime_scenarios.h"
+#include "testing/capped_child.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::runtime {
@@ -365,20 +366,9 @@ TEST(HostRuntimeThreads, AStreamWhoseThreadCannotStartIsResourceExhausted) {
 #else
   auto backend = Host(1);
   Device& device = backend->device(0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // The process has no other thread here (the backend has no stream yet), so the child
-    // may allocate and format freely.
-    long pages = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-      std::fclose(f);
-    }
-    if (pages == 0) std::_Exit(3);
-    const rlim_t cap = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (4 << 20);
-    const struct rlimit limit = {cap, cap};
-    if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(4);
+  // The process has no other thread here (the backend has no stream yet), so the child
+  // may allocate and format freely.
+  const std::optional<int> code = testing::RunWithCappedAddressSpace(4 << 20, [&device] {
     // glibc reuses the stacks of threads that ended (a cache of a few), so keep creating
     // until one needs a new stack.
     std::vector<std::unique_ptr<Stream>> streams;
@@ -395,15 +385,13 @@ TEST(HostRuntimeThreads, AStreamWhoseThreadCannotStartIsResourceExhausted) {
           message.find("host:0: cannot start the worker thread of stream 'capped-") !=
               std::string::npos;
       streams.clear();
-      std::_Exit(right ? 0 : 6);
+      return right ? 0 : 6;
     }
-    std::_Exit(5);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit: status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "3/4: setup failed, 5: 256 streams started, 6: another "
-                                       "error than expected";
+    return 5;
+  });
+  ASSERT_TRUE(code.has_value()) << "the child did not exit";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 5: 256 streams started, 6: another "
+                         "error than expected";
 #endif
 }
 
