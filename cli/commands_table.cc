@@ -11,9 +11,9 @@ int RunTrain(const CommandContext& ctx);
 int RunBench(const CommandContext& ctx);
 
 namespace {
-constexpr std::string_view kCostFlags[] = {"cost_f",           "cost_b",          "cost_i",
-                                           "cost_w",           "cost_comm",       "cost_allreduce",
-                                           "activation_bytes", "workspace_bytes", "costs"};
+constexpr std::string_view kCostFlags[] = {
+    "cost_f",         "cost_b",           "cost_i",          "cost_w",      "cost_comm",
+    "cost_allreduce", "activation_bytes", "workspace_bytes", "input_bytes", "costs"};
 std::vector<std::string_view> With(std::vector<std::string_view> flags,
                                    std::initializer_list<std::string_view> more = {}) {
   flags.insert(flags.end(), std::begin(kCostFlags), std::end(kCostFlags));
@@ -45,7 +45,7 @@ const std::vector<Command>& AllCommands() {
       {"simulate",
        "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
-       "          --activation-bytes=0 --workspace-bytes=0 --costs=FILE.json]\n"
+       "          --activation-bytes=0 --workspace-bytes=0 --input-bytes=0 --costs=FILE.json]\n"
        "         [--device-memory=SIZE] [--trace=F.json] [--svg=F.svg]\n"
        "         [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] [--nogrid]\n"
        "         [--color=auto|always|never]",

@@ -22,6 +22,8 @@ ABSL_FLAG(double, cost_comm, 0.0, "transfer time across a stage boundary");
 ABSL_FLAG(double, cost_allreduce, 0.0, "time of one stage's data-parallel all-reduce");
 ABSL_FLAG(int64_t, activation_bytes, 0, "activation bytes stashed per micro-batch per stage");
 ABSL_FLAG(int64_t, workspace_bytes, 0, "scratch bytes one B or I holds while it runs, per stage");
+ABSL_FLAG(int64_t, input_bytes, 0,
+          "the received input's part of activation-bytes, live from the action before its F");
 ABSL_FLAG(std::string, costs, "", "cost-model JSON file with per-stage values");
 ABSL_FLAG(std::string, trace, "", "write a Chrome/Perfetto trace JSON");
 ABSL_FLAG(std::string, svg, "", "write an SVG timeline");

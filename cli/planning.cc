@@ -129,10 +129,12 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
     absl::Flag<int64_t>* value;
     std::int64_t scheduler::StageCosts::*field;
   };
-  const ByteFlag kBytes[] = {{"activation_bytes", "--activation-bytes", &FLAGS_activation_bytes,
-                              &scheduler::StageCosts::activation_bytes},
-                             {"workspace_bytes", "--workspace-bytes", &FLAGS_workspace_bytes,
-                              &scheduler::StageCosts::workspace_bytes}};
+  const ByteFlag kBytes[] = {
+      {"activation_bytes", "--activation-bytes", &FLAGS_activation_bytes,
+       &scheduler::StageCosts::activation_bytes},
+      {"workspace_bytes", "--workspace-bytes", &FLAGS_workspace_bytes,
+       &scheduler::StageCosts::workspace_bytes},
+      {"input_bytes", "--input-bytes", &FLAGS_input_bytes, &scheduler::StageCosts::input_bytes}};
   for (const ByteFlag& b : kBytes) {
     if (!FlagGiven(ctx, b.flag)) continue;
     int64_t v = absl::GetFlag(*b.value);

@@ -69,7 +69,11 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
   if (!object.is_object()) return KeyError(key, "an object like {\"f\": 1, \"b\": 2}", object);
   for (const auto& [field, value] : object.items()) {
     const std::string field_key = absl::StrCat(key, ".", field);
-    if (field == "activation_bytes" || field == "workspace_bytes") {
+    std::int64_t* bytes = field == "activation_bytes"  ? &costs.activation_bytes
+                          : field == "workspace_bytes" ? &costs.workspace_bytes
+                          : field == "input_bytes"     ? &costs.input_bytes
+                                                       : nullptr;
+    if (bytes != nullptr) {
       // An unsigned above INT64_MAX is neither below 0 nor within the bound as int64.
       if (!value.is_number_integer() ||
           (value.is_number_unsigned() && value.get<std::uint64_t>() > kMaxCostBytes) ||
@@ -77,8 +81,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
         return KeyError(field_key, absl::StrCat("an integer in [0, ", kMaxCostBytes, "] (2^50)"),
                         value);
       }
-      (field == "activation_bytes" ? costs.activation_bytes : costs.workspace_bytes) =
-          value.get<std::int64_t>();
+      *bytes = value.get<std::int64_t>();
       continue;
     }
     double* target = field == "f"           ? &costs.f
@@ -90,7 +93,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cost model: unknown key %s (expected f, b, i, w, allreduce, activation_bytes, "
-          "workspace_bytes)",
+          "workspace_bytes, input_bytes)",
           QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));

@@ -34,6 +34,11 @@ struct StageCosts {
   // freed at its end), on top of the stashes: the simulated peak is then the largest of
   // the live stashes and, during each B or I, the live stashes plus this.
   std::int64_t workspace_bytes = 0;
+  // The part of activation_bytes that is the micro-batch's received input (stages > 0):
+  // it becomes live when the rank's previous compute action starts, not at the F, because
+  // the executor allocates the receive buffer there so that the transfer overlaps that
+  // action (stages/executor.h). At most activation_bytes; 0 = all of it from the F.
+  std::int64_t input_bytes = 0;
 };
 
 struct CostModel {
@@ -70,7 +75,7 @@ struct CostModel {
 // Parses the cost-model JSON file:
 //   {"version": 1,
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
-//                "workspace_bytes": 0},
+//                "workspace_bytes": 0, "input_bytes": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...]}           // optional, uniform or per boundary
 // InvalidArgument naming the key and what is expected for anything else (times outside

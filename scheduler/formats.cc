@@ -203,7 +203,8 @@ json StageCostsJson(const StageCosts& c) {
               {"w", c.w},
               {"allreduce", c.allreduce},
               {"activation_bytes", c.activation_bytes},
-              {"workspace_bytes", c.workspace_bytes}};
+              {"workspace_bytes", c.workspace_bytes},
+              {"input_bytes", c.input_bytes}};
 }
 
 // The cost-model JSON that ParseCostModelJson reads back to the same CostModel.

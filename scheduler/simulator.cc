@@ -36,6 +36,15 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
   const int P = index.num_ranks();
   const int N = index.num_actions();
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    const StageCosts& c = costs.Stage(s);
+    if (c.input_bytes > c.activation_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d: input_bytes %d exceeds activation_bytes %d; the received input is part of "
+          "a micro-batch's activations: give input_bytes <= activation_bytes",
+          s, c.input_bytes, c.activation_bytes));
+    }
+  }
 
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
@@ -85,13 +94,17 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
 
   // Spans in program order per rank; live activations counted in the same order, which
   // is time order on a rank's compute lane (its actions never overlap, and a release at
-  // t comes before an F starting at t).
+  // t comes before an F starting at t). An F of a stage > 0 that is not its rank's first
+  // compute action has its input_bytes live from the start of the compute action before
+  // it (the executor's receive buffer, allocated there so the transfer overlaps it).
   std::vector<int> span_of(N, -1);
   for (int r = 0; r < P; ++r) {
     RankStats& stats = result.ranks[r];
     int live = 0;
     std::int64_t live_bytes = 0;
     const std::vector<Action>& program = schedule.programs[r];
+    std::int64_t prefetched = 0;  // input_bytes of the rank's next F, live already
+    int next = 0;                 // program index of the next compute action after `step`
     for (int step = 0; step < static_cast<int>(program.size()); ++step) {
       const Action& a = program[step];
       const int id = index.Id(r, step);
@@ -119,6 +132,28 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
             "activation_bytes or workspace_bytes, or fewer micro-batches",
             r, ToString(a), live_bytes, what, added));
       };
+      auto add = [&](std::int64_t added, const char* what) -> absl::Status {
+        std::int64_t sum = 0;
+        if (__builtin_add_overflow(live_bytes, added, &sum)) return overflow(added, what);
+        live_bytes = sum;
+        return absl::OkStatus();
+      };
+      if (a.op == Op::kF) {
+        ++live;
+        PS_RETURN_IF_ERROR(add(bytes - prefetched, "activation_bytes"));
+        prefetched = 0;
+        stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, live);
+      }
+      // The receive buffer of the rank's next compute action, when that is an F with an
+      // input, is allocated before this action starts.
+      next = std::max(next, step + 1);
+      while (next < static_cast<int>(program.size()) && !IsCompute(program[next].op)) ++next;
+      if (next < static_cast<int>(program.size()) && program[next].op == Op::kF &&
+          program[next].stage > 0) {
+        prefetched = costs.Stage(program[next].stage).input_bytes;
+        PS_RETURN_IF_ERROR(add(prefetched, "input_bytes"));
+      }
+      stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
       if (a.op == Op::kB || a.op == Op::kI) {
         // Its scratch lives while it runs, before it releases the stash.
         std::int64_t with_workspace = 0;
@@ -127,16 +162,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         }
         stats.peak_live_bytes = std::max(stats.peak_live_bytes, with_workspace);
       }
-      if (a.op == Op::kF) {
-        ++live;
-        std::int64_t more = 0;
-        if (__builtin_add_overflow(live_bytes, bytes, &more)) {
-          return overflow(bytes, "activation_bytes");
-        }
-        live_bytes = more;
-        stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, live);
-        stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
-      } else if (index.ReleasesActivation(a)) {
+      if (index.ReleasesActivation(a)) {
         --live;
         live_bytes -= bytes;
       }

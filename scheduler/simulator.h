@@ -19,7 +19,8 @@ struct RankStats {
   double idle = 0;                 // makespan - busy
   int peak_live_microbatches = 0;  // stashed activations alive at once, all stages
   // Same, weighted by StageCosts::activation_bytes, plus the workspace_bytes of a B or I
-  // while it runs.
+  // while it runs and the input_bytes of the rank's next F, received during the action
+  // before it.
   std::int64_t peak_live_bytes = 0;
 };
 
@@ -32,7 +33,9 @@ struct SimResult {
 };
 
 // An activation of (stage, mb) is live from the start of F until the end of B, or of W
-// when the backward is split (W still needs the stage input).
+// when the backward is split (W still needs the stage input); its input_bytes (stage > 0)
+// from the start of the compute action before that F on the same rank, if any.
+// InvalidArgument when a stage's input_bytes exceeds its activation_bytes.
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
 // InvalidArgument when Validate() would reject it, when a simulated time is not finite
 // (a cost above kMaxCostTime, inf or NaN), or when a rank's live bytes overflow int64.

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -60,13 +61,15 @@ struct Executor::Rank {
 
 // One (replica, stage, micro-batch): its events and, during a step, its memory.
 struct Executor::Slot {
-  std::unique_ptr<runtime::Event> alloc;                 // boundary allocated (stage > 0)
+  std::unique_ptr<runtime::Event> alloc;                 // input allocated (stage > 0)
   std::unique_ptr<runtime::Event> f_start, f_end;        // F
   std::unique_ptr<runtime::Event> recv_start, recv_end;  // RECV_F into this slot
   std::unique_ptr<runtime::Event> b_start, b_end;        // B or I
   std::unique_ptr<runtime::Event> send_start, send_end;  // SEND_B out of this slot
   std::unique_ptr<runtime::Event> w_start, w_end;        // W
-  runtime::Buffer boundary;
+  runtime::Buffer input;                                 // the received input (stage > 0)
+  bool input_ready = false;  // `input` allocated for the coming F (AllocateInput)
+  runtime::Buffer boundary;  // output, output gradient, input gradient
   std::unique_ptr<ActivationStash> stash;
   bool split = false;  // the backward ran as I + W
 };
@@ -74,6 +77,10 @@ struct Executor::Slot {
 struct Executor::Issue {
   Action action;
   int rank = 0;
+  // The F (stage > 0) that follows this action on its rank: its input buffer is allocated
+  // before this action is issued, so that the receive overlaps this action. -1: none.
+  int prefetch_stage = -1;
+  int prefetch_mb = -1;
 };
 
 Executor::~Executor() {
@@ -107,7 +114,12 @@ StageWork& Executor::work(int replica, int stage) const {
 }
 
 std::int64_t Executor::activation_bytes(int stage) const {
-  return static_cast<std::int64_t>(boundary_bytes_[stage]) + works_[stage]->stash_bytes();
+  return static_cast<std::int64_t>(input_bytes_[stage] + boundary_bytes_[stage]) +
+         works_[stage]->stash_bytes();
+}
+
+std::int64_t Executor::input_bytes(int stage) const {
+  return static_cast<std::int64_t>(input_bytes_[stage]);
 }
 
 std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
@@ -212,15 +224,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       }
     }
   }
-  // Boundary layout per stage: [in][out][grad_out][grad_in], whichever exist.
+  // Boundary layout per stage: [out][grad_out][grad_in], whichever exist; the received
+  // input (stage > 0) is a buffer of its own, allocated one action earlier (Slot::input).
   for (int s = 0; s < S; ++s) {
-    Region region{kNone, kNone, kNone, kNone};
+    Region region{kNone, kNone, kNone};
     std::size_t size = 0;
     const std::size_t in = ex->works_[s]->input_bytes(), out = ex->works_[s]->output_bytes();
-    if (s > 0) {
-      region.in = size;
-      size += AlignUp(in);
-    }
+    ex->input_bytes_.push_back(s > 0 ? in : 0);
     if (s + 1 < S) {
       region.out = size;
       size += AlignUp(out);
@@ -376,6 +386,27 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
           "the executor found no issue order for a schedule the validator accepted");
     }
   }
+  // Receive prefetch: each F of a stage > 0 gets its input buffer when the compute action
+  // before it on its rank is issued (scheduler::StageCosts::input_bytes).
+  {
+    std::map<std::tuple<int, Op, int>, std::size_t> issue_of;  // compute action -> order_
+    for (std::size_t k = 0; k < ex->order_.size(); ++k) {
+      const Action& a = ex->order_[k].action;
+      if (scheduler::IsCompute(a.op)) issue_of[{a.stage, a.op, a.microbatch}] = k;
+    }
+    for (const std::vector<Action>& program : ex->schedule_.programs) {
+      const Action* before = nullptr;
+      for (const Action& a : program) {
+        if (!scheduler::IsCompute(a.op)) continue;
+        if (before != nullptr && a.op == Op::kF && a.stage > 0) {
+          Issue& issue = ex->order_[issue_of.at({before->stage, before->op, before->microbatch})];
+          issue.prefetch_stage = a.stage;
+          issue.prefetch_mb = a.microbatch;
+        }
+        before = &a;
+      }
+    }
+  }
   return ex;
 }
 
@@ -390,7 +421,7 @@ MicrobatchIO Executor::MakeIO(int replica, int stage, int mb) const {
   io.microbatch = mb;
   io.input = stage == 0 ? static_cast<const void*>(inputs_[replica].as<std::byte>() +
                                                    mb * works_[0]->input_bytes())
-                        : at(region.in);
+                        : sl.input.data();
   io.output = at(region.out);
   io.grad_output = at(region.grad_out);
   io.grad_input = at(region.grad_in);
@@ -422,30 +453,42 @@ absl::Status Executor::AfterDeviceWork(int replica, int rank) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::AllocateInput(int d, int s, int m) {
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  if (input_bytes_[s] > 0) {
+    PS_ASSIGN_OR_RETURN(sl.input, rk.device->Allocate(input_bytes_[s], *rk.compute));
+  }
+  sl.input_ready = true;
+  return sl.alloc->Record(*rk.compute);
+}
+
 absl::Status Executor::IssueForward(int d, int s, int m) {
   Rank& rk = rank_of(d, s);
   Slot& sl = slot(d, s, m);
   StageWork& w = work(d, s);
   runtime::Stream& compute = *rk.compute;
   PS_RETURN_IF_ERROR(BeforeDeviceWork(d, rk.rank));
+  // The input buffer, unless the action before this F on the rank allocated it already.
+  if (s > 0 && !sl.input_ready) PS_RETURN_IF_ERROR(AllocateInput(d, s, m));
+  sl.input_ready = false;
   if (boundary_bytes_[s] > 0) {
     PS_ASSIGN_OR_RETURN(sl.boundary, rk.device->Allocate(boundary_bytes_[s], compute));
   }
   PS_ASSIGN_OR_RETURN(sl.stash, w.AllocateStash(compute));
   if (s > 0) {
-    // Pull the previous stage's output into this micro-batch's boundary buffer once both
-    // exist: the recv stream waits for the allocation (here) and the producer's F.
+    // Pull the previous stage's output into this micro-batch's input buffer once both
+    // exist: the recv stream waits for the allocation and the producer's F. With the
+    // allocation made before the rank's previous action, the copy runs during that action.
     Slot& prev = slot(d, s - 1, m);
     Rank& prk = rank_of(d, s - 1);
-    PS_RETURN_IF_ERROR(sl.alloc->Record(compute));
     PS_RETURN_IF_ERROR(rk.recv->Wait(*sl.alloc));
     PS_RETURN_IF_ERROR(rk.recv->Wait(*prev.f_end));
     PS_RETURN_IF_ERROR(sl.recv_start->Record(*rk.recv));
-    PS_RETURN_IF_ERROR(transport_->Move(
-        {prk.device, prk.send.get(),
-         static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
-        {rk.device, rk.recv.get(), static_cast<std::byte*>(sl.boundary.data()) + regions_[s].in},
-        w.input_bytes(), *rk.recv));
+    PS_RETURN_IF_ERROR(
+        transport_->Move({prk.device, prk.send.get(),
+                          static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
+                         {rk.device, rk.recv.get(), sl.input.data()}, w.input_bytes(), *rk.recv));
     PS_RETURN_IF_ERROR(sl.recv_end->Record(*rk.recv));
     PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
   }
@@ -514,6 +557,7 @@ absl::Status Executor::Release(int d, int s, int m) {
     if (s > 0) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_end));
     PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.compute));
   }
+  PS_RETURN_IF_ERROR(sl.input.FreeAsync(*rk.compute));
   if (sl.stash) {
     PS_RETURN_IF_ERROR(sl.stash->FreeAsync(*rk.compute));
     sl.stash.reset();
@@ -548,6 +592,10 @@ absl::Status Executor::IssueAction(const Issue& issue) {
   const Action& a = issue.action;
   if (a.op == Op::kAllReduce) return IssueAllReduce(a.stage);
   for (int d = 0; d < num_replicas(); ++d) {
+    if (issue.prefetch_stage >= 0) {
+      PS_RETURN_IF_ERROR(BeforeDeviceWork(d, issue.rank));
+      PS_RETURN_IF_ERROR(AllocateInput(d, issue.prefetch_stage, issue.prefetch_mb));
+    }
     switch (a.op) {
       case Op::kF:
         PS_RETURN_IF_ERROR(IssueForward(d, a.stage, a.microbatch));
@@ -1077,6 +1125,7 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
     c.allreduce = Median(ops["ALLREDUCE"]);
     c.activation_bytes = executor.activation_bytes(s);
     c.workspace_bytes = executor.workspace_bytes(s);
+    c.input_bytes = executor.input_bytes(s);
     costs.stages.push_back(c);
   }
   for (const auto& t : transfers) {

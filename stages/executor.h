@@ -6,10 +6,13 @@
 // (replica, rank) has its own four streams on its device:
 //   compute  every F/B/I/W of the rank's stages, in the rank's program order; the
 //            activation stash and boundary buffers of a micro-batch are allocated here
-//            at its F and freed after its last backward (stream-ordered): the stash
-//            here, a boundary buffer of a stage > 0 on the send stream behind the
-//            gradient copy that reads it, so compute never waits for an outgoing copy;
-//   recv     pulls each stage's input activation from the previous stage (RECV_F);
+//            at its F (its input buffer one compute action earlier, see Memory) and
+//            freed after its last backward (stream-ordered): stash and input here, a
+//            boundary buffer of a stage > 0 on the send stream behind the gradient copy
+//            that reads it, so compute never waits for an outgoing copy;
+//   recv     pulls each stage's input activation from the previous stage (RECV_F) into
+//            the micro-batch's input buffer, as soon as the producer's F is done and the
+//            buffer exists: during the rank's previous action, not after it;
 //   send     pushes each stage's input gradient to the previous stage (SEND_B);
 //   comm     the stage's data-parallel all-reduce (ALLREDUCE), placed by
 //            scheduler::PlaceAllReduce right after the stage's last backward.
@@ -18,12 +21,17 @@
 // blocks only at the end of the step (one Synchronize per stream).
 //
 // Memory. Per (stage, micro-batch) the executor allocates, at F, one boundary buffer
-// (received input, output, received output-gradient, input-gradient: whichever the
-// stage has) and the StageWork's stash, and frees both after the last backward (B, or
-// W when split). activation_bytes(stage) = boundary + stash bytes is exactly what one
-// in-flight micro-batch holds; with workspace_bytes(stage), the scratch one B or I holds
-// while it runs, the simulator predicts the runtime's peak: GPipe holds M micro-batches,
-// 1F1B holds P - r on rank r, plus one backward's workspace.
+// (output, received output-gradient, input-gradient: whichever the stage has) and the
+// StageWork's stash; for a stage > 0 the received input is a buffer of its own,
+// allocated when the compute action before the F on the same rank is issued (at the F
+// when it is the rank's first), so that the receive overlaps that action -- double
+// buffering, which keeps a hand-off off the critical path whenever the producer is
+// ahead. All are freed after the last backward (B, or W when split).
+// activation_bytes(stage) = input + boundary + stash bytes is exactly what one in-flight
+// micro-batch holds, input_bytes(stage) the part that comes one action early; with
+// workspace_bytes(stage), the scratch one B or I holds while it runs, the simulator
+// predicts the runtime's peak: GPipe holds M micro-batches, 1F1B holds P - r on rank r,
+// plus one backward's workspace and the next F's input.
 //
 // Measured timeline: every action (and transfer, and all-reduce) is bracketed by timing
 // events; Step returns a trace::Timeline with time_unit "us", one row per
@@ -136,8 +144,12 @@ class Executor {
   runtime::Device& device(int replica, int rank) const;
   StageWork& work(int replica, int stage) const;
   // Bytes one in-flight micro-batch of `stage` holds from its F to its last backward:
-  // boundary buffers + stash. What scheduler::StageCosts::activation_bytes wants.
+  // received input + boundary buffers + stash. What scheduler::StageCosts::activation_bytes
+  // wants.
   std::int64_t activation_bytes(int stage) const;
+  // The received input's part of activation_bytes (0 for stage 0), allocated before the
+  // rank's compute action preceding the F. What scheduler::StageCosts::input_bytes wants.
+  std::int64_t input_bytes(int stage) const;
   // What one B or I of `stage` allocates while it runs (StageWork::workspace_bytes). What
   // scheduler::StageCosts::workspace_bytes wants.
   std::int64_t workspace_bytes(int stage) const;
@@ -150,6 +162,9 @@ class Executor {
   struct Issue;
   Executor() = default;
   absl::Status IssueAction(const Issue& issue);
+  // Allocates (replica, stage, mb)'s input buffer on its compute stream and records the
+  // slot's `alloc` event there, which the receive waits for.
+  absl::Status AllocateInput(int replica, int stage, int mb);
   absl::Status IssueForward(int replica, int stage, int mb);
   absl::Status IssueBackward(int replica, int stage, int mb, bool input_only);
   absl::Status IssueWeight(int replica, int stage, int mb);
@@ -180,8 +195,9 @@ class Executor {
   std::vector<std::unique_ptr<runtime::Event>> allreduce_start_, allreduce_end_;  // [r*S+s]
   std::vector<Issue> order_;                                                      // the issue order
   std::vector<std::size_t> boundary_bytes_;                                       // [stage]
+  std::vector<std::size_t> input_bytes_;  // [stage]: the received input (0 for stage 0)
   struct Region {
-    std::size_t in = 0, out = 0, grad_out = 0, grad_in = 0;  // offsets; SIZE_MAX = none
+    std::size_t out = 0, grad_out = 0, grad_in = 0;  // offsets; SIZE_MAX = none
   };
   std::vector<Region> regions_;                             // [stage]
   std::vector<runtime::Buffer> inputs_, targets_, losses_;  // [replica]

@@ -88,7 +88,8 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
                             .i = 1,
                             .w = 1,
                             .activation_bytes = executor.activation_bytes(s),
-                            .workspace_bytes = executor.workspace_bytes(s)});
+                            .workspace_bytes = executor.workspace_bytes(s),
+                            .input_bytes = executor.input_bytes(s)});
   }
   PS_ASSIGN_OR_RETURN(const scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
   std::vector<MemoryPlace> rank_places;

@@ -84,6 +84,17 @@ TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("peak act bytes"));
   EXPECT_THAT(r.out, HasSubstr("2.0 KiB"));
+  // The received input (--input-bytes, part of --activation-bytes) is live from the
+  // action before its F: rank 1 of 1F1B holds one stash and the next F's input.
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--activation-bytes=100", "--input-bytes=10", "--json=" + json_path, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(Slurp(json_path));
+  EXPECT_EQ(j["peak_activation_bytes"], nlohmann::json::array({200, 110}));
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--activation-bytes=100", "--input-bytes=101", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("input_bytes 101 exceeds activation_bytes 100"));
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
               "--workspace-bytes=-1", "--nogrid"});
   EXPECT_EQ(r.code, 2);
@@ -635,7 +646,8 @@ TEST(CliTrainTest, ScheduleFileWithMoreChunksThanAnyModelIsOneLine) {
 
 // --device-memory gives each host device a GPU's memory: GPipe's 8 micro-batches in
 // flight do not fit in 2 MiB per device (refused before the first step, exit 2); 1F1B's
-// at most 2 do, and it trains.
+// at most 2 do, and it trains (rank 1's peak: one micro-batch, 516 KiB, plus the next
+// F's 64 KiB input received during the backward).
 TEST(CliTrainTest, DeviceMemoryRefusesAPlanThatCannotFitAndRunsOneThatCan) {
   auto run = [](const std::string& schedule) {
     return RunCli({"train", "--schedule=" + schedule, "--stages=2", "--microbatches=8",
@@ -653,7 +665,7 @@ TEST(CliTrainTest, DeviceMemoryRefusesAPlanThatCannotFitAndRunsOneThatCan) {
   EXPECT_THAT(gpipe.out, Not(HasSubstr("step 1/")));
   RunResult one_f_one_b = run("1f1b");
   EXPECT_EQ(one_f_one_b.code, 0) << one_f_one_b.err;
-  EXPECT_THAT(one_f_one_b.out, HasSubstr("activations at the planned peak 720.0 KiB / 516.0 KiB"));
+  EXPECT_THAT(one_f_one_b.out, HasSubstr("activations at the planned peak 720.0 KiB / 580.0 KiB"));
 }
 
 // The placement line says how the (replica, rank) pairs map onto the devices asked for.

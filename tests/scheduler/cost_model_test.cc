@@ -60,7 +60,8 @@ TEST(CostModelTest, PerActionDurationsOverrideTheirStageOnly) {
 TEST(CostModelTest, ParsesFullFile) {
   PS_ASSERT_OK_AND_ASSIGN(const CostModel costs, ParseCostModelJson(R"({
     "version": 1,
-    "stages": [{"f": 1.5}, {"b": 4, "activation_bytes": 1024, "workspace_bytes": 256}],
+    "stages": [{"f": 1.5}, {"b": 4, "activation_bytes": 1024, "workspace_bytes": 256,
+                            "input_bytes": 128}],
     "default": {"f": 2, "b": 3, "i": 1.25, "w": 1.75, "allreduce": 0.5,
                 "activation_bytes": 64},
     "comm": [0.1, 0.2]
@@ -81,6 +82,8 @@ TEST(CostModelTest, ParsesFullFile) {
   EXPECT_EQ(costs.stages[1].activation_bytes, 1024);
   EXPECT_EQ(costs.stages[0].workspace_bytes, 0);
   EXPECT_EQ(costs.stages[1].workspace_bytes, 256);
+  EXPECT_EQ(costs.stages[0].input_bytes, 0);
+  EXPECT_EQ(costs.stages[1].input_bytes, 128);
   EXPECT_THAT(costs.comm, ::testing::ElementsAre(0.1, 0.2));
 }
 
@@ -114,6 +117,9 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"workspace_bytes": 1.5}})"),
               StatusIs(kBad, HasSubstr("\"default.workspace_bytes\" must be an integer in "
                                        "[0, 1125899906842624] (2^50), got 1.5")));
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"input_bytes": -1}})"),
+              StatusIs(kBad, HasSubstr("\"default.input_bytes\" must be an integer in "
+                                       "[0, 1125899906842624] (2^50), got -1")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": {"f": 1}})"),
               StatusIs(kBad, HasSubstr("\"stages\" must be a non-empty array")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [3]})"),

@@ -206,6 +206,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   costs.uniform.f = 1.5;
   costs.uniform.activation_bytes = 1 << 20;
   costs.uniform.workspace_bytes = 1 << 17;
+  costs.uniform.input_bytes = 1 << 16;
   costs.stages.resize(4);
   costs.stages[3].b = 7.25;
   costs.comm = {0.1, 0.2, 0.3};
@@ -220,6 +221,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(back2.costs->uniform.f, 1.5);
   EXPECT_EQ(back2.costs->uniform.activation_bytes, 1 << 20);
   EXPECT_EQ(back2.costs->uniform.workspace_bytes, 1 << 17);
+  EXPECT_EQ(back2.costs->uniform.input_bytes, 1 << 16);
   ASSERT_EQ(back2.costs->stages.size(), 4u);
   EXPECT_EQ(back2.costs->stages[3].b, 7.25);
   EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));

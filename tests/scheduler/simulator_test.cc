@@ -245,6 +245,40 @@ TEST(SimulatorTest, WorkspaceOfBAndICountsOnTopOfTheLiveStashes) {
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 610);
 }
 
+// The received input of an F of a stage > 0 is live from the start of the compute action
+// before it on its rank (the executor's receive buffer): a 1F1B backward in the steady
+// state holds the next F's input on top of the stashes; stage 0 receives nothing.
+TEST(SimulatorTest, InputBytesAreLiveFromTheActionBeforeTheirF) {
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.uniform.input_bytes = 10;
+  const Schedule one_f_one_b =
+      HandSchedule(2, 1, 3, {"0F0 0F1 0B0 0F2 0B1 0B2", "1F0 1B0 1F1 1B1 1F2 1B2"});
+  PS_ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(one_f_one_b, costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 200);  // two stashes; stage 0 prefetches nothing
+  EXPECT_EQ(r.ranks[1].peak_live_bytes, 110);  // 1B0 (and 1B1) with the next F's input
+  EXPECT_EQ(r.ranks[1].peak_live_microbatches, 1);
+  // With the workspace, during 1B0: 100 + 10 + 30.
+  costs.uniform.workspace_bytes = 30;
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(one_f_one_b, costs));
+  EXPECT_EQ(r.ranks[1].peak_live_bytes, 140);
+  // GPipe: the input of 1F2 arrives during 1F1, when two stashes are live at most: the
+  // peak is still all three stashes (+ the workspace at 1B0).
+  costs.uniform.workspace_bytes = 0;
+  PS_ASSERT_OK_AND_ASSIGN(
+      r, Simulate(HandSchedule(2, 1, 3, {"0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"}),
+                  costs));
+  EXPECT_EQ(r.ranks[1].peak_live_bytes, 300);
+  // More input than activations is a mistake.
+  costs.stages = {StageCosts{.activation_bytes = 100},
+                  StageCosts{.activation_bytes = 8, .input_bytes = 9}};
+  EXPECT_THAT(Simulate(one_f_one_b, costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 1: input_bytes 9 exceeds activation_bytes 8; the "
+                                 "received input is part of a micro-batch's activations: give "
+                                 "input_bytes <= activation_bytes")));
+}
+
 TEST(SimulatorTest, ZeroCostsGiveZeroBubbleNotNaN) {
   CostModel costs;
   costs.uniform = StageCosts{.f = 0, .b = 0, .i = 0, .w = 0};

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/registry.h"
 #include "stages/slow_stage_work.h"
+#include "stages/toy_stage_work.h"
 #include "stages/trainer.h"
 #include "tests/testing/status_matchers.h"
 #include "trace/stats.h"
@@ -24,6 +25,7 @@ namespace {
 using ::pipesched::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::SleepyWork;
 
 struct Builder {
   trace::Timeline tl;
@@ -345,35 +347,6 @@ TEST(BubbleAnalysisTest, RealRunsAddUpToTheMeasuredIdleTime) {
     }
   }
 }
-
-// A stage work whose every action occupies its stream for a fixed time.
-class SleepyWork final : public StageWork {
- public:
-  explicit SleepyWork(double micros) : micros_(micros) {}
-  std::size_t input_bytes() const override { return 4; }
-  std::size_t output_bytes() const override { return 4; }
-  std::size_t target_bytes() const override { return 4; }
-  std::int64_t stash_bytes() const override { return 0; }
-  std::int64_t num_params() const override { return 0; }
-  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
-    return nullptr;
-  }
-  absl::Status Forward(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(micros_);
-  }
-  absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(micros_);
-  }
-  absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(micros_);
-  }
-  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
-  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
-  std::vector<GradientSpan> gradients() override { return {}; }
-
- private:
-  double micros_;
-};
 
 TEST(SlowStageWorkTest, StretchesEachActionOnTheStream) {
   PS_ASSERT_OK_AND_ASSIGN(

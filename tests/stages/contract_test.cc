@@ -142,10 +142,11 @@ TEST(ContractTest, LossFalls) {
 }
 
 // The runtime's peak (exact accounting) equals the simulator's peak_live_bytes fed with
-// the executor's activation_bytes and workspace_bytes, for every schedule: chunks of two
-// layers, so that every backward also holds model::Chunk's (B, H) gradient between them.
-// GPipe holds M micro-batches on every rank and 1F1B min(P - r, M) on rank r, plus one
-// backward's workspace.
+// the executor's activation_bytes, workspace_bytes and input_bytes, for every schedule:
+// chunks of two layers, so that every backward also holds model::Chunk's (B, H) gradient
+// between them. GPipe holds M micro-batches on every rank and 1F1B min(P - r, M) on rank
+// r, plus one backward's workspace; in 1F1B's steady state (M > P - r) the backward also
+// holds the next F's received input, allocated before it (Executor, "Memory").
 TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
   for (const std::string name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}) {
     const int v = name == "interleaved-1f1b" || name == "zb-v" ? 2 : 1;
@@ -164,8 +165,12 @@ TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
           const std::int64_t workspace = ex.workspace_bytes(s);
           EXPECT_EQ(workspace, static_cast<std::int64_t>(sizeof(float)) * config.microbatch_size *
                                    config.model.d_hidden);
-          costs.stages.push_back(
-              {.activation_bytes = ex.activation_bytes(s), .workspace_bytes = workspace});
+          EXPECT_EQ(ex.input_bytes(s), s == 0 ? 0
+                                              : static_cast<std::int64_t>(sizeof(float)) *
+                                                    config.microbatch_size * config.model.d_hidden);
+          costs.stages.push_back({.activation_bytes = ex.activation_bytes(s),
+                                  .workspace_bytes = workspace,
+                                  .input_bytes = ex.input_bytes(s)});
         }
         PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim,
                                 scheduler::Simulate((*trainer)->schedule(), costs));
@@ -176,8 +181,10 @@ TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
                 << "rank " << rank << " step " << step;
             if (name != "gpipe" && name != "1f1b") continue;
             const int live = name == "gpipe" ? m : std::min(p - rank, m);
-            EXPECT_EQ(r.peak_activation_bytes[rank],
-                      live * ex.activation_bytes(rank) + ex.workspace_bytes(rank))
+            const bool steady = name == "1f1b" && m > p - rank;
+            EXPECT_EQ(r.peak_activation_bytes[rank], live * ex.activation_bytes(rank) +
+                                                         ex.workspace_bytes(rank) +
+                                                         (steady ? ex.input_bytes(rank) : 0))
                 << "rank " << rank << " step " << step;
           }
         }

@@ -25,6 +25,7 @@ namespace {
 
 using ::pipesched::testing::StatusIs;
 using ::testing::HasSubstr;
+using testing::SleepyWork;
 using testing::ToyOptions;
 using testing::ToyReference;
 using testing::ToyStage;
@@ -170,7 +171,8 @@ TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
                                                  {.exact_memory_accounting = true}));
         scheduler::CostModel costs;
         for (int s = 0; s < stages; ++s) {
-          costs.stages.push_back({.activation_bytes = ex->activation_bytes(s)});
+          costs.stages.push_back(
+              {.activation_bytes = ex->activation_bytes(s), .input_bytes = ex->input_bytes(s)});
         }
         PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim, scheduler::Simulate(*schedule, costs));
         std::vector<float> x, t;
@@ -181,8 +183,10 @@ TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
             EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes)
                 << "rank " << rank;
             if (name == "1f1b" && schedule->num_chunks() == 1) {
+              // In the steady state a backward also holds the next F's received input.
               EXPECT_EQ(r.peak_activation_bytes[rank],
-                        std::min(p - rank, m) * ex->activation_bytes(rank));
+                        std::min(p - rank, m) * ex->activation_bytes(rank) +
+                            (m > p - rank ? ex->input_bytes(rank) : 0));
             }
             if (name == "gpipe") {
               EXPECT_EQ(r.peak_activation_bytes[rank], m * ex->activation_bytes(rank));
@@ -192,6 +196,44 @@ TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
       }
     }
   }
+}
+
+// The receive of an F overlaps the compute action before it on the consumer's rank: 1F1B,
+// P=2, M=3, every F, I and W 20 ms (a B is I + W, 40 ms). Rank 0 finishes F(0,1) at ~40
+// ms, when rank 1 starts B(1,0); rank 1's F(1,1) input buffer was allocated before that
+// B, so RECV_F(1,1) runs at once and ends ~40 ms before the B does. (Allocated at the F,
+// the copy could only start when the B ended, and the F waited for it.)
+TEST(ExecutorTimingTest, TheReceiveOfAnFOverlapsTheActionBeforeIt) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 3}));
+  auto backend = HostBackend(2);
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto ex, Executor::Create(
+                   schedule, *backend,
+                   [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+                     return std::make_unique<SleepyWork>(20000);
+                   }));
+  EXPECT_EQ(ex->input_bytes(0), 0);
+  EXPECT_EQ(ex->input_bytes(1), 4);
+  std::vector<float> x(3, 1.0f), t(3, 0.0f);
+  PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+  auto find = [&](const std::string& op, int stage, int mb) -> const trace::Span* {
+    for (const trace::Span& s : r.timeline.spans) {
+      if (s.op == op && s.stage == stage && s.microbatch == mb) return &s;
+    }
+    return nullptr;
+  };
+  const trace::Span* recv = find("RECV_F", 1, 1);
+  const trace::Span* before = find("B", 1, 0);
+  const trace::Span* forward = find("F", 1, 1);
+  ASSERT_NE(recv, nullptr);
+  ASSERT_NE(before, nullptr);
+  ASSERT_NE(forward, nullptr);
+  EXPECT_LT(recv->end, before->end - 10000)
+      << "RECV_F(1,1) [" << recv->start << ", " << recv->end << "], B(1,0) [" << before->start
+      << ", " << before->end << "]";
+  EXPECT_GE(forward->start, before->end);
 }
 
 TEST(ExecutorToyTest, AFailingStageFailsTheStepWithoutHanging) {

@@ -2,7 +2,8 @@
 // the elementwise affine map y = a * x + b on K features (two scalar parameters), the
 // last stage adds the loss mean(0.5 * (y - t)^2) over the micro-batch's B x K values.
 // Small enough to check against a plain double-precision reference; `empty` makes every
-// callback enqueue nothing (executor overhead benchmarks).
+// callback enqueue nothing (executor overhead benchmarks). SleepyWork: a stage whose
+// every action only occupies its stream for a fixed time (timing tests).
 #pragma once
 
 #include <cstdio>
@@ -209,6 +210,35 @@ struct ToyReference {
       b[s] -= options.lr * gb[s];
     }
   }
+};
+
+// A stage work whose every action occupies its stream for a fixed time.
+class SleepyWork final : public StageWork {
+ public:
+  explicit SleepyWork(double micros) : micros_(micros) {}
+  std::size_t input_bytes() const override { return 4; }
+  std::size_t output_bytes() const override { return 4; }
+  std::size_t target_bytes() const override { return 4; }
+  std::int64_t stash_bytes() const override { return 0; }
+  std::int64_t num_params() const override { return 0; }
+  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
+    return nullptr;
+  }
+  absl::Status Forward(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(micros_);
+  }
+  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
+  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
+  std::vector<GradientSpan> gradients() override { return {}; }
+
+ private:
+  double micros_;
 };
 
 }  // namespace pipesched::stages::testing
