@@ -255,7 +255,7 @@ absl::Status Train(const CommandContext& ctx) {
 
   // Memory per rank (replica 0): what the chunks hold for the whole run -- parameters,
   // gradients, optimizer state -- and the activations the plan holds at its peak
-  // (stashes, boundary buffers, a backward's workspace; scheduler::RankStats).
+  // (stashes, received inputs, boundary buffers, a backward's workspace; scheduler::RankStats).
   std::vector<std::int64_t> state_bytes(p, 0);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     state_bytes[schedule.placement.RankOf(s)] += trainer->chunk(0, s).state_bytes();

@@ -197,14 +197,16 @@ std::string ToPytorchCsv(const Schedule& schedule) {
 namespace {
 
 json StageCostsJson(const StageCosts& c) {
-  return json{{"f", c.f},
-              {"b", c.b},
-              {"i", c.i},
-              {"w", c.w},
-              {"allreduce", c.allreduce},
-              {"activation_bytes", c.activation_bytes},
-              {"workspace_bytes", c.workspace_bytes},
-              {"input_bytes", c.input_bytes}};
+  json out{{"f", c.f},
+           {"b", c.b},
+           {"i", c.i},
+           {"w", c.w},
+           {"allreduce", c.allreduce},
+           {"activation_bytes", c.activation_bytes},
+           {"workspace_bytes", c.workspace_bytes}};
+  // Only when set, so that files without it stay readable by builds that predate it.
+  if (c.input_bytes != 0) out["input_bytes"] = c.input_bytes;
+  return out;
 }
 
 // The cost-model JSON that ParseCostModelJson reads back to the same CostModel.

@@ -36,7 +36,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
   const int P = index.num_ranks();
   const int N = index.num_actions();
-  for (int s = 0; s < schedule.num_stages(); ++s) {
+  for (int s = 1; s < schedule.num_stages(); ++s) {  // stage 0 receives no input
     const StageCosts& c = costs.Stage(s);
     if (c.input_bytes > c.activation_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -129,7 +129,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         return absl::InvalidArgumentError(absl::StrFormat(
             "rank %d's live bytes overflow 64 bits at %s: %d bytes live plus %s %d; the "
             "micro-batches in flight times activation_bytes must stay below 2^63: use smaller "
-            "activation_bytes or workspace_bytes, or fewer micro-batches",
+            "activation_bytes, workspace_bytes or input_bytes, or fewer micro-batches",
             r, ToString(a), live_bytes, what, added));
       };
       auto add = [&](std::int64_t added, const char* what) -> absl::Status {

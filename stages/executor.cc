@@ -936,6 +936,8 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   for (auto& rk : ranks_) rk->free_pending = false;
   if (!issued.ok() || !synced.ok()) {
     for (auto& sl : slots_) {  // drop what a failed step left behind (streams are idle)
+      sl->input = runtime::Buffer();
+      sl->input_ready = false;
       sl->boundary = runtime::Buffer();
       sl->stash.reset();
     }

@@ -12,7 +12,9 @@
 //            that reads it, so compute never waits for an outgoing copy;
 //   recv     pulls each stage's input activation from the previous stage (RECV_F) into
 //            the micro-batch's input buffer, as soon as the producer's F is done and the
-//            buffer exists: during the rank's previous action, not after it;
+//            buffer exists: during the rank's previous action, not after it (except
+//            under exact_memory_accounting, whose host issues the receive only once
+//            that action is done);
 //   send     pushes each stage's input gradient to the previous stage (SEND_B);
 //   comm     the stage's data-parallel all-reduce (ALLREDUCE), placed by
 //            scheduler::PlaceAllReduce right after the stage's last backward.
@@ -221,8 +223,8 @@ class Executor {
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the
-// executor's activation_bytes and workspace_bytes. Stages that ran B only get I = W = B / 2; stages
-// that ran I and W get B = I + W.
+// executor's activation_bytes, workspace_bytes and input_bytes. Stages that ran B only get I = W =
+// B / 2; stages that ran I and W get B = I + W.
 scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
                                        const Executor& executor);
 

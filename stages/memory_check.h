@@ -6,7 +6,7 @@
 // memory -- minutes into a large run on a CPU.
 //
 // The plan's peak per rank is the simulator's RankStats::peak_live_bytes with each
-// stage's Executor::activation_bytes and workspace_bytes: it depends only on the order
+// stage's Executor::activation_bytes, workspace_bytes and input_bytes: it depends only on the order
 // of each rank's program, not on timings, and equals what the runtime measures (the
 // executor contract test) when the executor accounts memory in stream order. Where
 // several ranks share memory -- every host device takes its memory from the machine's

@@ -92,7 +92,8 @@ class StageWork {
   virtual std::size_t output_bytes() const = 0;  // 0 on the last stage
   virtual std::size_t target_bytes() const = 0;  // > 0 on the last stage only
   // What AllocateStash takes, per micro-batch (the simulator's activation bytes are
-  // this plus the executor's boundary buffers: Executor::activation_bytes()).
+  // this plus the executor's received input and boundary buffers:
+  // Executor::activation_bytes()).
   virtual std::int64_t stash_bytes() const = 0;
   // Scratch that one B or I allocates for its own duration (stream-ordered through the
   // stage's runtime::Device, freed before it ends), per micro-batch; 0 when none. The

@@ -222,6 +222,10 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(back2.costs->uniform.activation_bytes, 1 << 20);
   EXPECT_EQ(back2.costs->uniform.workspace_bytes, 1 << 17);
   EXPECT_EQ(back2.costs->uniform.input_bytes, 1 << 16);
+  EXPECT_EQ(back2.costs->stages[3].input_bytes, 0);
+  // Written only where set ("default"), so that older builds still read the other files.
+  EXPECT_EQ(with_costs.find("\"input_bytes\""), with_costs.rfind("\"input_bytes\""));
+  EXPECT_NE(with_costs.find("\"input_bytes\""), std::string::npos);
   ASSERT_EQ(back2.costs->stages.size(), 4u);
   EXPECT_EQ(back2.costs->stages[3].b, 7.25);
   EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));

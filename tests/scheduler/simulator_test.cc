@@ -263,13 +263,19 @@ TEST(SimulatorTest, InputBytesAreLiveFromTheActionBeforeTheirF) {
   PS_ASSERT_OK_AND_ASSIGN(r, Simulate(one_f_one_b, costs));
   EXPECT_EQ(r.ranks[1].peak_live_bytes, 140);
   // GPipe: the input of 1F2 arrives during 1F1, when two stashes are live at most: the
-  // peak is still all three stashes (+ the workspace at 1B0).
+  // peak is still all three stashes.
   costs.uniform.workspace_bytes = 0;
   PS_ASSERT_OK_AND_ASSIGN(
       r, Simulate(HandSchedule(2, 1, 3, {"0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"}),
                   costs));
   EXPECT_EQ(r.ranks[1].peak_live_bytes, 300);
-  // More input than activations is a mistake.
+  // More input than activations is a mistake, except on stage 0, which receives none (a
+  // uniform --input-bytes may exceed its activations).
+  costs.stages = {StageCosts{.activation_bytes = 10, .input_bytes = 50},
+                  StageCosts{.activation_bytes = 100, .input_bytes = 50}};
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(one_f_one_b, costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 20);
+  EXPECT_EQ(r.ranks[1].peak_live_bytes, 150);
   costs.stages = {StageCosts{.activation_bytes = 100},
                   StageCosts{.activation_bytes = 8, .input_bytes = 9}};
   EXPECT_THAT(Simulate(one_f_one_b, costs),
