@@ -196,7 +196,9 @@ std::string ToPytorchCsv(const Schedule& schedule) {
 
 namespace {
 
-json StageCostsJson(const StageCosts& c) {
+// `with_input`: write input_bytes (every entry, since absent fields of a stage take the
+// default's); only files that use it have it, so that builds predating it read the rest.
+json StageCostsJson(const StageCosts& c, bool with_input) {
   json out{{"f", c.f},
            {"b", c.b},
            {"i", c.i},
@@ -204,17 +206,18 @@ json StageCostsJson(const StageCosts& c) {
            {"allreduce", c.allreduce},
            {"activation_bytes", c.activation_bytes},
            {"workspace_bytes", c.workspace_bytes}};
-  // Only when set, so that files without it stay readable by builds that predate it.
-  if (c.input_bytes != 0) out["input_bytes"] = c.input_bytes;
+  if (with_input) out["input_bytes"] = c.input_bytes;
   return out;
 }
 
 // The cost-model JSON that ParseCostModelJson reads back to the same CostModel.
 json CostModelJson(const CostModel& costs) {
-  json out = {{"version", 1}, {"default", StageCostsJson(costs.uniform)}};
+  bool with_input = costs.uniform.input_bytes != 0;
+  for (const StageCosts& s : costs.stages) with_input |= s.input_bytes != 0;
+  json out = {{"version", 1}, {"default", StageCostsJson(costs.uniform, with_input)}};
   if (!costs.stages.empty()) {
     json stages = json::array();
-    for (const StageCosts& s : costs.stages) stages.push_back(StageCostsJson(s));
+    for (const StageCosts& s : costs.stages) stages.push_back(StageCostsJson(s, with_input));
     out["stages"] = std::move(stages);
   }
   if (!costs.comm.empty()) {
