@@ -118,6 +118,11 @@ std::int64_t Executor::activation_bytes(int stage) const {
          works_[stage]->stash_bytes();
 }
 
+bool Executor::LocalBoundary(int replica, int stage) const {
+  return stage > 0 && &rank_of(replica, stage - 1) == &rank_of(replica, stage) &&
+         !transport_->two_sided();
+}
+
 std::int64_t Executor::input_bytes(int stage) const {
   return static_cast<std::int64_t>(input_bytes_[stage]);
 }
@@ -480,17 +485,23 @@ absl::Status Executor::IssueForward(int d, int s, int m) {
     // Pull the previous stage's output into this micro-batch's input buffer once both
     // exist: the recv stream waits for the allocation and the producer's F. With the
     // allocation made before the rank's previous action, the copy runs during that action.
+    // From a stage on the same rank the copy runs on the compute stream itself, where
+    // the producer's F already precedes it: no hand-off between streams.
     Slot& prev = slot(d, s - 1, m);
     Rank& prk = rank_of(d, s - 1);
-    PS_RETURN_IF_ERROR(rk.recv->Wait(*sl.alloc));
-    PS_RETURN_IF_ERROR(rk.recv->Wait(*prev.f_end));
-    PS_RETURN_IF_ERROR(sl.recv_start->Record(*rk.recv));
+    const bool local = LocalBoundary(d, s);
+    runtime::Stream& via = local ? compute : *rk.recv;
+    if (!local) {
+      PS_RETURN_IF_ERROR(via.Wait(*sl.alloc));
+      PS_RETURN_IF_ERROR(via.Wait(*prev.f_end));
+    }
+    PS_RETURN_IF_ERROR(sl.recv_start->Record(via));
     PS_RETURN_IF_ERROR(
-        transport_->Move({prk.device, prk.send.get(),
+        transport_->Move({prk.device, local ? &via : prk.send.get(),
                           static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
-                         {rk.device, rk.recv.get(), sl.input.data()}, w.input_bytes(), *rk.recv));
-    PS_RETURN_IF_ERROR(sl.recv_end->Record(*rk.recv));
-    PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
+                         {rk.device, &via, sl.input.data()}, w.input_bytes(), via));
+    PS_RETURN_IF_ERROR(sl.recv_end->Record(via));
+    if (!local) PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
   }
   PS_RETURN_IF_ERROR(sl.f_start->Record(compute));
   PS_RETURN_IF_ERROR(w.Forward(MakeIO(d, s, m), compute));
@@ -513,17 +524,19 @@ absl::Status Executor::IssueBackward(int d, int s, int m, bool input_only) {
   if (s > 0) {
     // Push the input gradient into the previous stage's boundary buffer (allocated at its
     // F, which precedes this B through the data dependencies).
+    // (To a stage on the same rank: on the compute stream, right behind this action.)
     Slot& prev = slot(d, s - 1, m);
     Rank& prk = rank_of(d, s - 1);
-    PS_RETURN_IF_ERROR(rk.send->Wait(*sl.b_end));
-    PS_RETURN_IF_ERROR(sl.send_start->Record(*rk.send));
-    PS_RETURN_IF_ERROR(
-        transport_->Move({rk.device, rk.send.get(),
-                          static_cast<std::byte*>(sl.boundary.data()) + regions_[s].grad_in},
-                         {prk.device, prk.recv.get(),
-                          static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].grad_out},
-                         w.input_bytes(), *rk.send));
-    PS_RETURN_IF_ERROR(sl.send_end->Record(*rk.send));
+    const bool local = LocalBoundary(d, s);
+    runtime::Stream& via = local ? compute : *rk.send;
+    if (!local) PS_RETURN_IF_ERROR(via.Wait(*sl.b_end));
+    PS_RETURN_IF_ERROR(sl.send_start->Record(via));
+    PS_RETURN_IF_ERROR(transport_->Move(
+        {rk.device, &via, static_cast<std::byte*>(sl.boundary.data()) + regions_[s].grad_in},
+        {prk.device, local ? &via : prk.recv.get(),
+         static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].grad_out},
+        w.input_bytes(), via));
+    PS_RETURN_IF_ERROR(sl.send_end->Record(via));
   }
   if (!input_only) PS_RETURN_IF_ERROR(Release(d, s, m));
   return AfterDeviceWork(d, rk.rank);
@@ -547,10 +560,11 @@ absl::Status Executor::Release(int d, int s, int m) {
   // freed on the send stream behind that copy (and behind this action, for a W after a
   // split I), which keeps the compute stream from waiting for the copy: the simulator
   // plans no such wait. Exact memory accounting keeps every free on the compute stream,
-  // where the host awaits them (BeforeDeviceWork).
+  // where the host awaits them (BeforeDeviceWork), and so does a copy to a stage on the
+  // same rank, which ran on the compute stream.
   Rank& rk = rank_of(d, s);
   Slot& sl = slot(d, s, m);
-  if (s > 0 && !options_.exact_memory_accounting) {
+  if (s > 0 && !options_.exact_memory_accounting && !LocalBoundary(d, s)) {
     if (sl.split) PS_RETURN_IF_ERROR(rk.send->Wait(*sl.w_end));
     PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.send));
   } else {

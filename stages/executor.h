@@ -10,6 +10,8 @@
 //            freed after its last backward (stream-ordered): stash and input here, a
 //            boundary buffer of a stage > 0 on the send stream behind the gradient copy
 //            that reads it, so compute never waits for an outgoing copy;
+//            A stage next to another on the same rank (zb-v's bottom of the V, P = 1)
+//            exchanges activations and gradients with it on this stream, in order;
 //   recv     pulls each stage's input activation from the previous stage (RECV_F) into
 //            the micro-batch's input buffer, as soon as the producer's F is done and the
 //            buffer exists: during the rank's previous action, not after it (except
@@ -152,6 +154,10 @@ class Executor {
   // The received input's part of activation_bytes (0 for stage 0), allocated before the
   // rank's compute action preceding the F. What scheduler::StageCosts::input_bytes wants.
   std::int64_t input_bytes(int stage) const;
+  // Whether stage-1 -> stage of `replica` stays on one rank (its compute stream): then
+  // both copies across the boundary run on that compute stream, in its order, instead
+  // of on the recv and send streams behind event hand-offs.
+  bool LocalBoundary(int replica, int stage) const;
   // What one B or I of `stage` allocates while it runs (StageWork::workspace_bytes). What
   // scheduler::StageCosts::workspace_bytes wants.
   std::int64_t workspace_bytes(int stage) const;

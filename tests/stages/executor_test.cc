@@ -236,6 +236,33 @@ TEST(ExecutorTimingTest, TheReceiveOfAnFOverlapsTheActionBeforeIt) {
   EXPECT_GE(forward->start, before->end);
 }
 
+// Stages next to each other on one rank exchange activations and gradients on its
+// compute stream: zb-v's bottom of the V (stages P-1 and P on rank P-1), every boundary
+// at P = 1; never across ranks, nor across replicas of one stage. (The contract tests
+// check that training through those copies equals plain training.)
+TEST(ExecutorToyTest, OnlyBoundariesWithinOneRankAreLocal) {
+  auto local_boundaries = [](const std::string& name, int p, int v, int d) {
+    auto schedule = scheduler::GenerateSchedule(
+        name, {.num_ranks = p, .num_microbatches = 2 * p, .num_chunks = v});
+    EXPECT_TRUE(schedule.ok()) << schedule.status();
+    auto backend = HostBackend(p * d);
+    auto ex = Executor::Create(*schedule, *backend, ToyFactory(p * v, {}), {.num_replicas = d});
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    std::vector<int> local;
+    for (int r = 0; r < d; ++r) {
+      for (int s = 0; s < p * v; ++s) {
+        if ((*ex)->LocalBoundary(r, s)) local.push_back(r * 100 + s);
+      }
+    }
+    return local;
+  };
+  EXPECT_EQ(local_boundaries("zb-v", 2, 2, 1), std::vector<int>{2});
+  EXPECT_EQ(local_boundaries("zb-v", 4, 2, 2), (std::vector<int>{4, 104}));
+  EXPECT_EQ(local_boundaries("interleaved-1f1b", 1, 2, 1), std::vector<int>{1});
+  EXPECT_EQ(local_boundaries("interleaved-1f1b", 2, 2, 1), std::vector<int>{});
+  EXPECT_EQ(local_boundaries("1f1b", 4, 1, 2), std::vector<int>{});
+}
+
 TEST(ExecutorToyTest, AFailingStageFailsTheStepWithoutHanging) {
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::Schedule schedule,
