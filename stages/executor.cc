@@ -69,6 +69,7 @@ struct Executor::Slot {
   std::unique_ptr<runtime::Event> w_start, w_end;        // W
   runtime::Buffer input;                                 // the received input (stage > 0)
   bool input_ready = false;  // `input` allocated for the coming F (AllocateInput)
+  bool recv_issued = false;  // its RECV_F issued already (IssueReceive)
   runtime::Buffer boundary;  // output, output gradient, input gradient
   std::unique_ptr<ActivationStash> stash;
   bool split = false;  // the backward ran as I + W
@@ -81,6 +82,10 @@ struct Executor::Issue {
   // before this action is issued, so that the receive overlaps this action. -1: none.
   int prefetch_stage = -1;
   int prefetch_mb = -1;
+  // The producer of that F's input is issued before this action: the receive is issued
+  // right after it, not with the F (which matters when the host issues one action ahead
+  // of the streams: exact_memory_accounting).
+  bool prefetch_receive = false;
 };
 
 Executor::~Executor() {
@@ -404,9 +409,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       for (const Action& a : program) {
         if (!scheduler::IsCompute(a.op)) continue;
         if (before != nullptr && a.op == Op::kF && a.stage > 0) {
-          Issue& issue = ex->order_[issue_of.at({before->stage, before->op, before->microbatch})];
+          const std::size_t k = issue_of.at({before->stage, before->op, before->microbatch});
+          Issue& issue = ex->order_[k];
           issue.prefetch_stage = a.stage;
           issue.prefetch_mb = a.microbatch;
+          issue.prefetch_receive = issue_of.at({a.stage - 1, Op::kF, a.microbatch}) < k;
         }
         before = &a;
       }
@@ -468,6 +475,32 @@ absl::Status Executor::AllocateInput(int d, int s, int m) {
   return sl.alloc->Record(*rk.compute);
 }
 
+absl::Status Executor::IssueReceive(int d, int s, int m) {
+  // Pull the previous stage's output into this micro-batch's input buffer once both
+  // exist: the recv stream waits for the allocation and the producer's F. With the
+  // allocation made before the rank's previous action, the copy runs during that action.
+  // From a stage on the same rank the copy runs on the compute stream itself, where the
+  // producer's F already precedes it: no hand-off between streams.
+  Rank& rk = rank_of(d, s);
+  Slot& sl = slot(d, s, m);
+  Slot& prev = slot(d, s - 1, m);
+  Rank& prk = rank_of(d, s - 1);
+  const bool local = LocalBoundary(d, s);
+  runtime::Stream& via = local ? *rk.compute : *rk.recv;
+  if (!local) {
+    PS_RETURN_IF_ERROR(via.Wait(*sl.alloc));
+    PS_RETURN_IF_ERROR(via.Wait(*prev.f_end));
+  }
+  PS_RETURN_IF_ERROR(sl.recv_start->Record(via));
+  PS_RETURN_IF_ERROR(
+      transport_->Move({prk.device, local ? &via : prk.send.get(),
+                        static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
+                       {rk.device, &via, sl.input.data()}, work(d, s).input_bytes(), via));
+  PS_RETURN_IF_ERROR(sl.recv_end->Record(via));
+  sl.recv_issued = true;
+  return absl::OkStatus();
+}
+
 absl::Status Executor::IssueForward(int d, int s, int m) {
   Rank& rk = rank_of(d, s);
   Slot& sl = slot(d, s, m);
@@ -482,26 +515,9 @@ absl::Status Executor::IssueForward(int d, int s, int m) {
   }
   PS_ASSIGN_OR_RETURN(sl.stash, w.AllocateStash(compute));
   if (s > 0) {
-    // Pull the previous stage's output into this micro-batch's input buffer once both
-    // exist: the recv stream waits for the allocation and the producer's F. With the
-    // allocation made before the rank's previous action, the copy runs during that action.
-    // From a stage on the same rank the copy runs on the compute stream itself, where
-    // the producer's F already precedes it: no hand-off between streams.
-    Slot& prev = slot(d, s - 1, m);
-    Rank& prk = rank_of(d, s - 1);
-    const bool local = LocalBoundary(d, s);
-    runtime::Stream& via = local ? compute : *rk.recv;
-    if (!local) {
-      PS_RETURN_IF_ERROR(via.Wait(*sl.alloc));
-      PS_RETURN_IF_ERROR(via.Wait(*prev.f_end));
-    }
-    PS_RETURN_IF_ERROR(sl.recv_start->Record(via));
-    PS_RETURN_IF_ERROR(
-        transport_->Move({prk.device, local ? &via : prk.send.get(),
-                          static_cast<std::byte*>(prev.boundary.data()) + regions_[s - 1].out},
-                         {rk.device, &via, sl.input.data()}, w.input_bytes(), via));
-    PS_RETURN_IF_ERROR(sl.recv_end->Record(via));
-    if (!local) PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
+    if (!sl.recv_issued) PS_RETURN_IF_ERROR(IssueReceive(d, s, m));
+    sl.recv_issued = false;
+    if (!LocalBoundary(d, s)) PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_end));
   }
   PS_RETURN_IF_ERROR(sl.f_start->Record(compute));
   PS_RETURN_IF_ERROR(w.Forward(MakeIO(d, s, m), compute));
@@ -625,6 +641,11 @@ absl::Status Executor::IssueAction(const Issue& issue) {
         break;
       default:
         break;
+    }
+    // After this action's own receive (an F's), so that the recv stream keeps the
+    // rank's order of F's; the copy waits only for the allocation made before this action.
+    if (issue.prefetch_receive && !LocalBoundary(d, issue.prefetch_stage)) {
+      PS_RETURN_IF_ERROR(IssueReceive(d, issue.prefetch_stage, issue.prefetch_mb));
     }
   }
   return absl::OkStatus();
@@ -952,6 +973,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     for (auto& sl : slots_) {  // drop what a failed step left behind (streams are idle)
       sl->input = runtime::Buffer();
       sl->input_ready = false;
+      sl->recv_issued = false;
       sl->boundary = runtime::Buffer();
       sl->stash.reset();
     }

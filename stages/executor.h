@@ -14,9 +14,7 @@
 //            exchanges activations and gradients with it on this stream, in order;
 //   recv     pulls each stage's input activation from the previous stage (RECV_F) into
 //            the micro-batch's input buffer, as soon as the producer's F is done and the
-//            buffer exists: during the rank's previous action, not after it (except
-//            under exact_memory_accounting, whose host issues the receive only once
-//            that action is done);
+//            buffer exists: during the rank's previous action, not after it;
 //   send     pushes each stage's input gradient to the previous stage (SEND_B);
 //   comm     the stage's data-parallel all-reduce (ALLREDUCE), placed by
 //            scheduler::PlaceAllReduce right after the stage's last backward.
@@ -173,6 +171,9 @@ class Executor {
   // Allocates (replica, stage, mb)'s input buffer on its compute stream and records the
   // slot's `alloc` event there, which the receive waits for.
   absl::Status AllocateInput(int replica, int stage, int mb);
+  // The RECV_F of (replica, stage, mb) (stage > 0): on the recv stream behind the
+  // allocation and the producer's F, or on the compute stream for a local boundary.
+  absl::Status IssueReceive(int replica, int stage, int mb);
   absl::Status IssueForward(int replica, int stage, int mb);
   absl::Status IssueBackward(int replica, int stage, int mb, bool input_only);
   absl::Status IssueWeight(int replica, int stage, int mb);

@@ -207,33 +207,39 @@ TEST(ExecutorTimingTest, TheReceiveOfAnFOverlapsTheActionBeforeIt) {
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::Schedule schedule,
       scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 3}));
-  auto backend = HostBackend(2);
-  PS_ASSERT_OK_AND_ASSIGN(
-      auto ex, Executor::Create(
-                   schedule, *backend,
-                   [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-                     return std::make_unique<SleepyWork>(20000);
-                   }));
-  EXPECT_EQ(ex->input_bytes(0), 0);
-  EXPECT_EQ(ex->input_bytes(1), 4);
-  std::vector<float> x(3, 1.0f), t(3, 0.0f);
-  PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
-  auto find = [&](const std::string& op, int stage, int mb) -> const trace::Span* {
-    for (const trace::Span& s : r.timeline.spans) {
-      if (s.op == op && s.stage == stage && s.microbatch == mb) return &s;
-    }
-    return nullptr;
-  };
-  const trace::Span* recv = find("RECV_F", 1, 1);
-  const trace::Span* before = find("B", 1, 0);
-  const trace::Span* forward = find("F", 1, 1);
-  ASSERT_NE(recv, nullptr);
-  ASSERT_NE(before, nullptr);
-  ASSERT_NE(forward, nullptr);
-  EXPECT_LT(recv->end, before->end - 10000)
-      << "RECV_F(1,1) [" << recv->start << ", " << recv->end << "], B(1,0) [" << before->start
-      << ", " << before->end << "]";
-  EXPECT_GE(forward->start, before->end);
+  // Also when the host issues one action ahead of the streams (exact accounting): the
+  // receive is issued right after B(1,0), not with F(1,1), once B(1,0) has run.
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact memory accounting" : "host issuing ahead");
+    auto backend = HostBackend(2);
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(
+                     schedule, *backend,
+                     [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+                       return std::make_unique<SleepyWork>(20000);
+                     },
+                     {.exact_memory_accounting = exact}));
+    EXPECT_EQ(ex->input_bytes(0), 0);
+    EXPECT_EQ(ex->input_bytes(1), 4);
+    std::vector<float> x(3, 1.0f), t(3, 0.0f);
+    PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+    auto find = [&](const std::string& op, int stage, int mb) -> const trace::Span* {
+      for (const trace::Span& s : r.timeline.spans) {
+        if (s.op == op && s.stage == stage && s.microbatch == mb) return &s;
+      }
+      return nullptr;
+    };
+    const trace::Span* recv = find("RECV_F", 1, 1);
+    const trace::Span* before = find("B", 1, 0);
+    const trace::Span* forward = find("F", 1, 1);
+    ASSERT_NE(recv, nullptr);
+    ASSERT_NE(before, nullptr);
+    ASSERT_NE(forward, nullptr);
+    EXPECT_LT(recv->end, before->end - 10000)
+        << "RECV_F(1,1) [" << recv->start << ", " << recv->end << "], B(1,0) [" << before->start
+        << ", " << before->end << "]";
+    EXPECT_GE(forward->start, before->end);
+  }
 }
 
 // Stages next to each other on one rank exchange activations and gradients on its
