@@ -86,6 +86,9 @@ struct Executor::Issue {
   // right after it, not with the F (which matters when the host issues one action ahead
   // of the streams: exact_memory_accounting).
   bool prefetch_receive = false;
+  // An F of a stage > 0: the index in order_ of the action with which its RECV_F is issued
+  // (this F's own, or the action before it when that issues the receive).
+  std::size_t receive_issue = 0;
 };
 
 Executor::~Executor() {
@@ -403,6 +406,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     for (std::size_t k = 0; k < ex->order_.size(); ++k) {
       const Action& a = ex->order_[k].action;
       if (scheduler::IsCompute(a.op)) issue_of[{a.stage, a.op, a.microbatch}] = k;
+      ex->order_[k].receive_issue = k;
     }
     for (const std::vector<Action>& program : ex->schedule_.programs) {
       const Action* before = nullptr;
@@ -413,7 +417,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
           Issue& issue = ex->order_[k];
           issue.prefetch_stage = a.stage;
           issue.prefetch_mb = a.microbatch;
-          issue.prefetch_receive = issue_of.at({a.stage - 1, Op::kF, a.microbatch}) < k;
+          // (Not across a local boundary: that copy runs on the compute stream with the F.)
+          issue.prefetch_receive = issue_of.at({a.stage - 1, Op::kF, a.microbatch}) < k &&
+                                   !ex->LocalBoundary(0, a.stage);
+          if (issue.prefetch_receive) {
+            ex->order_[issue_of.at({a.stage, a.op, a.microbatch})].receive_issue = k;
+          }
         }
         before = &a;
       }
@@ -644,7 +653,7 @@ absl::Status Executor::IssueAction(const Issue& issue) {
     }
     // After this action's own receive (an F's), so that the recv stream keeps the
     // rank's order of F's; the copy waits only for the allocation made before this action.
-    if (issue.prefetch_receive && !LocalBoundary(d, issue.prefetch_stage)) {
+    if (issue.prefetch_receive) {
       PS_RETURN_IF_ERROR(IssueReceive(d, issue.prefetch_stage, issue.prefetch_mb));
     }
   }
@@ -1083,8 +1092,12 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
       switch (a.op) {
         case Op::kF:
           if (a.stage > 0) {
+            // Issued with the action before the F, perhaps: that action's issue time.
+            const double f_issued = issued;
+            if (!issue_times_.empty()) issued = issue_times_[issue.receive_issue];
             PS_RETURN_IF_ERROR(add(row, trace::kRecvLane, a.stage, a.microbatch, "RECV_F",
                                    *sl.recv_start, *sl.recv_end));
+            issued = f_issued;
           }
           PS_RETURN_IF_ERROR(
               add(row, trace::kComputeLane, a.stage, a.microbatch, "F", *sl.f_start, *sl.f_end));
