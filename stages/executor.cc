@@ -135,6 +135,13 @@ std::int64_t Executor::input_bytes(int stage) const {
   return static_cast<std::int64_t>(input_bytes_[stage]);
 }
 
+scheduler::StageCosts Executor::WithMemoryCosts(int stage, scheduler::StageCosts costs) const {
+  costs.activation_bytes = activation_bytes(stage);
+  costs.workspace_bytes = workspace_bytes(stage);
+  costs.input_bytes = input_bytes(stage);
+  return costs;
+}
+
 std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
 
 std::int64_t Executor::actions_per_step() const {
@@ -1174,10 +1181,7 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
     if (has_b && !has_iw) c.i = c.w = c.b / 2;
     if (has_iw && !has_b) c.b = c.i + c.w;
     c.allreduce = Median(ops["ALLREDUCE"]);
-    c.activation_bytes = executor.activation_bytes(s);
-    c.workspace_bytes = executor.workspace_bytes(s);
-    c.input_bytes = executor.input_bytes(s);
-    costs.stages.push_back(c);
+    costs.stages.push_back(executor.WithMemoryCosts(s, c));
   }
   for (const auto& t : transfers) {
     costs.comm.push_back(Median(t));

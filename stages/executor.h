@@ -152,6 +152,9 @@ class Executor {
   // The received input's part of activation_bytes (0 for stage 0), allocated before the
   // rank's compute action preceding the F. What scheduler::StageCosts::input_bytes wants.
   std::int64_t input_bytes(int stage) const;
+  // `costs` (times) with `stage`'s activation_bytes, workspace_bytes and input_bytes: the
+  // stage costs whose simulated peak is the runtime's.
+  scheduler::StageCosts WithMemoryCosts(int stage, scheduler::StageCosts costs = {}) const;
   // Whether stage-1 -> stage of `replica` stays on one rank (its compute stream): then
   // both copies across the boundary run on that compute stream, in its order, instead
   // of on the recv and send streams behind event hand-offs.

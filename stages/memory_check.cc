@@ -83,13 +83,7 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
   const scheduler::Schedule& schedule = executor.schedule();
   scheduler::CostModel costs;  // unit times: the peaks depend on the programs' order only
   for (int s = 0; s < executor.num_stages(); ++s) {
-    costs.stages.push_back({.f = 1,
-                            .b = 2,
-                            .i = 1,
-                            .w = 1,
-                            .activation_bytes = executor.activation_bytes(s),
-                            .workspace_bytes = executor.workspace_bytes(s),
-                            .input_bytes = executor.input_bytes(s)});
+    costs.stages.push_back(executor.WithMemoryCosts(s));
   }
   PS_ASSIGN_OR_RETURN(const scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
   std::vector<MemoryPlace> rank_places;
