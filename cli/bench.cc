@@ -83,6 +83,7 @@ struct Row {
   std::vector<double> idle_us_by_rank;
   double handoff_us = -1;  // median over boundaries of the effective hand-off latency
   double transfer_us = 0;  // median measured transfer span
+  double gap_us = -1;      // the stream gap between actions fed to the simulator
   std::vector<std::int64_t> peak_bytes, sim_peak_bytes;  // per rank
   // Ranks share devices (CUDA with fewer GPUs than P x D): the runtime measures per
   // device, so peak_bytes is per device instead (device 0, 1, ...) and not comparable
@@ -273,7 +274,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // step -- the step whose bubble is measured, so that both see the same machine load --
   // plainly (transfers = measured copy spans) and with each boundary's effective hand-off
   // latency as its transfer time (what the machine really costs a dependency; from all
-  // measured steps where the median step has no sample).
+  // measured steps where the median step has no sample), and the stream's measured gap
+  // between actions (the runtime's overhead between two actions of a stream).
   scheduler::CostModel plain = stages::MeasuredCostModel({&med.timeline}, trainer->executor());
   std::vector<const stages::IdleAnalysis*> pointers;
   for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
@@ -286,6 +288,14 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     return h;
   };
   const std::vector<double> handoff = handoff_of(a);
+  // The stream's own gap between two actions (its median over the step; over all steps
+  // when the step has no sample): what the runtime costs between actions.
+  const double pooled_gap = stages::MedianGap(pointers);
+  auto gap_of = [pooled_gap](const stages::IdleAnalysis& step) {
+    const double gap = stages::MedianGap({&step});
+    return gap >= 0 ? gap : pooled_gap;
+  };
+  row.gap_us = gap_of(a);
   std::vector<double> measured_handoffs;
   for (double h : handoff) {
     if (h >= 0) measured_handoffs.push_back(h);
@@ -299,6 +309,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   row.idle = a.total;
   row.idle_by_rank = a.rows;
   scheduler::CostModel effective = stages::WithHandoffLatency(plain, handoff);
+  effective.action_gap = std::max(row.gap_us, 0.0);
   row.costs = effective;
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,
                       scheduler::Simulate(trainer->schedule(), plain));
@@ -332,9 +343,10 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                            .replayed = row.replayed});
       continue;
     }
-    const scheduler::CostModel step_costs = stages::WithHandoffLatency(
+    scheduler::CostModel step_costs = stages::WithHandoffLatency(
         stages::MeasuredCostModel({&results[k].timeline}, trainer->executor()),
         handoff_of(analyses[k]));
+    step_costs.action_gap = std::max(gap_of(analyses[k]), 0.0);
     PS_ASSIGN_OR_RETURN(scheduler::SimResult step_sim,
                         scheduler::Simulate(trainer->schedule(), step_costs));
     PS_ASSIGN_OR_RETURN(
@@ -502,6 +514,7 @@ constexpr const char* kColumns[] = {"schedule",
                                     "idle_explained",
                                     "handoff_us",
                                     "transfer_us",
+                                    "action_gap_us",
                                     "peak_activation_bytes",
                                     "peak_activation_bytes_per_device",
                                     "simulated_peak_activation_bytes"};
@@ -542,6 +555,8 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   // Null where no cross-rank dependency was measured (P=1).
   j["handoff_us"] = r.handoff_us >= 0 ? nlohmann::json(r.handoff_us) : nlohmann::json();
   j["transfer_us"] = r.transfer_us;
+  // Null where no action followed another with everything it needed ready.
+  j["action_gap_us"] = r.gap_us >= 0 ? nlohmann::json(r.gap_us) : nlohmann::json();
   // Per rank, or null when ranks share devices; then per device in the next field.
   j["peak_activation_bytes"] = r.peak_per_device ? nlohmann::json() : nlohmann::json(r.peak_bytes);
   j["peak_activation_bytes_per_device"] =

@@ -19,6 +19,8 @@ ABSL_FLAG(double, cost_b, 2.0, "time of one full backward B per stage");
 ABSL_FLAG(double, cost_i, 1.0, "time of one backward-input I per stage");
 ABSL_FLAG(double, cost_w, 1.0, "time of one backward-weight W per stage");
 ABSL_FLAG(double, cost_comm, 0.0, "transfer time across a stage boundary");
+ABSL_FLAG(double, cost_action_gap, 0.0,
+          "a rank's stream overhead between one compute action and the next");
 ABSL_FLAG(double, cost_allreduce, 0.0, "time of one stage's data-parallel all-reduce");
 ABSL_FLAG(int64_t, activation_bytes, 0, "activation bytes stashed per micro-batch per stage");
 ABSL_FLAG(int64_t, workspace_bytes, 0, "scratch bytes one B or I holds while it runs, per stage");

@@ -20,6 +20,7 @@ ABSL_DECLARE_FLAG(double, cost_b);
 ABSL_DECLARE_FLAG(double, cost_i);
 ABSL_DECLARE_FLAG(double, cost_w);
 ABSL_DECLARE_FLAG(double, cost_comm);
+ABSL_DECLARE_FLAG(double, cost_action_gap);
 ABSL_DECLARE_FLAG(double, cost_allreduce);
 ABSL_DECLARE_FLAG(int64_t, activation_bytes);
 ABSL_DECLARE_FLAG(int64_t, workspace_bytes);

@@ -123,6 +123,11 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
     costs.comm_uniform = v;
     costs.comm.clear();
   }
+  if (FlagGiven(ctx, "cost_action_gap")) {
+    double v = absl::GetFlag(FLAGS_cost_action_gap);
+    PS_RETURN_IF_ERROR(CheckCost("cost_action_gap", v));
+    costs.action_gap = v;
+  }
   struct ByteFlag {
     const char* flag;
     const char* dashed;
@@ -158,8 +163,11 @@ namespace {
 
 std::optional<double> FormulaFor(const scheduler::Schedule& schedule,
                                  const scheduler::CostModel& costs) {
-  // Closed forms assume uniform stages and free transfers.
-  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0) return std::nullopt;
+  // Closed forms assume uniform stages, free transfers and no gap between actions.
+  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0 ||
+      costs.action_gap != 0) {
+    return std::nullopt;
+  }
   return scheduler::ClosedFormBubbleFraction(schedule.name,
                                              {.num_ranks = schedule.num_ranks(),
                                               .num_chunks = schedule.num_chunks(),

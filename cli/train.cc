@@ -215,22 +215,26 @@ absl::Status Train(const CommandContext& ctx) {
                          median_micros / 1000, trainer->global_batch() / (median_micros * 1e-6),
                          records.front().loss, records.back().loss);
   // The same plan with each boundary's transfer time replaced by the effective hand-off
-  // latency measured in the last step (event hand-off + copy + wake-up of the consumer):
-  // what a dependency really costs on this machine (stages/bubble_analysis.h).
+  // latency measured in the last step (event hand-off + copy + wake-up of the consumer),
+  // and the stream's measured gap between actions: what a dependency and an action
+  // really cost on this machine (stages/bubble_analysis.h).
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
-  const scheduler::CostModel handoff_costs =
+  scheduler::CostModel handoff_costs =
       stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
+  handoff_costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
   PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
                       scheduler::Simulate(trainer->schedule(), handoff_costs));
   out << absl::StrFormat(
       "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
-      "action and copy times, %.4f with the measured hand-off latency between ranks\n",
+      "action and copy times, %.4f with the measured hand-offs between ranks and gaps "
+      "between actions\n",
       Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction);
   // The last step replayed action by action (each compute action's own measured duration,
-  // each dependency's measured hand-off where it was the last blocker): what is left
-  // against the measured step is what the simulator does not model (host issue), not the
-  // spread of the actions' and hand-offs' durations.
+  // each dependency's measured hand-off where it was the last blocker, each stream gap
+  // where the stream itself was): what is left against the measured step is what the
+  // simulator does not model (late host issue), not the spread of the actions',
+  // hand-offs' and gaps' durations.
   PS_ASSIGN_OR_RETURN(
       scheduler::SimResult replayed,
       scheduler::Simulate(trainer->schedule(),
@@ -238,7 +242,8 @@ absl::Status Train(const CommandContext& ctx) {
                               stages::WithActionDurations(handoff_costs, last.timeline, p), idle)));
   out << absl::StrFormat(
       "last step: bubble fraction measured %.4f, replayed %.4f from its own action "
-      "durations and hand-offs; makespan measured %.3f ms, replayed %.3f ms; step %.3f ms\n",
+      "durations, hand-offs and gaps; makespan measured %.3f ms, replayed %.3f ms; step %.3f "
+      "ms\n",
       measured.bubble_fraction, replayed.bubble_fraction, measured.makespan / 1000,
       replayed.makespan / 1000, last.step_micros / 1000);
   auto idle_share = [](const scheduler::SimResult& sim, int r) {

@@ -22,6 +22,14 @@ double CostModel::TransferInto(const Action& consumer, int boundary) const {
   return Comm(boundary);
 }
 
+double CostModel::GapBefore(const Action& action) const {
+  if (!gaps.empty()) {
+    auto it = gaps.find({action.stage, action.op, action.microbatch});
+    if (it != gaps.end()) return it->second;
+  }
+  return action_gap;
+}
+
 double CostModel::Duration(const Action& action) const {
   if (!actions.empty()) {
     auto it = actions.find({action.stage, action.op, action.microbatch});
@@ -133,10 +141,12 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
       } else {
         PS_ASSIGN_OR_RETURN(model.comm_uniform, NonNegativeNumber(value, "comm"));
       }
+    } else if (key == "action_gap") {
+      PS_ASSIGN_OR_RETURN(model.action_gap, NonNegativeNumber(value, "action_gap"));
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("cost model: unknown key %s (expected version, default, stages, comm)",
-                          QuoteForMessage(key, 60)));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cost model: unknown key %s (expected version, default, stages, comm, action_gap)",
+          QuoteForMessage(key, 60)));
     }
   }
   return model;

@@ -55,6 +55,18 @@ struct CostModel {
   // until it may start. Empty normally; filled to replay a measured step's hand-offs
   // (stages::WithHandoffs) or to draw them (stages::SpreadBubble).
   std::map<std::tuple<int, Op, int>, double> transfers;
+  // Time a rank's compute stream takes between the end of one compute action and the
+  // start of the next when nothing else holds the next one back: the runtime's own
+  // overhead between actions (on the host backend the stream's bookkeeping closures and
+  // its thread's hand-over, on a GPU the launch gap between kernels). Not before a rank's
+  // first action; a cross-rank input's transfer time runs from its producer's end, in
+  // parallel with it. 0 = none (unit-cost planning, the closed forms).
+  double action_gap = 0;
+  // Per-action gaps that override action_gap: compute action (stage, op, micro-batch) ->
+  // its gap after the previous compute action of its rank. Empty normally; filled to
+  // replay a measured step's gaps (stages::WithHandoffs) or to draw them
+  // (stages::SpreadBubble).
+  std::map<std::tuple<int, Op, int>, double> gaps;
 
   const StageCosts& Stage(int stage) const {
     return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage] : uniform;
@@ -70,6 +82,9 @@ struct CostModel {
   // Transfer time of the cross-rank input of compute action `consumer` across
   // `boundary`: its entry in `transfers` if it has one, else Comm(boundary).
   double TransferInto(const Action& consumer, int boundary) const;
+  // The gap before compute action `action` when it follows another compute action of its
+  // rank: its entry in `gaps` if it has one, else action_gap.
+  double GapBefore(const Action& action) const;
 };
 
 // Parses the cost-model JSON file:
@@ -77,7 +92,8 @@ struct CostModel {
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
 //                "workspace_bytes": 0, "input_bytes": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
-//    "comm": 0.1 | [0.1, 0.2, ...]}           // optional, uniform or per boundary
+//    "comm": 0.1 | [0.1, 0.2, ...],           // optional, uniform or per boundary
+//    "action_gap": 0.01}                      // optional, CostModel::action_gap
 // InvalidArgument naming the key and what is expected for anything else (times outside
 // [0, kMaxCostTime], byte counts outside [0, kMaxCostBytes], unknown keys, wrong types,
 // nesting deeper than base/json_util.h's limit).

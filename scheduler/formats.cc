@@ -225,6 +225,8 @@ json CostModelJson(const CostModel& costs) {
   } else {
     out["comm"] = costs.comm_uniform;
   }
+  // Only when set, so that builds predating it read the rest.
+  if (costs.action_gap != 0) out["action_gap"] = costs.action_gap;
   return out;
 }
 

@@ -5,7 +5,9 @@
 //     max(rank's compute lane free, each dependency's end [+ CostModel::TransferInto()
 //         -- Comm(boundary) unless overridden for this action -- when the dependency ran
 //         on another rank])
-//   and lasts CostModel::Duration(); it occupies trace::kComputeLane.
+//   and lasts CostModel::Duration(); it occupies trace::kComputeLane. When it is not the
+//   rank's first compute action, the lane is free only CostModel::GapBefore() after the
+//   previous one ended (the runtime's overhead between actions; 0 unless measured).
 // - ALLREDUCE runs on trace::kCommLane: it starts when the rank's comm lane is free and
 //   every B/W of its stage is done, and does NOT hold the compute lane (the executor
 //   runs it on its own stream, overlapping the remaining backward). It counts towards
@@ -49,6 +51,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);
+  std::vector<char> computed(P, 0);  // whether the rank ran a compute action yet
   int not_finite = -1;  // the first action whose end is not a finite time
   PS_RETURN_IF_ERROR(
       internal::WalkInOrder(schedule, index, [&](int r, int, int id, const Action& a) {
@@ -59,6 +62,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         }
         double& lane_free = compute ? compute_free[r] : comm_free[r];
         double t = lane_free;
+        if (compute && computed[r]) t += costs.GapBefore(a);
+        if (compute) computed[r] = 1;
         index.ForEachDep(a, [&](int dep, int boundary) {
           double ready = end[dep];
           if (boundary != kSameStage && index.RankOfId(dep) != r)

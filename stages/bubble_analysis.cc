@@ -224,6 +224,13 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
           result.handoff_into[{x.stage, *op, x.microbatch}] = g1 - p_end;
         }
       }
+      // The stream's own gap: everything X needed was there when the previous action ended.
+      if (prev != nullptr && std::max({p_end, t_ready, issued}) <= g0) {
+        result.gap_samples.push_back(g1 - g0);
+        if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
+          result.gap_before[{x.stage, *op, x.microbatch}] = g1 - g0;
+        }
+      }
       g0 = x.end;
       prev = &x;
     }
@@ -311,6 +318,14 @@ std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analys
   return out;
 }
 
+double MedianGap(const std::vector<const IdleAnalysis*>& analyses) {
+  std::vector<double> pooled;
+  for (const IdleAnalysis* a : analyses) {
+    if (a != nullptr) pooled.insert(pooled.end(), a->gap_samples.begin(), a->gap_samples.end());
+  }
+  return pooled.empty() ? -1 : Median(std::move(pooled));
+}
+
 scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
                                         const std::vector<double>& handoff) {
   if (costs.comm.size() < handoff.size()) costs.comm.resize(handoff.size(), costs.comm_uniform);
@@ -333,6 +348,7 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis) {
   for (const auto& [key, latency] : analysis.handoff_into) costs.transfers[key] = latency;
+  for (const auto& [key, gap] : analysis.gap_before) costs.gaps[key] = gap;
   return costs;
 }
 
@@ -350,6 +366,7 @@ absl::StatusOr<double> SpreadBubble(const scheduler::Schedule& schedule,
     }
   }
   const std::vector<std::vector<double>>& handoffs = analysis.handoff_samples;
+  const std::vector<double>& gaps = analysis.gap_samples;
   std::mt19937_64 rng(seed);
   auto draw = [&rng](const std::vector<double>& v) {
     return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
@@ -359,11 +376,13 @@ absl::StatusOr<double> SpreadBubble(const scheduler::Schedule& schedule,
   for (int k = 0; k < draws; ++k) {
     drawn.actions.clear();
     drawn.transfers.clear();
+    drawn.gaps.clear();
     for (int r = 0; r < schedule.num_ranks(); ++r) {
       for (const scheduler::Action& a : schedule.programs[r]) {
         if (!scheduler::IsCompute(a.op)) continue;
         auto it = durations.find({a.stage, a.op});
         if (it != durations.end()) drawn.actions[{a.stage, a.op, a.microbatch}] = draw(it->second);
+        if (!gaps.empty()) drawn.gaps[{a.stage, a.op, a.microbatch}] = draw(gaps);
         // The cross-rank input of F(s) crosses boundary s-1, of B/I(s) boundary s.
         const int boundary = a.op == scheduler::Op::kF ? a.stage - 1 : a.stage;
         if (a.op != scheduler::Op::kW && boundary >= 0 &&

@@ -42,6 +42,11 @@
 // boundary min(s_p, s_X) (the event hand-off, the transfer and the wake-up of X's
 // stream). Its median is what the simulator should use as the boundary's transfer time
 // to replay this machine (WithHandoffLatency).
+//
+// Stream gap: for each compute action X that follows another compute action on its row
+// and for which everything was ready when that one ended (p, i and t all <= g0), g1 - g0
+// is one sample of the runtime's own overhead between two actions of a stream (the
+// "host" residual above). Its median is CostModel::action_gap (MedianGap).
 #pragma once
 
 #include <cstdint>
@@ -84,6 +89,10 @@ struct IdleAnalysis {
   // transfer's own issue may have been late too), so such inputs keep the boundary's
   // median in the replay.
   std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
+  // Stream-gap samples (see above), over all rows, and the same per action X (stage, op,
+  // micro-batch), to replay the step's gaps (WithHandoffs).
+  std::vector<double> gap_samples;
+  std::map<std::tuple<int, scheduler::Op, int>, double> gap_before;
 };
 
 // `issue_micros`: per span of `timeline` (StepResult::issue_micros) or empty (issue
@@ -113,6 +122,9 @@ absl::StatusOr<std::vector<double>> BalancedIdle(const scheduler::Schedule& sche
 // Median of the hand-off samples of `analyses`, per boundary; -1 where none waited.
 std::vector<double> MedianHandoff(const std::vector<const IdleAnalysis*>& analyses);
 
+// Median of the stream-gap samples of `analyses`; -1 where there are none.
+double MedianGap(const std::vector<const IdleAnalysis*>& analyses);
+
 // `costs` with each boundary's transfer time replaced by its effective hand-off latency
 // where one was measured (>= 0); the measured transfer time stays elsewhere.
 scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
@@ -128,17 +140,19 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 
 // `costs` with each cross-rank input whose hand-off latency `analysis` measured (its
 // producer was the consumer's last blocker: IdleAnalysis::handoff_into) given that
-// latency as its own transfer time (CostModel::transfers). With WithActionDurations on
-// the same step, the simulator replays the step's compute and its hand-offs; the rest
-// of the inputs keep their boundary's time.
+// latency as its own transfer time (CostModel::transfers), and each action that measured
+// a stream gap (IdleAnalysis::gap_before) given that gap (CostModel::gaps). With
+// WithActionDurations on the same step, the simulator replays the step's compute, its
+// hand-offs and its gaps; the rest keep their boundary's time and CostModel::action_gap.
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis);
 
 // The bubble fraction the simulator gives `schedule` on average over `draws` draws in
 // which every compute action takes a duration drawn (uniformly, with replacement) from
 // the durations its (stage, op) had in the measured `timeline` (rows [0, num_rows)), and
 // every cross-rank input a hand-off latency drawn from its boundary's samples in
-// `analysis` (the step's AnalyzeIdle); what `costs` says for the rest (a (stage, op)
-// or boundary without samples, all-reduce). The simulator fed with medians
+// `analysis` (the step's AnalyzeIdle), and every compute action a stream gap drawn from
+// its gap samples; what `costs` says for the rest (a (stage, op) or boundary without
+// samples, a step without gap samples, all-reduce). The simulator fed with medians
 // underestimates the bubble of a machine whose action times spread: a pipeline waits
 // for the slower of two branches, and the mean of a maximum exceeds the maximum of the
 // means. Deterministic for a given `seed`. InvalidArgument for draws < 1, and whatever

@@ -315,6 +315,23 @@ TEST(CliTest, ZbH1PrintsNoClosedFormWhereItDoesNotHold) {
   EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.1111 (simulated)   0.1111 (closed form)"));
 }
 
+// --cost-action-gap: the stream's overhead between two actions of a rank, not before a
+// rank's first. GPipe P=2 M=2 (F=1, B=2) takes 9 without; with 0.5:
+//   rank 0: F0 [0,1] F1 [1.5,2.5]                  B0 [6,8]     B1 [8.5,10.5]
+//   rank 1:     F0 [1,2] F1 [2.5,3.5] B0 [4,6] B1 [6.5,8.5]
+// (rank 0's B0 waits for rank 1's, which the gap covers). No closed form has a gap.
+TEST(CliTest, SimulateWithAnActionGap) {
+  RunResult r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
+                        "--cost-action-gap=0.5", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 10.5 "));
+  EXPECT_THAT(r.out, HasSubstr("(no closed form for these costs)"));
+  r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
+              "--cost-action-gap=-1", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cost-action-gap=-1 is not a valid time; use a number in [0, "));
+}
+
 // Costs of 1e-320 printed "1 column = 0 unit" over a broken one-column grid.
 TEST(CliTest, TinyCostsDrawAGrid) {
   RunResult r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=2",

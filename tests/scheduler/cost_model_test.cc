@@ -94,6 +94,9 @@ TEST(CostModelTest, ParsesMinimalFileAsBuiltInDefaults) {
   EXPECT_EQ(costs.comm_uniform, 0.3);
   EXPECT_TRUE(costs.stages.empty());
   EXPECT_TRUE(costs.comm.empty());
+  EXPECT_EQ(costs.action_gap, 0);
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel gap, ParseCostModelJson(R"({"action_gap": 0.02})"));
+  EXPECT_EQ(gap.action_gap, 0.02);
 }
 
 TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
@@ -106,7 +109,10 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
               StatusIs(kBad, HasSubstr("\"version\" must be 1")));
   EXPECT_THAT(ParseCostModelJson(R"({"defaults": {}})"),
               StatusIs(kBad, AllOf(HasSubstr("unknown key \"defaults\""),
-                                   HasSubstr("expected version, default, stages, comm"))));
+                                   HasSubstr("expected version, default, stages, comm, "
+                                             "action_gap"))));
+  EXPECT_THAT(ParseCostModelJson(R"({"action_gap": -0.5})"),
+              StatusIs(kBad, HasSubstr("\"action_gap\" must be a number in [0, 1e+15], got -0.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"fwd": 1}})"),
               StatusIs(kBad, HasSubstr("unknown key \"default.fwd\"")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{}, {"f": -1}]})"),

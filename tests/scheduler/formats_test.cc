@@ -211,6 +211,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   costs.stages[1].input_bytes = 1 << 16;
   costs.stages[3].b = 7.25;
   costs.comm = {0.1, 0.2, 0.3};
+  costs.action_gap = 0.125;
   Schedule v = s;
   v.placement.kind = PlacementKind::kV;
   v.name = "odd \"name\"";
@@ -228,6 +229,9 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   // Only files that use input_bytes carry it, so that older builds still read the rest.
   costs.stages[1].input_bytes = 0;
   EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("input_bytes")));
+  EXPECT_EQ(back2.costs->action_gap, 0.125);
+  costs.action_gap = 0;  // the same for action_gap
+  EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("action_gap")));
   ASSERT_EQ(back2.costs->stages.size(), 4u);
   EXPECT_EQ(back2.costs->stages[3].b, 7.25);
   EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));

@@ -117,6 +117,33 @@ TEST(SimulatorTest, TransferTimeDelaysCrossRankDependencies) {
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 8.0 / 14);
 }
 
+// The same with a stream gap of 0.5 between a rank's actions: it follows every action
+// but a rank's first, and overlaps a transfer instead of adding to it:
+//   0F0 [0,1]; 1F0 [1.5,2.5] (its rank's first); 1B0 [3,5]; 0B0 [5.5,7.5] (its rank was
+//   free at 1 + 0.5, its input at 5 + 0.5)
+TEST(SimulatorTest, ActionGapFollowsEveryActionButARanksFirst) {
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"});
+  CostModel costs;
+  costs.comm_uniform = 0.5;
+  costs.action_gap = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 0, "F", 0, 0, 0, 1);
+  ExpectCompute(r.timeline, 1, "F", 1, 0, 1.5, 2.5);
+  ExpectCompute(r.timeline, 1, "B", 1, 0, 3, 5);
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 5.5, 7.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 7.5);
+  EXPECT_DOUBLE_EQ(r.ranks[1].idle, 7.5 - 3);  // the gap is idle time
+  // A per-action gap overrides it: none before 1B0.
+  costs.gaps[{1, Op::kB, 0}] = 0;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult o, Simulate(s, costs));
+  ExpectCompute(o.timeline, 1, "B", 1, 0, 2.5, 4.5);
+  EXPECT_DOUBLE_EQ(o.makespan, 7);
+  // A gap that is not a number is an error, not a silent NaN timeline.
+  costs.action_gap = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(Simulate(s, costs), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("the simulated time is not finite")));
+}
+
 // P=3, M=1, boundary 0 costs 0.5 and boundary 1 costs 2:
 //   0F0 [0,1] 1F0 [1.5,2.5] 2F0 [4.5,5.5] 2B0 [5.5,7.5] 1B0 [9.5,11.5] 0B0 [12,14]
 TEST(SimulatorTest, PerBoundaryTransferTime) {

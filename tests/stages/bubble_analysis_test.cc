@@ -105,6 +105,14 @@ TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
   using scheduler::Op;
   EXPECT_EQ(a.handoff_into, (std::map<std::tuple<int, Op, int>, double>{
                                 {{0, Op::kB, 0}, 3}, {{0, Op::kB, 1}, 2}, {{1, Op::kF, 0}, 3}}));
+  // Stream gaps: the actions that had everything when their row's previous action ended,
+  // row by row: F01 10-10, B10 36-36, B11 80-76. Not F10 (its row's first), not F11
+  // (issued late), not B00 or B01 (their data came after the previous action).
+  EXPECT_EQ(a.gap_samples, (std::vector<double>{0, 0, 4}));
+  EXPECT_EQ(a.gap_before, (std::map<std::tuple<int, Op, int>, double>{
+                              {{0, Op::kF, 1}, 0}, {{1, Op::kB, 0}, 0}, {{1, Op::kB, 1}, 4}}));
+  EXPECT_EQ(MedianGap({&a}), 0);
+  EXPECT_EQ(MedianGap({}), -1);
 }
 
 // A consumer whose row was still busy when its producer finished, but whose data came
@@ -244,6 +252,43 @@ TEST(BubbleAnalysisTest, WithHandoffsReplaysSlowHandOffs) {
   PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
   EXPECT_EQ(a.handoff_into.at({1, Op::kF, 0}), 7);
   EXPECT_EQ(a.handoff_into.at({0, Op::kB, 5}), 4);
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::SimResult replayed,
+      scheduler::Simulate(schedule,
+                          WithHandoffs(WithActionDurations(medians, measured.timeline, 2), a)));
+  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
+  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+}
+
+// Replaying stream gaps: a step whose ranks paid 2 between actions, and 9 once before
+// the last stage's third backward (on the critical path), gives those gaps back (the
+// median 2 for the stream, 9 for that one action); the simulator then reproduces it
+// with the gaps, not without, nor with the median alone.
+TEST(BubbleAnalysisTest, StreamGapsAreMeasuredAndReplayed) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
+  using scheduler::Op;
+  scheduler::CostModel truth;
+  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
+  truth.comm_uniform = 1;
+  truth.action_gap = 2;
+  truth.gaps[{1, Op::kB, 2}] = 9;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  EXPECT_EQ(a.gap_before.at({1, Op::kB, 2}), 9);
+  EXPECT_EQ(MedianGap({&a}), 2);
+  for (double gap : a.gap_samples) EXPECT_TRUE(gap == 2 || gap == 9) << gap;
+  // B00 waited for its data (1B0's end + 1): no gap sample.
+  EXPECT_EQ(a.gap_before.count({0, Op::kB, 0}), 0u);
+  scheduler::CostModel medians = truth;
+  medians.action_gap = 0;
+  medians.gaps.clear();
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult plain, scheduler::Simulate(schedule, medians));
+  EXPECT_LT(plain.makespan, measured.makespan);
+  medians.action_gap = MedianGap({&a});
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult median_gap, scheduler::Simulate(schedule, medians));
+  EXPECT_LT(median_gap.makespan, measured.makespan);  // the one gap of 9 is not in it
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::SimResult replayed,
       scheduler::Simulate(schedule,
