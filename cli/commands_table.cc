@@ -68,10 +68,12 @@ const std::vector<Command>& AllCommands() {
        "      [--partition=3,3,3] [--from=SCHEDULE_FILE] [--data=F.safetensors] "
        "[--init=F.safetensors]\n"
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
-       "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]",
+       "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
+       "      [--save-costs=COSTS.json]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
-                {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json"}),
+                {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
+                 "save_costs"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"

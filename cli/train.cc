@@ -28,6 +28,9 @@ ABSL_FLAG(int32_t, save_every, 0,
 ABSL_FLAG(std::string, resume, "",
           "continue from a checkpoint written by --save: parameters, optimizer state, step, data "
           "position");
+ABSL_FLAG(std::string, save_costs, "",
+          "write the measured costs (per-stage action times, hand-offs, gap between actions, "
+          "bytes) as a cost-model file for `simulate --costs`");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never");
@@ -112,6 +115,7 @@ absl::Status Train(const CommandContext& ctx) {
   const std::string save = absl::GetFlag(FLAGS_save);
   const int save_every = absl::GetFlag(FLAGS_save_every);
   const std::string resume = absl::GetFlag(FLAGS_resume);
+  const std::string save_costs = absl::GetFlag(FLAGS_save_costs);
   if (save_every < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--save-every=", save_every, " must be >= 0 (0 = only at the end)"));
@@ -122,6 +126,7 @@ absl::Status Train(const CommandContext& ctx) {
   // Outputs are written during or after the run: a path that cannot be written is an
   // error now, not after the training.
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save", save},
+                                   {"--save-costs", save_costs},
                                    {"--trace", absl::GetFlag(FLAGS_trace)},
                                    {"--svg", absl::GetFlag(FLAGS_svg)},
                                    {"--json", absl::GetFlag(FLAGS_json)}}) {
@@ -131,7 +136,8 @@ absl::Status Train(const CommandContext& ctx) {
   // parameters in place.
   const std::vector<FlagPath> reports = {{"--trace", absl::GetFlag(FLAGS_trace)},
                                          {"--svg", absl::GetFlag(FLAGS_svg)},
-                                         {"--json", absl::GetFlag(FLAGS_json)}};
+                                         {"--json", absl::GetFlag(FLAGS_json)},
+                                         {"--save-costs", save_costs}};
   std::vector<FlagPath> outputs = reports;
   outputs.insert(outputs.begin(), {"--save", save});
   PS_RETURN_IF_ERROR(CheckFilesDistinct(
@@ -306,6 +312,13 @@ absl::Status Train(const CommandContext& ctx) {
   if (!save.empty()) {
     PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
     out << "wrote " << save << " (checkpoint after step " << resumed_at + steps << ")\n";
+  }
+  // The costs of the "+hand-off" plan, in microseconds: `simulate --costs` with them and
+  // this schedule reproduces that plan, and with another schedule of the same P x V
+  // predicts it on this machine.
+  if (!save_costs.empty()) {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(save_costs, scheduler::ToCostModelJson(handoff_costs)));
+    out << "wrote " << save_costs << " (measured costs in us, for simulate --costs)\n";
   }
   if (std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     nlohmann::json j;

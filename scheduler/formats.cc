@@ -388,6 +388,10 @@ absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text) {
   }
 }
 
+std::string ToCostModelJson(const CostModel& costs) {
+  return CostModelJson(costs).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs) {
   // Hand-laid-out so that each rank's program is one line; values go through nlohmann
   // for escaping.

@@ -41,6 +41,13 @@ absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text);
 // Never fails.
 std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs = nullptr);
 
+// A cost-model file (ParseCostModelJson's format, scheduler/cost_model.h) that simulates
+// the same as `costs`: the default and per-stage costs, the per-boundary list (or the
+// uniform transfer time when there is no list; comm_uniform is not written next to a
+// list, which overrides it on every boundary), the action gap. Per-action overrides
+// (CostModel::actions, transfers, gaps) are not part of the format.
+std::string ToCostModelJson(const CostModel& costs);
+
 // Reads a file and detects its format (JSON when the first non-blank byte is '{',
 // CSV otherwise). Errors start with the path: NotFound / PermissionDenied from reading
 // it, InvalidArgument from the parsers above. An unnamed schedule takes the file's name

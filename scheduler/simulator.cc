@@ -48,6 +48,23 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
     }
   }
 
+  // A gap below 0 would overlap two actions of one lane; one that is not a number would
+  // read as a duration's fault.
+  auto bad_gap = [](double gap) { return !(gap >= 0 && gap <= kMaxCostTime); };
+  if (bad_gap(costs.action_gap)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("action gap %g is not a valid time; give a number in [0, %g]",
+                        costs.action_gap, kMaxCostTime));
+  }
+  for (const auto& [key, gap] : costs.gaps) {
+    if (bad_gap(gap)) {
+      const auto& [stage, op, microbatch] = key;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the gap before %s is %g, not a valid time; give a number in [0, %g]",
+          ToString(Action{.stage = stage, .microbatch = microbatch, .op = op}), gap, kMaxCostTime));
+    }
+  }
+
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);

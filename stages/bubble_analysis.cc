@@ -61,6 +61,15 @@ class Analyzer {
     return it == index_.end() ? nullptr : &tl_.spans[it->second];
   }
   double Issue(int span) const { return issue_.empty() ? kNever : issue_[span]; }
+  // Whether compute span `q` is a B/I(s) whose input gradient goes to stage s-1 on its own
+  // row (zb-v's bottom): that copy runs on the compute stream right behind it, in the gap
+  // after it. (A forward copy within a row runs right before its consumer F, which waits
+  // for it as its transfer.)
+  bool CopiesWithinRow(const trace::Span& q) const {
+    if (KindOf(q) != kBI) return false;
+    const trace::Span* consumer = Find(kF, q.stage - 1, q.microbatch);
+    return consumer != nullptr && consumer->rank == q.rank;
+  }
   // Adds [lo, hi) of waiting for row `row`'s compute to `out`: imbalance by the share
   // eps of each of its spans overlapping the interval, the rest pipeline bubble.
   void SplitDependency(int row, double lo, double hi, IdleBreakdown& out) const;
@@ -225,10 +234,13 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
         }
       }
       // The stream's own gap: everything X needed was there when the previous action ended.
-      if (prev != nullptr && std::max({p_end, t_ready, issued}) <= g0) {
-        result.gap_samples.push_back(g1 - g0);
-        if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
-          result.gap_before[{x.stage, *op, x.microbatch}] = g1 - g0;
+      if (prev != nullptr) {
+        const std::optional<scheduler::Op> op = ComputeOpOf(x);
+        if (std::max({p_end, t_ready, issued}) <= g0) {
+          if (!CopiesWithinRow(*prev)) result.gap_samples.push_back(g1 - g0);
+          if (op) result.gap_before[{x.stage, *op, x.microbatch}] = g1 - g0;
+        } else if (op) {
+          result.gap_at_most[{x.stage, *op, x.microbatch}] = g1 - g0;
         }
       }
       g0 = x.end;
@@ -349,6 +361,11 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis) {
   for (const auto& [key, latency] : analysis.handoff_into) costs.transfers[key] = latency;
   for (const auto& [key, gap] : analysis.gap_before) costs.gaps[key] = gap;
+  for (const auto& [key, bound] : analysis.gap_at_most) {
+    auto it = costs.gaps.find(key);
+    const double gap = it != costs.gaps.end() ? it->second : costs.action_gap;
+    costs.gaps[key] = std::min(gap, bound);
+  }
   return costs;
 }
 

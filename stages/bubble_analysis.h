@@ -45,8 +45,11 @@
 //
 // Stream gap: for each compute action X that follows another compute action on its row
 // and for which everything was ready when that one ended (p, i and t all <= g0), g1 - g0
-// is one sample of the runtime's own overhead between two actions of a stream (the
-// "host" residual above). Its median is CostModel::action_gap (MedianGap).
+// is X's stream gap: the runtime's own overhead between two actions of a stream (the
+// "host" residual above). Their median, without those after a copy to a stage on the
+// same row (zb-v's bottom: a backward's copy runs on the compute stream, in the gap), is
+// CostModel::action_gap (MedianGap). Any other X that follows an action on its row had
+// a stream gap of at most g1 - g0 (it waited for something else meanwhile).
 #pragma once
 
 #include <cstdint>
@@ -89,10 +92,13 @@ struct IdleAnalysis {
   // transfer's own issue may have been late too), so such inputs keep the boundary's
   // median in the replay.
   std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
-  // Stream-gap samples (see above), over all rows, and the same per action X (stage, op,
-  // micro-batch), to replay the step's gaps (WithHandoffs).
+  // Stream-gap samples (see above), over all rows, and per action X (stage, op,
+  // micro-batch) its gap (copies within a row included) where it had everything when its
+  // row's previous action ended, or else the bound g1 - g0 on it: to replay the step's
+  // gaps (WithHandoffs).
   std::vector<double> gap_samples;
   std::map<std::tuple<int, scheduler::Op, int>, double> gap_before;
+  std::map<std::tuple<int, scheduler::Op, int>, double> gap_at_most;
 };
 
 // `issue_micros`: per span of `timeline` (StepResult::issue_micros) or empty (issue
@@ -140,8 +146,10 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 
 // `costs` with each cross-rank input whose hand-off latency `analysis` measured (its
 // producer was the consumer's last blocker: IdleAnalysis::handoff_into) given that
-// latency as its own transfer time (CostModel::transfers), and each action that measured
-// a stream gap (IdleAnalysis::gap_before) given that gap (CostModel::gaps). With
+// latency as its own transfer time (CostModel::transfers), each action that measured
+// a stream gap (IdleAnalysis::gap_before) given that gap (CostModel::gaps), and each other
+// action that followed one on its row a gap of at most what it measured
+// (IdleAnalysis::gap_at_most: min with the gap `costs` gives it). With
 // WithActionDurations on the same step, the simulator replays the step's compute, its
 // hand-offs and its gaps; the rest keep their boundary's time and CostModel::action_gap.
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis);

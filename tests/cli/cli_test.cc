@@ -507,6 +507,41 @@ TEST(CliTest, MalformedFilesAreBadInput) {
 namespace pipesched::cli {
 namespace {
 
+// --save-costs writes what train measured as a cost file: simulate with it and the same
+// schedule gives train's "+hand-off" plan to the last digit, with another schedule of the
+// same P x V a prediction for this machine, with another P x V a one-line error.
+TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
+  const std::string costs = TempPath("measured_costs.json"), json = TempPath("costs_train.json"),
+                    stats = TempPath("costs_sim.json");
+  RunResult r =
+      RunCli({"train", "--schedule=zb-v", "--stages=2", "--microbatches=4", "--microbatch-size=4",
+              "--layers=3", "--hidden=16", "--inputs=8", "--classes=4", "--steps=3",
+              "--backend=host", "--json=" + json, "--save-costs=" + costs});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("wrote " + costs + " (measured costs in us, for simulate --costs)"));
+  const nlohmann::json file = nlohmann::json::parse(Slurp(costs));
+  ASSERT_EQ(file["stages"].size(), 4u);            // P x V virtual stages
+  EXPECT_EQ(file["comm"].size(), 3u);              // their boundaries
+  EXPECT_GT(file["action_gap"].get<double>(), 0);  // a host stream takes microseconds
+  for (const nlohmann::json& stage : file["stages"]) {
+    EXPECT_GT(stage["f"].get<double>(), 0);
+    EXPECT_GT(stage["activation_bytes"].get<std::int64_t>(), 0);
+  }
+  r = RunCli({"simulate", "--schedule=zb-v", "--stages=2", "--microbatches=4", "--costs=" + costs,
+              "--json=" + stats, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const double plan =
+      nlohmann::json::parse(Slurp(json))["planned_with_handoff_bubble_fraction"].get<double>();
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(Slurp(stats))["bubble_fraction"].get<double>(), plan);
+  r = RunCli({"simulate", "--schedule=interleaved-1f1b", "--virtual=2", "--stages=2",
+              "--microbatches=4", "--costs=" + costs, "--nogrid"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--costs=" + costs,
+              "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("\"stages\" has 4 entries but the schedule has 2 virtual stages"));
+}
+
 TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   std::string json_path = TempPath("train.json");
   std::string save_path = TempPath("train.safetensors");

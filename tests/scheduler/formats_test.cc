@@ -10,6 +10,7 @@
 #include "base/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/cost_model.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
 #include "testing/status_matchers.h"
@@ -236,6 +237,16 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(back2.costs->stages[3].b, 7.25);
   EXPECT_EQ(back2.costs->comm, (std::vector<double>{0.1, 0.2, 0.3}));
   EXPECT_EQ(ToScheduleJson(back2.schedule, &*back2.costs), with_costs);
+  // The same costs as a cost-model file of their own.
+  costs.action_gap = 0.375;
+  PS_ASSERT_OK_AND_ASSIGN(CostModel file, ParseCostModelJson(ToCostModelJson(costs)));
+  EXPECT_EQ(file.uniform.f, 1.5);
+  EXPECT_EQ(file.uniform.workspace_bytes, 1 << 17);
+  ASSERT_EQ(file.stages.size(), 4u);
+  EXPECT_EQ(file.stages[3].b, 7.25);
+  EXPECT_EQ(file.comm, (std::vector<double>{0.1, 0.2, 0.3}));
+  EXPECT_EQ(file.action_gap, 0.375);
+  EXPECT_EQ(ToCostModelJson(file), ToCostModelJson(costs));
 }
 
 TEST(ScheduleJsonTest, LoadDetectsJsonAndNamesFromTheFileWhenUnnamed) {

@@ -138,10 +138,26 @@ TEST(SimulatorTest, ActionGapFollowsEveryActionButARanksFirst) {
   PS_ASSERT_OK_AND_ASSIGN(const SimResult o, Simulate(s, costs));
   ExpectCompute(o.timeline, 1, "B", 1, 0, 2.5, 4.5);
   EXPECT_DOUBLE_EQ(o.makespan, 7);
-  // A gap that is not a number is an error, not a silent NaN timeline.
+  // One rank with two chunks: the gap also follows a switch of chunk (0F0 [0,1] 1F0
+  // [1.5,2.5] 1B0 [3,5] 0B0 [5.5,7.5]).
+  CostModel one_rank;
+  one_rank.action_gap = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult v,
+                          Simulate(HandSchedule(1, 2, 1, {"0F0 1F0 1B0 0B0"}), one_rank));
+  ExpectCompute(v.timeline, 0, "F", 1, 0, 1.5, 2.5);
+  ExpectCompute(v.timeline, 0, "B", 0, 0, 5.5, 7.5);
+  // A gap that is not a time is an error naming it, not a NaN timeline or overlapping
+  // actions.
+  costs.gaps[{1, Op::kB, 0}] = -1;
+  EXPECT_THAT(Simulate(s, costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the gap before 1B0 is -1, not a valid time; give a number in "
+                                 "[0, 1e+15]")));
+  costs.gaps.clear();
   costs.action_gap = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_THAT(Simulate(s, costs), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("the simulated time is not finite")));
+  EXPECT_THAT(Simulate(s, costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("action gap nan is not a valid time; give a number in [0, ")));
 }
 
 // P=3, M=1, boundary 0 costs 0.5 and boundary 1 costs 2:

@@ -205,6 +205,18 @@ TEST(BubbleAnalysisTest, WithHandoffLatencyReplacesMeasuredBoundaries) {
   EXPECT_EQ(out.comm, (std::vector<double>{5, 1, 7}));
 }
 
+// `measured` (two rows) replayed from `costs` with its own action durations, hand-offs
+// and stream gaps (WithActionDurations, WithHandoffs) is reproduced exactly.
+void ExpectReplayReproduces(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
+                            const scheduler::SimResult& measured, const IdleAnalysis& a) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::SimResult replayed,
+      scheduler::Simulate(schedule,
+                          WithHandoffs(WithActionDurations(costs, measured.timeline, 2), a)));
+  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
+  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+}
+
 // Replaying a step action by action: a timeline the simulator made with uneven
 // per-action costs, fed back through WithActionDurations onto costs that know nothing
 // of them, is reproduced span for span; the stage medians alone do not reproduce it.
@@ -252,12 +264,7 @@ TEST(BubbleAnalysisTest, WithHandoffsReplaysSlowHandOffs) {
   PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
   EXPECT_EQ(a.handoff_into.at({1, Op::kF, 0}), 7);
   EXPECT_EQ(a.handoff_into.at({0, Op::kB, 5}), 4);
-  PS_ASSERT_OK_AND_ASSIGN(
-      scheduler::SimResult replayed,
-      scheduler::Simulate(schedule,
-                          WithHandoffs(WithActionDurations(medians, measured.timeline, 2), a)));
-  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
-  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+  ExpectReplayReproduces(schedule, medians, measured, a);
 }
 
 // Replaying stream gaps: a step whose ranks paid 2 between actions, and 9 once before
@@ -289,12 +296,54 @@ TEST(BubbleAnalysisTest, StreamGapsAreMeasuredAndReplayed) {
   medians.action_gap = MedianGap({&a});
   PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult median_gap, scheduler::Simulate(schedule, medians));
   EXPECT_LT(median_gap.makespan, measured.makespan);  // the one gap of 9 is not in it
+  ExpectReplayReproduces(schedule, medians, measured, a);
+}
+
+// zb-v's bottom on one row: B10's gradient copy to stage 0 on the same row runs on the
+// compute stream behind it, in the gap before W10 (3 = the copy's 2 + 1). That gap is
+// W10's to replay, but not a sample of the stream's own overhead; B10's and B00's (1
+// each) are. F10 waited for its local receive: at most 1.
+TEST(BubbleAnalysisTest, ACopyWithinTheRowIsNotAStreamGapSample) {
+  Builder b(1);
+  using trace::kComputeLane, trace::kRecvLane, trace::kSendLane;
+  b.Add(0, kComputeLane, "F", 0, 0, 0, 10);
+  b.Add(0, kRecvLane, "RECV_F", 1, 0, 10, 11);
+  b.Add(0, kComputeLane, "F", 1, 0, 11, 21);
+  b.Add(0, kComputeLane, "B", 1, 0, 22, 32);
+  b.Add(0, kSendLane, "SEND_B", 1, 0, 32, 34);
+  b.Add(0, kComputeLane, "W", 1, 0, 35, 45);
+  b.Add(0, kComputeLane, "B", 0, 0, 46, 56);
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));
+  using scheduler::Op;
+  EXPECT_EQ(a.gap_samples, (std::vector<double>{1, 1}));
+  EXPECT_EQ(a.gap_before, (std::map<std::tuple<int, Op, int>, double>{
+                              {{1, Op::kB, 0}, 1}, {{1, Op::kW, 0}, 3}, {{0, Op::kB, 0}, 1}}));
+  EXPECT_EQ(a.gap_at_most, (std::map<std::tuple<int, Op, int>, double>{{{1, Op::kF, 0}, 1}}));
+}
+
+// An action whose data came after its row's previous action ended had a stream gap of at
+// most its wait: stage 0's slow forwards (30) leave B00 waiting 1 for its gradient
+// (1B0 ends at 62.5, + 0.5 transfer, after 0F1 ended at 62), and B00 paid no gap of its
+// own, so the replay must not give it the median gap of 2 (it would start at 64, not
+// 63, and every later action of rank 0, the slower, with it).
+TEST(BubbleAnalysisTest, AWaitingActionsGapIsAtMostItsWait) {
   PS_ASSERT_OK_AND_ASSIGN(
-      scheduler::SimResult replayed,
-      scheduler::Simulate(schedule,
-                          WithHandoffs(WithActionDurations(medians, measured.timeline, 2), a)));
-  EXPECT_DOUBLE_EQ(replayed.makespan, measured.makespan);
-  EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  using scheduler::Op;
+  scheduler::CostModel truth;
+  truth.stages = {{.f = 30, .b = 20}, {.f = 10, .b = 20}};
+  truth.comm_uniform = 0.5;
+  truth.action_gap = 2;
+  truth.gaps[{0, Op::kB, 0}] = 0;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  EXPECT_EQ(a.gap_before.count({0, Op::kB, 0}), 0u);
+  EXPECT_EQ(a.gap_at_most.at({0, Op::kB, 0}), 1);
+  EXPECT_EQ(MedianGap({&a}), 2);
+  scheduler::CostModel medians = truth;
+  medians.gaps.clear();
+  ExpectReplayReproduces(schedule, medians, measured, a);
 }
 
 // The spread simulation is the mean of the simulator over the measured durations: with
