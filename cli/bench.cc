@@ -28,6 +28,7 @@
 #include "cli/flags.h"
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/formats.h"
 #include "scheduler/formulas.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
@@ -729,7 +730,9 @@ std::string FileStem(const Row& r) {
   return absl::StrCat(r.schedule, "-p", r.p, r.v > 1 ? absl::StrCat("-v", r.v) : "", "-m", r.m);
 }
 
-// --traces: the configuration's simulated and measured median step on one time axis.
+// --traces: the configuration's simulated and measured median step on one time axis,
+// and the costs the simulator was fed (a cost-model file: `simulate --costs` with it
+// redraws the simulated step, or another schedule of the same P x V on these costs).
 absl::Status WriteTraces(const Sweep& sweep, const Row& r, std::ostream& out) {
   const std::vector<const trace::Timeline*> timelines = {&r.simulated_tl, &r.measured_tl};
   const std::string stem = (std::filesystem::path(sweep.traces_dir) / FileStem(r)).string();
@@ -739,7 +742,8 @@ absl::Status WriteTraces(const Sweep& sweep, const Row& r, std::ostream& out) {
   options.subtitle = absl::StrFormat("bubble fraction simulated %.1f%%, measured %.1f%%",
                                      100 * r.simulated, 100 * r.measured);
   PS_RETURN_IF_ERROR(WriteFileAtomic(stem + ".svg", trace::ToSvg(timelines, options)));
-  out << "  wrote " << stem << ".json and .svg\n";
+  PS_RETURN_IF_ERROR(WriteFileAtomic(stem + ".costs.json", scheduler::ToCostModelJson(r.costs)));
+  out << "  wrote " << stem << ".json, .svg and .costs.json\n";
   return absl::OkStatus();
 }
 

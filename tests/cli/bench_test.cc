@@ -176,12 +176,25 @@ TEST(BenchTest, RanksSharingADeviceGetTheirPeakPerDevice) {
 }
 
 TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
-  const std::string dir = TempPath("traces") + "/sub";
-  RunResult r =
-      RunCli(Tiny({"--schedules=1f1b,zb-v", "--stages=2", "--microbatches=4", "--traces=" + dir}));
+  const std::string dir = TempPath("traces") + "/sub", json = TempPath("traces.json");
+  RunResult r = RunCli(Tiny({"--schedules=1f1b,zb-v", "--stages=2", "--microbatches=4",
+                             "--traces=" + dir, "--json=" + json}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
+  ASSERT_EQ(rows.size(), 2u);
+  int k = 0;
   for (const std::string stem : {"1f1b-p2-m4", "zb-v-p2-v2-m4"}) {
-    EXPECT_THAT(r.out, HasSubstr("wrote " + dir + "/" + stem + ".json and .svg"));
+    EXPECT_THAT(r.out, HasSubstr("wrote " + dir + "/" + stem + ".json, .svg and .costs.json"));
+    // The costs fed to the simulator: simulate with them gives the row's simulated bubble.
+    const std::string stats = TempPath("traces_sim.json");
+    RunResult sim =
+        RunCli({"simulate", "--schedule=" + rows[k]["schedule"].get<std::string>(), "--stages=2",
+                "--microbatches=4", "--costs=" + dir + "/" + stem + ".costs.json",
+                "--json=" + stats, "--nogrid"});
+    ASSERT_EQ(sim.code, 0) << sim.err;
+    EXPECT_DOUBLE_EQ(nlohmann::json::parse(Slurp(stats))["bubble_fraction"].get<double>(),
+                     rows[k++]["bubble_simulated"].get<double>())
+        << stem;
     nlohmann::json trace = nlohmann::json::parse(Slurp(dir + "/" + stem + ".json"));
     std::set<std::string> processes;
     int spans = 0;
