@@ -149,6 +149,20 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
           QuoteForMessage(key, 60)));
     }
   }
+  // The received input is part of the activations (StageCosts::input_bytes), so a file
+  // that says otherwise cannot be simulated: say so here, naming the entry. Stage 0
+  // receives nothing; "default" is the costs of every stage the list does not reach.
+  auto check_input = [](const StageCosts& c, const std::string& key) -> absl::Status {
+    if (c.input_bytes <= c.activation_bytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: \"%s.input_bytes\" %d exceeds its activation_bytes %d; the received "
+        "input is part of a micro-batch's activations: give input_bytes <= activation_bytes",
+        key, c.input_bytes, c.activation_bytes));
+  };
+  PS_RETURN_IF_ERROR(check_input(model.uniform, "default"));
+  for (std::size_t s = 1; s < model.stages.size(); ++s) {
+    PS_RETURN_IF_ERROR(check_input(model.stages[s], absl::StrCat("stages[", s, "]")));
+  }
   return model;
 }
 

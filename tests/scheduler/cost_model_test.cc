@@ -111,6 +111,15 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
               StatusIs(kBad, AllOf(HasSubstr("unknown key \"defaults\""),
                                    HasSubstr("expected version, default, stages, comm, "
                                              "action_gap"))));
+  // A received input larger than the activations it belongs to (found by the fuzzer: it
+  // parsed, then failed to simulate). Stage 0 receives nothing: its value is not checked.
+  EXPECT_THAT(ParseCostModelJson(R"({"stages": [{}, {}, {}, {"input_bytes": 65536}]})"),
+              StatusIs(kBad, HasSubstr("\"stages[3].input_bytes\" 65536 exceeds its "
+                                       "activation_bytes 0; the received input is part of")));
+  EXPECT_THAT(
+      ParseCostModelJson(R"({"default": {"activation_bytes": 8, "input_bytes": 9}})"),
+      StatusIs(kBad, HasSubstr("\"default.input_bytes\" 9 exceeds its activation_bytes 8")));
+  EXPECT_TRUE(ParseCostModelJson(R"({"stages": [{"input_bytes": 9}, {}]})").ok());
   EXPECT_THAT(ParseCostModelJson(R"({"action_gap": -0.5})"),
               StatusIs(kBad, HasSubstr("\"action_gap\" must be a number in [0, 1e+15], got -0.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"fwd": 1}})"),

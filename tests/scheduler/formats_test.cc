@@ -209,6 +209,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   costs.uniform.activation_bytes = 1 << 20;
   costs.uniform.workspace_bytes = 1 << 17;
   costs.stages.resize(4);
+  costs.stages[1].activation_bytes = 1 << 18;
   costs.stages[1].input_bytes = 1 << 16;
   costs.stages[3].b = 7.25;
   costs.comm = {0.1, 0.2, 0.3};
