@@ -345,6 +345,10 @@ absl::Status Train(const CommandContext& ctx) {
     j["measured_bubble_fraction"] = Median(bubbles);
     j["planned_bubble_fraction"] = planned.bubble_fraction;
     j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
+    // The stream gap that plan used (null when no action of the last step had everything
+    // it needed when its rank's previous action ended).
+    const double gap = stages::MedianGap({&idle});
+    j["action_gap_us"] = gap >= 0 ? nlohmann::json(gap) : nlohmann::json();
     j["last_step_measured_bubble_fraction"] = measured.bubble_fraction;
     j["last_step_replayed_bubble_fraction"] = replayed.bubble_fraction;
     j["last_step_makespan_ms"] = measured.makespan / 1000;

@@ -93,11 +93,13 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
     if (!c["handoff_us"].is_null()) {
       EXPECT_GT(c["handoff_us"].get<double>(), 0);
     }
-    // Stage 0's warm-up forwards run back to back in every schedule here: the stream gap
-    // between them is measured, and it is a part of the step.
-    ASSERT_FALSE(c["action_gap_us"].is_null());
-    EXPECT_GE(c["action_gap_us"].get<double>(), 0);
-    EXPECT_LT(c["action_gap_us"].get<double>(), 1000 * c["makespan_ms"].get<double>());
+    // The stream gap between actions: null when no action had everything it needed when
+    // its rank's previous one ended (with tiny work the host may issue each action only
+    // after the previous one is done), else a part of the step.
+    if (!c["action_gap_us"].is_null()) {
+      EXPECT_GE(c["action_gap_us"].get<double>(), 0);
+      EXPECT_LT(c["action_gap_us"].get<double>(), 1000 * c["makespan_ms"].get<double>());
+    }
     EXPECT_EQ(c["peak_activation_bytes"].size(), 2u);
     // Measured in an exact-accounting step, it is what the simulator predicts, byte for
     // byte (stashes, boundary buffers and each backward's workspace).
