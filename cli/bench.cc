@@ -51,11 +51,6 @@ constexpr int kBenchSteps = 5;
 // 64 inputs, the head almost nothing, so 2, 4 or 8 chunks all get equal FLOPs (train's
 // default of 8 blocks splits 4 + 5 layers at P=2: stage 1 does 30% more work).
 constexpr int kBenchLayers = 17;
-// The spread simulation (stages::SpreadBubble): with 200 draws its result moves by
-// 0.05-0.07 pp (standard deviation over seeds) for 1f1b, interleaved-1f1b and zb-v at
-// P=2, M=16 on the bench's model, and costs 3-8 ms per configuration.
-constexpr int kSpreadDraws = 200;
-constexpr std::uint64_t kSpreadSeed = 1;
 
 struct Sweep {
   std::vector<std::string> schedules;

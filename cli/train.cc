@@ -231,11 +231,16 @@ absl::Status Train(const CommandContext& ctx) {
   handoff_costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
   PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
                       scheduler::Simulate(trainer->schedule(), handoff_costs));
+  // The same costs, with every action's duration, hand-off and gap drawn from the last
+  // step's: the bubble to expect where action times vary (stages::SpreadBubble).
+  PS_ASSIGN_OR_RETURN(const double spread,
+                      stages::SpreadBubble(trainer->schedule(), handoff_costs, last.timeline, p,
+                                           idle, kSpreadDraws, kSpreadSeed));
   out << absl::StrFormat(
       "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
       "action and copy times, %.4f with the measured hand-offs between ranks and gaps "
-      "between actions\n",
-      Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction);
+      "between actions, %.4f expected with the last step's spread of durations\n",
+      Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction, spread);
   // The last step replayed action by action (each compute action's own measured duration,
   // each dependency's measured hand-off where it was the last blocker, each stream gap
   // where the stream itself was): what is left against the measured step is what the
@@ -345,6 +350,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["measured_bubble_fraction"] = Median(bubbles);
     j["planned_bubble_fraction"] = planned.bubble_fraction;
     j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
+    j["planned_spread_bubble_fraction"] = spread;
     // The stream gap that plan used (null when no action of the last step had everything
     // it needed when its rank's previous action ended).
     const double gap = stages::MedianGap({&idle});

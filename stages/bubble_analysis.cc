@@ -232,6 +232,10 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
         if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
           result.handoff_into[{x.stage, *op, x.microbatch}] = g1 - p_end;
         }
+      } else if (producer != nullptr && p_end <= g1) {
+        if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
+          result.handoff_at_most[{x.stage, *op, x.microbatch}] = g1 - p_end;
+        }
       }
       // The stream's own gap: everything X needed was there when the previous action ended.
       if (prev != nullptr) {
@@ -360,6 +364,15 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis) {
   for (const auto& [key, latency] : analysis.handoff_into) costs.transfers[key] = latency;
+  for (const auto& [key, bound] : analysis.handoff_at_most) {
+    const auto& [stage, op, microbatch] = key;
+    auto it = costs.transfers.find(key);
+    // The cross-rank input of F(s) crosses boundary s-1, of B/I(s) boundary s.
+    const double latency = it != costs.transfers.end()
+                               ? it->second
+                               : costs.Comm(op == scheduler::Op::kF ? stage - 1 : stage);
+    costs.transfers[key] = std::min(latency, bound);
+  }
   for (const auto& [key, gap] : analysis.gap_before) costs.gaps[key] = gap;
   for (const auto& [key, bound] : analysis.gap_at_most) {
     auto it = costs.gaps.find(key);

@@ -92,6 +92,10 @@ struct IdleAnalysis {
   // transfer's own issue may have been late too), so such inputs keep the boundary's
   // median in the replay.
   std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
+  // Every other consuming action X with a cross-rank producer p: X.start - p.end, a bound
+  // on its hand-off (its data cannot have taken longer), so that a replay never starts X
+  // later than it started.
+  std::map<std::tuple<int, scheduler::Op, int>, double> handoff_at_most;
   // Stream-gap samples (see above), over all rows, and per action X (stage, op,
   // micro-batch) its gap (copies within a row included) where it had everything when its
   // row's previous action ended, or else the bound g1 - g0 on it: to replay the step's
@@ -147,9 +151,11 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
 // `costs` with each cross-rank input whose hand-off latency `analysis` measured (its
 // producer was the consumer's last blocker: IdleAnalysis::handoff_into) given that
 // latency as its own transfer time (CostModel::transfers), each action that measured
-// a stream gap (IdleAnalysis::gap_before) given that gap (CostModel::gaps), and each other
-// action that followed one on its row a gap of at most what it measured
-// (IdleAnalysis::gap_at_most: min with the gap `costs` gives it). With
+// a stream gap (IdleAnalysis::gap_before) given that gap (CostModel::gaps); every other
+// cross-rank input a hand-off, and every other action that followed one on its row a
+// gap, of at most what it measured (IdleAnalysis::handoff_at_most, gap_at_most: the
+// min with what `costs` gives it), so that no action of the replay starts later than
+// it did. With
 // WithActionDurations on the same step, the simulator replays the step's compute, its
 // hand-offs and its gaps; the rest keep their boundary's time and CostModel::action_gap.
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_format.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
@@ -570,6 +571,14 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   double with_handoff = j["planned_with_handoff_bubble_fraction"].get<double>();
   EXPECT_GE(with_handoff, 0.0);
   EXPECT_LT(with_handoff, 1.0);
+  // The expected bubble over the last step's spread of durations (1F1B at P=2 always has
+  // one), printed as the JSON says.
+  const double spread = j["planned_spread_bubble_fraction"].get<double>();
+  EXPECT_GT(spread, 0.0);
+  EXPECT_LT(spread, 1.0);
+  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("%.4f expected with the last step's spread of "
+                                               "durations",
+                                               spread)));
   // The last step replayed with its own action durations: each rank is busy exactly as
   // measured, so the replay lasts at least as long as the busiest rank's compute.
   const double replayed = j["last_step_replayed_bubble_fraction"].get<double>();

@@ -299,6 +299,30 @@ TEST(BubbleAnalysisTest, StreamGapsAreMeasuredAndReplayed) {
   ExpectReplayReproduces(schedule, medians, measured, a);
 }
 
+// An input that arrived while its consumer's row was busy took at most until the consumer
+// started: with a boundary median of 50 (as if measured in slower steps), the replay
+// still starts no action later than it started, and reproduces the step.
+TEST(BubbleAnalysisTest, AnInputsReplayedHandOffIsAtMostItsWait) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
+  scheduler::CostModel truth;
+  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
+  truth.comm_uniform = 1;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
+  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  EXPECT_FALSE(a.handoff_at_most.empty());
+  for (const auto& [key, bound] : a.handoff_at_most) {
+    EXPECT_EQ(a.handoff_into.count(key), 0u);
+    EXPECT_GE(bound, 1);  // at least the transfer, which came before the row was free
+  }
+  scheduler::CostModel slow = truth;
+  slow.comm_uniform = 50;
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult plain, scheduler::Simulate(schedule, slow));
+  EXPECT_GT(plain.makespan, measured.makespan);
+  ExpectReplayReproduces(schedule, slow, measured, a);
+}
+
 // zb-v's bottom on one row: B10's gradient copy to stage 0 on the same row runs on the
 // compute stream behind it, in the gap before W10 (3 = the copy's 2 + 1). That gap is
 // W10's to replay, but not a sample of the stream's own overhead; B10's and B00's (1
