@@ -321,8 +321,9 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
       scheduler::Simulate(
           trainer->schedule(),
           stages::WithHandoffs(stages::WithActionDurations(effective, med.timeline, p), a)));
-  PS_ASSIGN_OR_RETURN(row.spread, stages::SpreadBubble(trainer->schedule(), effective, med.timeline,
-                                                       p, a, kSpreadDraws, kSpreadSeed));
+  PS_ASSIGN_OR_RETURN(row.spread,
+                      stages::SpreadBubble(trainer->schedule(), effective, med.timeline, p, a,
+                                           SpreadDraws(trainer->schedule()), kSpreadSeed));
   row.replayed = replay.bubble_fraction;
   row.replay_ms = replay.makespan / 1000;
   row.simulated = sim.bubble_fraction;

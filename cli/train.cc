@@ -235,7 +235,7 @@ absl::Status Train(const CommandContext& ctx) {
   // step's: the bubble to expect where action times vary (stages::SpreadBubble).
   PS_ASSIGN_OR_RETURN(const double spread,
                       stages::SpreadBubble(trainer->schedule(), handoff_costs, last.timeline, p,
-                                           idle, kSpreadDraws, kSpreadSeed));
+                                           idle, SpreadDraws(trainer->schedule()), kSpreadSeed));
   out << absl::StrFormat(
       "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
       "action and copy times, %.4f with the measured hand-offs between ranks and gaps "

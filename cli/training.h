@@ -2,10 +2,12 @@
 // describe, with range checks that name the flag.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
+#include "scheduler/schedule.h"
 #include "stages/trainer.h"
 
 namespace pipesched::cli {
@@ -18,6 +20,14 @@ inline constexpr int kMaxLayers = 4096;
 // P=2, M=16 on the bench's model, and costs 3-8 ms per configuration.
 inline constexpr int kSpreadDraws = 200;
 inline constexpr std::uint64_t kSpreadSeed = 1;
+
+// The draws for `schedule`: kSpreadDraws, fewer (at least 20) where that would simulate
+// more than 4 million actions in all (1F1B at P=64, M=1024 takes 30), so that a big
+// pipeline's report does not wait minutes for it.
+inline int SpreadDraws(const scheduler::Schedule& schedule) {
+  const std::int64_t actions = std::max<std::int64_t>(schedule.NumActions(), 1);
+  return static_cast<int>(std::clamp<std::int64_t>(4'000'000 / actions, 20, kSpreadDraws));
+}
 
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);

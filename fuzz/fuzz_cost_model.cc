@@ -1,6 +1,7 @@
 // libFuzzer target: cost-model JSON -> ParseCostModelJson -> Simulate of 1f1b (P=4, M=8)
 // and interleaved-1f1b (P=2, V=2, M=4) with it. Holds the library to: no crash, and
-// simulating a valid generated schedule succeeds under any cost model the parser accepts.
+// simulating a valid generated schedule succeeds under any cost model the parser accepts
+// and CheckCostsFit finds fitting (what the command line checks before it simulates).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -33,7 +34,9 @@ void FuzzOne(std::string_view text) {
   absl::StatusOr<CostModel> costs = ParseCostModelJson(text);
   if (!costs.ok()) return;
   for (const Schedule& schedule : Schedules()) {
+    const bool fits = CheckCostsFit(*costs, schedule.num_ranks(), schedule.num_chunks()).ok();
     absl::StatusOr<SimResult> sim = Simulate(schedule, *costs);
+    if (!fits) continue;  // it may be refused, and must not crash
     PS_FUZZ_CHECK(sim.ok(), sim.status());
     PS_FUZZ_CHECK(!(sim->makespan < 0), "negative makespan");
   }

@@ -149,20 +149,6 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
           QuoteForMessage(key, 60)));
     }
   }
-  // The received input is part of the activations (StageCosts::input_bytes), so a file
-  // that says otherwise cannot be simulated: say so here, naming the entry. Stage 0
-  // receives nothing; "default" is the costs of every stage the list does not reach.
-  auto check_input = [](const StageCosts& c, const std::string& key) -> absl::Status {
-    if (c.input_bytes <= c.activation_bytes) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cost model: \"%s.input_bytes\" %d exceeds its activation_bytes %d; the received "
-        "input is part of a micro-batch's activations: give input_bytes <= activation_bytes",
-        key, c.input_bytes, c.activation_bytes));
-  };
-  PS_RETURN_IF_ERROR(check_input(model.uniform, "default"));
-  for (std::size_t s = 1; s < model.stages.size(); ++s) {
-    PS_RETURN_IF_ERROR(check_input(model.stages[s], absl::StrCat("stages[", s, "]")));
-  }
   return model;
 }
 
@@ -183,6 +169,17 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
         "virtual stages, %s); give one per boundary s -> s+1, or one number for all",
         costs.comm.size(), costs.comm.size() == 1 ? "entry" : "entries", stages - 1, stages,
         shape));
+  }
+  // The received input is part of the activations (StageCosts::input_bytes); stage 0
+  // receives nothing. Simulate() refuses the same; here it is said before anything runs.
+  for (std::int64_t s = 1; s < stages; ++s) {
+    const StageCosts& c = costs.Stage(static_cast<int>(s));
+    if (c.input_bytes > c.activation_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cost model: stage %d: input_bytes %d exceeds activation_bytes %d; the received "
+          "input is part of a micro-batch's activations: give input_bytes <= activation_bytes",
+          s, c.input_bytes, c.activation_bytes));
+    }
   }
   return absl::OkStatus();
 }

@@ -104,6 +104,8 @@ absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text);
 // boundaries) or one entry per boundary s -> s+1 (P*V - 1). InvalidArgument stating the
 // length expected otherwise. (CostModel::Stage() and Comm() fall back to the uniform
 // values past the end of the lists; a file that is too short or too long is a mistake.)
+// Also InvalidArgument, naming the stage, when a stage > 0 receives more input_bytes than
+// its activation_bytes (what Simulate refuses too).
 absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks);
 
 }  // namespace pipesched::scheduler

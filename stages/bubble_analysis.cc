@@ -232,9 +232,11 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
         if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
           result.handoff_into[{x.stage, *op, x.microbatch}] = g1 - p_end;
         }
-      } else if (producer != nullptr && p_end <= g1) {
+      } else if (producer != nullptr) {
+        // (Below 0 where X's clock read an instant before p's: rows on different devices
+        // may disagree by a few microseconds.)
         if (std::optional<scheduler::Op> op = ComputeOpOf(x)) {
-          result.handoff_at_most[{x.stage, *op, x.microbatch}] = g1 - p_end;
+          result.handoff_at_most[{x.stage, *op, x.microbatch}] = std::max(0.0, g1 - p_end);
         }
       }
       // The stream's own gap: everything X needed was there when the previous action ended.

@@ -90,7 +90,7 @@ struct IdleAnalysis {
   // but the transfer did not), to replay the step's hand-offs (WithHandoffs). Not where
   // X was issued after p ended: the host's lateness would then be in the latency (the
   // transfer's own issue may have been late too), so such inputs keep the boundary's
-  // median in the replay.
+  // median in the replay, bounded by handoff_at_most.
   std::map<std::tuple<int, scheduler::Op, int>, double> handoff_into;
   // Every other consuming action X with a cross-rank producer p: X.start - p.end, a bound
   // on its hand-off (its data cannot have taken longer), so that a replay never starts X
