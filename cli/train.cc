@@ -228,7 +228,8 @@ absl::Status Train(const CommandContext& ctx) {
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
   scheduler::CostModel handoff_costs =
       stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
-  handoff_costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
+  const double measured_gap = stages::MedianGap({&idle});  // -1: no sample
+  handoff_costs.action_gap = std::max(measured_gap, 0.0);
   PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
                       scheduler::Simulate(trainer->schedule(), handoff_costs));
   // The same costs, with every action's duration, hand-off and gap drawn from the last
@@ -353,8 +354,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["planned_spread_bubble_fraction"] = spread;
     // The stream gap that plan used (null when no action of the last step had everything
     // it needed when its rank's previous action ended).
-    const double gap = stages::MedianGap({&idle});
-    j["action_gap_us"] = gap >= 0 ? nlohmann::json(gap) : nlohmann::json();
+    j["action_gap_us"] = measured_gap >= 0 ? nlohmann::json(measured_gap) : nlohmann::json();
     j["last_step_measured_bubble_fraction"] = measured.bubble_fraction;
     j["last_step_replayed_bubble_fraction"] = replayed.bubble_fraction;
     j["last_step_makespan_ms"] = measured.makespan / 1000;

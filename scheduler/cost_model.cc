@@ -170,14 +170,20 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
         costs.comm.size(), costs.comm.size() == 1 ? "entry" : "entries", stages - 1, stages,
         shape));
   }
-  // The received input is part of the activations (StageCosts::input_bytes); stage 0
-  // receives nothing. Simulate() refuses the same; here it is said before anything runs.
-  for (std::int64_t s = 1; s < stages; ++s) {
+  // Said before anything runs, as the file's fault.
+  if (absl::Status input = CheckInputBytes(costs, stages); !input.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model: ", input.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInputBytes(const CostModel& costs, std::int64_t num_stages) {
+  for (std::int64_t s = 1; s < num_stages; ++s) {
     const StageCosts& c = costs.Stage(static_cast<int>(s));
     if (c.input_bytes > c.activation_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: stage %d: input_bytes %d exceeds activation_bytes %d; the received "
-          "input is part of a micro-batch's activations: give input_bytes <= activation_bytes",
+          "stage %d: input_bytes %d exceeds activation_bytes %d; the received input is part of "
+          "a micro-batch's activations: give input_bytes <= activation_bytes",
           s, c.input_bytes, c.activation_bytes));
     }
   }

@@ -108,4 +108,9 @@ absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text);
 // its activation_bytes (what Simulate refuses too).
 absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks);
 
+// InvalidArgument naming the stage when a stage in [1, num_stages) receives more
+// input_bytes than its activation_bytes (the received input is part of them; stage 0
+// receives nothing). Simulate and CheckCostsFit both check it.
+absl::Status CheckInputBytes(const CostModel& costs, std::int64_t num_stages);
+
 }  // namespace pipesched::scheduler

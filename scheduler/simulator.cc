@@ -38,15 +38,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
   const int P = index.num_ranks();
   const int N = index.num_actions();
-  for (int s = 1; s < schedule.num_stages(); ++s) {  // stage 0 receives no input
-    const StageCosts& c = costs.Stage(s);
-    if (c.input_bytes > c.activation_bytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d: input_bytes %d exceeds activation_bytes %d; the received input is part of "
-          "a micro-batch's activations: give input_bytes <= activation_bytes",
-          s, c.input_bytes, c.activation_bytes));
-    }
-  }
+  PS_RETURN_IF_ERROR(CheckInputBytes(costs, schedule.num_stages()));
 
   // A gap below 0 would overlap two actions of one lane; one that is not a number would
   // read as a duration's fault.
@@ -69,7 +61,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);
   std::vector<char> computed(P, 0);  // whether the rank ran a compute action yet
-  int not_finite = -1;  // the first action whose end is not a finite time
+  int not_finite = -1;               // the first action whose end is not a finite time
   PS_RETURN_IF_ERROR(
       internal::WalkInOrder(schedule, index, [&](int r, int, int id, const Action& a) {
         const bool compute = IsCompute(a.op);

@@ -521,8 +521,8 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("wrote " + costs + " (measured costs in us, for simulate --costs)"));
   const nlohmann::json file = nlohmann::json::parse(Slurp(costs));
-  ASSERT_EQ(file["stages"].size(), 4u);            // P x V virtual stages
-  EXPECT_EQ(file["comm"].size(), 3u);              // their boundaries
+  ASSERT_EQ(file["stages"].size(), 4u);  // P x V virtual stages
+  EXPECT_EQ(file["comm"].size(), 3u);    // their boundaries
   // The measured gap, as train's JSON reports it (written only when there is one).
   const nlohmann::json gap = nlohmann::json::parse(Slurp(json))["action_gap_us"];
   if (!gap.is_null() && gap.get<double>() > 0) {

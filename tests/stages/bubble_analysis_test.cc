@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/registry.h"
@@ -217,6 +218,30 @@ void ExpectReplayReproduces(const scheduler::Schedule& schedule, const scheduler
   EXPECT_DOUBLE_EQ(replayed.bubble_fraction, measured.bubble_fraction);
 }
 
+// A "measured" step made by the simulator (1F1B, P=2, `truth`) and its analysis.
+struct SimulatedStep {
+  scheduler::Schedule schedule;
+  scheduler::SimResult measured;
+  IdleAnalysis analysis;
+};
+absl::StatusOr<SimulatedStep> Simulate1F1B(int microbatches, const scheduler::CostModel& truth) {
+  SimulatedStep step;
+  PS_ASSIGN_OR_RETURN(
+      step.schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = microbatches}));
+  PS_ASSIGN_OR_RETURN(step.measured, scheduler::Simulate(step.schedule, truth));
+  PS_ASSIGN_OR_RETURN(step.analysis, AnalyzeIdle(step.measured.timeline, {}, 2));
+  return step;
+}
+
+// Two stages of F = 10, B = 20, transfers of 1.
+scheduler::CostModel EvenStages() {
+  scheduler::CostModel costs;
+  costs.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
+  costs.comm_uniform = 1;
+  return costs;
+}
+
 // Replaying a step action by action: a timeline the simulator made with uneven
 // per-action costs, fed back through WithActionDurations onto costs that know nothing
 // of them, is reproduced span for span; the stage medians alone do not reproduce it.
@@ -272,17 +297,12 @@ TEST(BubbleAnalysisTest, WithHandoffsReplaysSlowHandOffs) {
 // median 2 for the stream, 9 for that one action); the simulator then reproduces it
 // with the gaps, not without, nor with the median alone.
 TEST(BubbleAnalysisTest, StreamGapsAreMeasuredAndReplayed) {
-  PS_ASSERT_OK_AND_ASSIGN(
-      scheduler::Schedule schedule,
-      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
   using scheduler::Op;
-  scheduler::CostModel truth;
-  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
-  truth.comm_uniform = 1;
+  scheduler::CostModel truth = EvenStages();
   truth.action_gap = 2;
   truth.gaps[{1, Op::kB, 2}] = 9;
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
-  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  PS_ASSERT_OK_AND_ASSIGN(const SimulatedStep step, Simulate1F1B(6, truth));
+  const auto& [schedule, measured, a] = step;
   EXPECT_EQ(a.gap_before.at({1, Op::kB, 2}), 9);
   EXPECT_EQ(MedianGap({&a}), 2);
   for (double gap : a.gap_samples) EXPECT_TRUE(gap == 2 || gap == 9) << gap;
@@ -303,14 +323,9 @@ TEST(BubbleAnalysisTest, StreamGapsAreMeasuredAndReplayed) {
 // started: with a boundary median of 50 (as if measured in slower steps), the replay
 // still starts no action later than it started, and reproduces the step.
 TEST(BubbleAnalysisTest, AnInputsReplayedHandOffIsAtMostItsWait) {
-  PS_ASSERT_OK_AND_ASSIGN(
-      scheduler::Schedule schedule,
-      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 6}));
-  scheduler::CostModel truth;
-  truth.stages = {{.f = 10, .b = 20}, {.f = 10, .b = 20}};
-  truth.comm_uniform = 1;
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
-  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  const scheduler::CostModel truth = EvenStages();
+  PS_ASSERT_OK_AND_ASSIGN(const SimulatedStep step, Simulate1F1B(6, truth));
+  const auto& [schedule, measured, a] = step;
   EXPECT_FALSE(a.handoff_at_most.empty());
   for (const auto& [key, bound] : a.handoff_at_most) {
     EXPECT_EQ(a.handoff_into.count(key), 0u);
@@ -351,17 +366,14 @@ TEST(BubbleAnalysisTest, ACopyWithinTheRowIsNotAStreamGapSample) {
 // own, so the replay must not give it the median gap of 2 (it would start at 64, not
 // 63, and every later action of rank 0, the slower, with it).
 TEST(BubbleAnalysisTest, AWaitingActionsGapIsAtMostItsWait) {
-  PS_ASSERT_OK_AND_ASSIGN(
-      scheduler::Schedule schedule,
-      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
   using scheduler::Op;
-  scheduler::CostModel truth;
-  truth.stages = {{.f = 30, .b = 20}, {.f = 10, .b = 20}};
+  scheduler::CostModel truth = EvenStages();
+  truth.stages[0].f = 30;
   truth.comm_uniform = 0.5;
   truth.action_gap = 2;
   truth.gaps[{0, Op::kB, 0}] = 0;
-  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult measured, scheduler::Simulate(schedule, truth));
-  PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(measured.timeline, {}, 2));
+  PS_ASSERT_OK_AND_ASSIGN(const SimulatedStep step, Simulate1F1B(4, truth));
+  const auto& [schedule, measured, a] = step;
   EXPECT_EQ(a.gap_before.count({0, Op::kB, 0}), 0u);
   EXPECT_EQ(a.gap_at_most.at({0, Op::kB, 0}), 1);
   EXPECT_EQ(MedianGap({&a}), 2);
