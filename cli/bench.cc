@@ -70,6 +70,8 @@ struct Row {
   bool failed = false;  // skipped because it failed at run time (not bad input)
   double step_ms = 0, samples_per_s = 0, makespan_ms = 0;
   double sim_ms = 0, sim_plain_ms = 0, replay_ms = 0, ideal_ms = 0;
+  // Whole steps (zero-grad + actions + optimizer), simulated and replayed: against step_ms.
+  double sim_step_ms = 0, replay_step_ms = 0;
   std::optional<double> closed_form;
   double simulated = 0, simulated_plain = 0, replayed = 0, measured = 0;
   double spread = 0;  // simulated with durations drawn from the step's (stages/bubble_analysis.h)
@@ -272,7 +274,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // latency as its transfer time (what the machine really costs a dependency; from all
   // measured steps where the median step has no sample), and the stream's measured gap
   // between actions (the runtime's overhead between two actions of a stream).
-  scheduler::CostModel plain = stages::MeasuredCostModel({&med.timeline}, trainer->executor());
+  scheduler::CostModel plain =
+      stages::MeasuredCostModel({&med.timeline}, trainer->executor(), {&med.phases});
   std::vector<const stages::IdleAnalysis*> pointers;
   for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
   const std::vector<double> pooled = stages::MedianHandoff(pointers);
@@ -326,9 +329,11 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                                            SpreadDraws(trainer->schedule()), kSpreadSeed));
   row.replayed = replay.bubble_fraction;
   row.replay_ms = replay.makespan / 1000;
+  row.replay_step_ms = replay.step_time / 1000;
   row.simulated = sim.bubble_fraction;
   row.sim_plain_ms = sim_plain.makespan / 1000;
   row.sim_ms = sim.makespan / 1000;
+  row.sim_step_ms = sim.step_time / 1000;
   for (int r = 0; r < p; ++r) row.sim_peak_bytes.push_back(sim.ranks[r].peak_live_bytes);
   // The same three numbers for every measured step, each fed with its own step's costs
   // (the median step's are the row's).
@@ -341,7 +346,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
       continue;
     }
     scheduler::CostModel step_costs = stages::WithHandoffLatency(
-        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor()),
+        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor(),
+                                  {&results[k].phases}),
         handoff_of(analyses[k]));
     step_costs.action_gap = std::max(gap_of(analyses[k]), 0.0);
     PS_ASSIGN_OR_RETURN(scheduler::SimResult step_sim,
@@ -495,6 +501,8 @@ constexpr const char* kColumns[] = {"schedule",
                                     "simulated_makespan_ms",
                                     "simulated_plain_makespan_ms",
                                     "replayed_makespan_ms",
+                                    "simulated_step_ms",
+                                    "replayed_step_ms",
                                     "ideal_ms",
                                     "bubble_closed_form",
                                     "bubble_simulated",
@@ -535,6 +543,8 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["simulated_makespan_ms"] = r.sim_ms;
   j["simulated_plain_makespan_ms"] = r.sim_plain_ms;
   j["replayed_makespan_ms"] = r.replay_ms;
+  j["simulated_step_ms"] = r.sim_step_ms;
+  j["replayed_step_ms"] = r.replay_step_ms;
   j["ideal_ms"] = r.ideal_ms;
   j["bubble_closed_form"] = r.closed_form ? nlohmann::json(*r.closed_form) : nlohmann::json();
   j["bubble_simulated"] = r.simulated;

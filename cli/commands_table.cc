@@ -12,9 +12,9 @@ int RunBench(const CommandContext& ctx);
 
 namespace {
 constexpr std::string_view kCostFlags[] = {
-    "cost_f",          "cost_b",          "cost_i",         "cost_w",
-    "cost_comm",       "cost_action_gap", "cost_allreduce", "activation_bytes",
-    "workspace_bytes", "input_bytes",     "costs"};
+    "cost_f",          "cost_b",         "cost_i",         "cost_w",         "cost_comm",
+    "cost_action_gap", "cost_allreduce", "cost_zero_grad", "cost_optimizer", "activation_bytes",
+    "workspace_bytes", "input_bytes",    "costs"};
 std::vector<std::string_view> With(std::vector<std::string_view> flags,
                                    std::initializer_list<std::string_view> more = {}) {
   flags.insert(flags.end(), std::begin(kCostFlags), std::end(kCostFlags));
@@ -46,8 +46,8 @@ const std::vector<Command>& AllCommands() {
       {"simulate",
        "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
-       "          --cost-action-gap=0 --activation-bytes=0 --workspace-bytes=0 --input-bytes=0\n"
-       "          --costs=FILE.json]\n"
+       "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
+       "          --workspace-bytes=0 --input-bytes=0 --costs=FILE.json]\n"
        "         [--device-memory=SIZE] [--trace=F.json] [--svg=F.svg]\n"
        "         [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] [--nogrid]\n"
        "         [--color=auto|always|never]",

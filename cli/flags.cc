@@ -22,6 +22,10 @@ ABSL_FLAG(double, cost_comm, 0.0, "transfer time across a stage boundary");
 ABSL_FLAG(double, cost_action_gap, 0.0,
           "a rank's stream overhead between one compute action and the next");
 ABSL_FLAG(double, cost_allreduce, 0.0, "time of one stage's data-parallel all-reduce");
+ABSL_FLAG(double, cost_zero_grad, 0.0,
+          "time to zero one stage's gradients, once per step before its rank's first action");
+ABSL_FLAG(double, cost_optimizer, 0.0,
+          "time of one stage's optimizer step, once per step after its rank's last action");
 ABSL_FLAG(int64_t, activation_bytes, 0, "activation bytes stashed per micro-batch per stage");
 ABSL_FLAG(int64_t, workspace_bytes, 0, "scratch bytes one B or I holds while it runs, per stage");
 ABSL_FLAG(int64_t, input_bytes, 0,

@@ -22,6 +22,8 @@ ABSL_DECLARE_FLAG(double, cost_w);
 ABSL_DECLARE_FLAG(double, cost_comm);
 ABSL_DECLARE_FLAG(double, cost_action_gap);
 ABSL_DECLARE_FLAG(double, cost_allreduce);
+ABSL_DECLARE_FLAG(double, cost_zero_grad);
+ABSL_DECLARE_FLAG(double, cost_optimizer);
 ABSL_DECLARE_FLAG(int64_t, activation_bytes);
 ABSL_DECLARE_FLAG(int64_t, workspace_bytes);
 ABSL_DECLARE_FLAG(int64_t, input_bytes);

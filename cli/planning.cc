@@ -109,7 +109,9 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                       {"cost_b", &FLAGS_cost_b, &scheduler::StageCosts::b},
                       {"cost_i", &FLAGS_cost_i, &scheduler::StageCosts::i},
                       {"cost_w", &FLAGS_cost_w, &scheduler::StageCosts::w},
-                      {"cost_allreduce", &FLAGS_cost_allreduce, &scheduler::StageCosts::allreduce}};
+                      {"cost_allreduce", &FLAGS_cost_allreduce, &scheduler::StageCosts::allreduce},
+                      {"cost_zero_grad", &FLAGS_cost_zero_grad, &scheduler::StageCosts::zero_grad},
+                      {"cost_optimizer", &FLAGS_cost_optimizer, &scheduler::StageCosts::optimizer}};
   for (const auto& t : kTimes) {
     if (!FlagGiven(ctx, t.flag)) continue;
     double v = absl::GetFlag(*t.value);
@@ -192,6 +194,10 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
     out << "   (no closed form for these costs)";
   }
   out << absl::StrFormat("   bubble ratio %.4f\n", sim.bubble_ratio);
+  if (sim.step_time != sim.makespan) {
+    out << absl::StrFormat("step time %.6g   (makespan + zero-grad before + optimizer after)\n",
+                           sim.step_time);
+  }
   bool bytes = false;
   for (int s = 0; s < schedule.num_stages(); ++s) {
     bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0;
@@ -218,6 +224,7 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["placement"] = schedule.placement.KindName();
   j["actions"] = schedule.NumActions();
   j["makespan"] = sim.makespan;
+  j["step_time"] = sim.step_time;
   j["bubble_fraction"] = sim.bubble_fraction;
   j["bubble_ratio"] = sim.bubble_ratio;
   std::optional<double> formula = FormulaFor(schedule, costs);

@@ -242,6 +242,27 @@ absl::Status Train(const CommandContext& ctx) {
       "action and copy times, %.4f with the measured hand-offs between ranks and gaps "
       "between actions, %.4f expected with the last step's spread of durations\n",
       Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction, spread);
+  // The whole step: the plans' makespans plus each rank's zero-grad before its first
+  // action and optimizer step after its last (medians of the steps), against the host's
+  // wall time of a step.
+  std::vector<std::string> zero_grad_ms(p), optimizer_ms(p);
+  {
+    std::vector<double> zero_grad_us(p, 0), optimizer_us(p, 0);
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      zero_grad_us[schedule.placement.RankOf(s)] += handoff_costs.Stage(s).zero_grad;
+      optimizer_us[schedule.placement.RankOf(s)] += handoff_costs.Stage(s).optimizer;
+    }
+    for (int r = 0; r < p; ++r) {
+      zero_grad_ms[r] = absl::StrFormat("%.3f", zero_grad_us[r] / 1000);
+      optimizer_ms[r] = absl::StrFormat("%.3f", optimizer_us[r] / 1000);
+    }
+  }
+  out << absl::StrFormat(
+      "step time: measured %.3f ms (median over steps); planned %.3f ms, %.3f with the "
+      "hand-offs and gaps: the plan's makespan plus, per rank, zero-grad %s ms before and "
+      "optimizer step %s ms after\n",
+      median_micros / 1000, planned.step_time / 1000, with_handoff.step_time / 1000,
+      absl::StrJoin(zero_grad_ms, "/"), absl::StrJoin(optimizer_ms, "/"));
   // The last step replayed action by action (each compute action's own measured duration,
   // each dependency's measured hand-off where it was the last blocker, each stream gap
   // where the stream itself was): what is left against the measured step is what the
@@ -352,6 +373,8 @@ absl::Status Train(const CommandContext& ctx) {
     j["planned_bubble_fraction"] = planned.bubble_fraction;
     j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
     j["planned_spread_bubble_fraction"] = spread;
+    j["planned_step_ms"] = planned.step_time / 1000;
+    j["planned_with_handoff_step_ms"] = with_handoff.step_time / 1000;
     // The stream gap that plan used (null when no action of the last step had everything
     // it needed when its rank's previous action ended).
     j["action_gap_us"] = measured_gap >= 0 ? nlohmann::json(measured_gap) : nlohmann::json();

@@ -97,11 +97,13 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
                      : field == "i"         ? &costs.i
                      : field == "w"         ? &costs.w
                      : field == "allreduce" ? &costs.allreduce
+                     : field == "zero_grad" ? &costs.zero_grad
+                     : field == "optimizer" ? &costs.optimizer
                                             : nullptr;
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: unknown key %s (expected f, b, i, w, allreduce, activation_bytes, "
-          "workspace_bytes, input_bytes)",
+          "cost model: unknown key %s (expected f, b, i, w, allreduce, zero_grad, optimizer, "
+          "activation_bytes, workspace_bytes, input_bytes)",
           QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));

@@ -39,6 +39,12 @@ struct StageCosts {
   // the executor allocates the receive buffer there so that the transfer overlaps that
   // action (stages/executor.h). At most activation_bytes; 0 = all of it from the F.
   std::int64_t input_bytes = 0;
+  // Once per training step, outside the schedule's actions: zeroing the stage's gradients
+  // before its rank's first action, and its optimizer step after its rank's last action
+  // and its all-reduce. They add to the simulated step time (SimResult::step_time), not
+  // to the makespan or the bubble. 0 = not modelled.
+  double zero_grad = 0;
+  double optimizer = 0;
 };
 
 struct CostModel {
@@ -90,7 +96,7 @@ struct CostModel {
 // Parses the cost-model JSON file:
 //   {"version": 1,
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
-//                "workspace_bytes": 0, "input_bytes": 0},
+//                "workspace_bytes": 0, "input_bytes": 0, "zero_grad": 0, "optimizer": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...],           // optional, uniform or per boundary
 //    "action_gap": 0.01}                      // optional, CostModel::action_gap

@@ -196,9 +196,15 @@ std::string ToPytorchCsv(const Schedule& schedule) {
 
 namespace {
 
-// `with_input`: write input_bytes (every entry, since absent fields of a stage take the
-// default's); only files that use it have it, so that builds predating it read the rest.
-json StageCostsJson(const StageCosts& c, bool with_input) {
+// Fields that older builds do not know are written only by models that use them (on
+// every entry then, since absent fields of a stage take the default's), so that those
+// builds read the rest: input_bytes, and the per-step zero_grad and optimizer.
+struct OptionalFields {
+  bool input = false;
+  bool step = false;
+};
+
+json StageCostsJson(const StageCosts& c, OptionalFields with) {
   json out{{"f", c.f},
            {"b", c.b},
            {"i", c.i},
@@ -206,18 +212,27 @@ json StageCostsJson(const StageCosts& c, bool with_input) {
            {"allreduce", c.allreduce},
            {"activation_bytes", c.activation_bytes},
            {"workspace_bytes", c.workspace_bytes}};
-  if (with_input) out["input_bytes"] = c.input_bytes;
+  if (with.input) out["input_bytes"] = c.input_bytes;
+  if (with.step) {
+    out["zero_grad"] = c.zero_grad;
+    out["optimizer"] = c.optimizer;
+  }
   return out;
 }
 
 // The cost-model JSON that ParseCostModelJson reads back to the same CostModel.
 json CostModelJson(const CostModel& costs) {
-  bool with_input = costs.uniform.input_bytes != 0;
-  for (const StageCosts& s : costs.stages) with_input |= s.input_bytes != 0;
-  json out = {{"version", 1}, {"default", StageCostsJson(costs.uniform, with_input)}};
+  OptionalFields with;
+  auto note = [&with](const StageCosts& s) {
+    with.input |= s.input_bytes != 0;
+    with.step |= s.zero_grad != 0 || s.optimizer != 0;
+  };
+  note(costs.uniform);
+  for (const StageCosts& s : costs.stages) note(s);
+  json out = {{"version", 1}, {"default", StageCostsJson(costs.uniform, with)}};
   if (!costs.stages.empty()) {
     json stages = json::array();
-    for (const StageCosts& s : costs.stages) stages.push_back(StageCostsJson(s, with_input));
+    for (const StageCosts& s : costs.stages) stages.push_back(StageCostsJson(s, with));
     out["stages"] = std::move(stages);
   }
   if (!costs.comm.empty()) {

@@ -19,10 +19,17 @@
 // - Lowered SEND/RECV actions are zero-time markers: the transfers are already modelled
 //   by the dependencies, so they are neither drawn nor charged.
 // - busy = compute time on the compute lane; idle = makespan - busy.
+// - Outside the actions: a rank's compute lane first zeroes the gradients of each of its
+//   stages (StageCosts::zero_grad, in stage order), and after its last compute action
+//   (and CostModel::action_gap) runs each of its stages' optimizer step
+//   (StageCosts::optimizer), not before that stage's ALLREDUCE has ended. The timeline
+//   and the makespan start at the first action; SimResult::step_time runs from the start
+//   of the zero-grads to the end of the last optimizer step.
 #include "scheduler/simulator.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -40,16 +47,16 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   const int N = index.num_actions();
   PS_RETURN_IF_ERROR(CheckInputBytes(costs, schedule.num_stages()));
 
-  // A gap below 0 would overlap two actions of one lane; one that is not a number would
-  // read as a duration's fault.
-  auto bad_gap = [](double gap) { return !(gap >= 0 && gap <= kMaxCostTime); };
-  if (bad_gap(costs.action_gap)) {
+  // A gap, zero-grad or optimizer time below 0 would overlap two pieces of work on one
+  // lane; one that is not a number would read as a duration's fault (or vanish in a max).
+  auto bad_time = [](double t) { return !(t >= 0 && t <= kMaxCostTime); };
+  if (bad_time(costs.action_gap)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("action gap %g is not a valid time; give a number in [0, %g]",
                         costs.action_gap, kMaxCostTime));
   }
   for (const auto& [key, gap] : costs.gaps) {
-    if (bad_gap(gap)) {
+    if (bad_time(gap)) {
       const auto& [stage, op, microbatch] = key;
       return absl::InvalidArgumentError(absl::StrFormat(
           "the gap before %s is %g, not a valid time; give a number in [0, %g]",
@@ -57,9 +64,34 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
     }
   }
 
+  // The stages of each rank, in order: their zero-grads hold its compute lane first.
+  std::vector<std::vector<int>> stages_of(P);
+  for (int r = 0; r < P; ++r) {
+    for (const Action& a : schedule.programs[r]) {
+      if (IsCompute(a.op)) stages_of[r].push_back(a.stage);
+    }
+    std::sort(stages_of[r].begin(), stages_of[r].end());
+    stages_of[r].erase(std::unique(stages_of[r].begin(), stages_of[r].end()), stages_of[r].end());
+  }
+  for (int stage = -1; stage < static_cast<int>(costs.stages.size()); ++stage) {
+    const StageCosts& c = stage < 0 ? costs.uniform : costs.stages[stage];
+    for (const auto& [name, time] :
+         {std::pair{"zero_grad", c.zero_grad}, std::pair{"optimizer", c.optimizer}}) {
+      if (bad_time(time)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s %s is %g, not a valid time; give a number in [0, %g]",
+            stage < 0 ? std::string("the default") : absl::StrFormat("stage %d's", stage), name,
+            time, kMaxCostTime));
+      }
+    }
+  }
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);
+  for (int r = 0; r < P; ++r) {
+    for (int stage : stages_of[r]) compute_free[r] += costs.Stage(stage).zero_grad;
+  }
+  std::vector<double> allreduce_end(schedule.num_stages(), 0);  // [stage]
   std::vector<char> computed(P, 0);  // whether the rank ran a compute action yet
   int not_finite = -1;               // the first action whose end is not a finite time
   PS_RETURN_IF_ERROR(
@@ -83,6 +115,9 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         end[id] = t + costs.Duration(a);
         if (not_finite < 0 && !std::isfinite(end[id])) not_finite = id;
         lane_free = end[id];
+        if (a.op == Op::kAllReduce && a.stage >= 0 && a.stage < schedule.num_stages()) {
+          allreduce_end[a.stage] = std::max(allreduce_end[a.stage], end[id]);
+        }
       }));
   if (not_finite >= 0) {
     const Action& a = index.ActionOf(not_finite);
@@ -92,7 +127,37 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         ToString(a), index.RankOfId(not_finite), end[not_finite], costs.Duration(a), kMaxCostTime));
   }
 
+  // The optimizer steps, then the step's end; then the action times from the first
+  // action, as a measured timeline's are.
   SimResult result;
+  double first_start = N > 0 ? std::numeric_limits<double>::infinity() : 0;
+  for (int id = 0; id < N; ++id) {
+    const Op op = index.ActionOf(id).op;
+    if (IsCompute(op) || op == Op::kAllReduce) first_start = std::min(first_start, start[id]);
+    result.step_time = std::max(result.step_time, end[id]);
+  }
+  if (!std::isfinite(first_start)) first_start = 0;
+  for (int r = 0; r < P; ++r) {
+    double t = compute_free[r];
+    bool any = false;
+    for (int stage : stages_of[r]) any |= costs.Stage(stage).optimizer > 0;
+    if (any && computed[r]) t += costs.action_gap;
+    for (int stage : stages_of[r]) {
+      if (costs.Stage(stage).optimizer <= 0) continue;
+      t = std::max(t, allreduce_end[stage]) + costs.Stage(stage).optimizer;
+    }
+    result.step_time = std::max(result.step_time, t);
+  }
+  if (!std::isfinite(result.step_time)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the simulated step time is not finite (%g); every cost must be a number in [0, %g]",
+        result.step_time, kMaxCostTime));
+  }
+  for (int id = 0; id < N; ++id) {
+    start[id] -= first_start;
+    end[id] -= first_start;
+  }
+
   trace::Timeline& timeline = result.timeline;
   timeline.name = absl::StrFormat("%s P=%d V=%d M=%d (simulated)", schedule.name, P,
                                   schedule.num_chunks(), schedule.num_microbatches);

@@ -30,6 +30,12 @@ struct SimResult {
   std::vector<RankStats> ranks;
   double bubble_fraction = 0;  // total idle / (P * makespan)
   double bubble_ratio = 0;     // total idle / total busy (idle relative to ideal compute)
+  // The whole training step: each rank zeroes its stages' gradients (StageCosts::zero_grad,
+  // in stage order) before its first action, and runs their optimizer steps
+  // (StageCosts::optimizer, each after its stage's all-reduce) after its last one. The
+  // timeline starts at the first action (time 0 there), as a measured one does; the step
+  // starts before the zero-grads. Equal to makespan when both costs are 0.
+  double step_time = 0;
 };
 
 // An activation of (stage, mb) is live from the start of F until the end of B, or of W

@@ -292,6 +292,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
                           TimingEvent(dev, absl::StrCat("ALLREDUCE(", s, ",d", d, ") done")));
       ex->allreduce_start_.push_back(std::move(ar_start));
       ex->allreduce_end_.push_back(std::move(ar_end));
+      PhaseEvents phase;
+      const std::string stage_id = absl::StrCat("(", s, ",d", d, ")");
+      PS_ASSIGN_OR_RETURN(phase.zero_start, TimingEvent(dev, "ZERO_GRAD" + stage_id + " start"));
+      PS_ASSIGN_OR_RETURN(phase.zero_end, TimingEvent(dev, "ZERO_GRAD" + stage_id + " done"));
+      PS_ASSIGN_OR_RETURN(phase.opt_start, TimingEvent(dev, "OPTIMIZER" + stage_id + " start"));
+      PS_ASSIGN_OR_RETURN(phase.opt_end, TimingEvent(dev, "OPTIMIZER" + stage_id + " done"));
+      ex->phases_.push_back(std::move(phase));
     }
   }
   if (D > 1) {
@@ -966,7 +973,12 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status issued = [&]() -> absl::Status {
     for (int d = 0; d < D; ++d) {
-      for (int s = 0; s < S; ++s) PS_RETURN_IF_ERROR(work(d, s).ZeroGrad(*rank_of(d, s).compute));
+      for (int s = 0; s < S; ++s) {
+        runtime::Stream& compute = *rank_of(d, s).compute;
+        PS_RETURN_IF_ERROR(phases_[d * S + s].zero_start->Record(compute));
+        PS_RETURN_IF_ERROR(work(d, s).ZeroGrad(compute));
+        PS_RETURN_IF_ERROR(phases_[d * S + s].zero_end->Record(compute));
+      }
     }
     issue_times_.assign(order_.size(), 0);
     for (std::size_t k = 0; k < order_.size(); ++k) {
@@ -977,7 +989,9 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
       for (int s = 0; s < S; ++s) {
         Rank& rk = rank_of(d, s);
         if (D > 1) PS_RETURN_IF_ERROR(rk.compute->Wait(*allreduce_end_[d * S + s]));
+        PS_RETURN_IF_ERROR(phases_[d * S + s].opt_start->Record(*rk.compute));
         PS_RETURN_IF_ERROR(work(d, s).OptimizerStep(*rk.compute));
+        PS_RETURN_IF_ERROR(phases_[d * S + s].opt_end->Record(*rk.compute));
       }
     }
     return absl::OkStatus();
@@ -1011,7 +1025,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
     result.device_of_row.push_back(ranks_[row]->clock);  // clocks_: one per distinct device
   }
-  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline(&result.issue_micros));
+  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline(&result.issue_micros, &result.phases));
   return result;
 }
 
@@ -1055,7 +1069,8 @@ absl::Status Executor::MarkStepOrigins() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* issue_micros) const {
+absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* issue_micros,
+                                                          std::vector<trace::Span>* phases) const {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   trace::Timeline timeline;
   const int V = schedule_.num_chunks();
@@ -1133,6 +1148,28 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
     span.start -= origin;
     span.end -= origin;
   }
+  if (phases != nullptr) {
+    phases->clear();
+    for (int d = 0; d < D; ++d) {
+      for (int s = 0; s < S; ++s) {
+        const int row = d * P + schedule_.placement.RankOf(s);
+        const PhaseEvents& e = phases_[d * S + s];
+        for (const auto& [op, start, end] :
+             {std::tuple{"ZERO_GRAD", e.zero_start.get(), e.zero_end.get()},
+              std::tuple{"OPTIMIZER", e.opt_start.get(), e.opt_end.get()}}) {
+          PS_ASSIGN_OR_RETURN(double t_start, stamp(row, *start));
+          PS_ASSIGN_OR_RETURN(double t_end, stamp(row, *end));
+          phases->push_back(trace::Span{.rank = row,
+                                        .lane = trace::kComputeLane,
+                                        .stage = s,
+                                        .microbatch = -1,
+                                        .op = op,
+                                        .start = t_start - origin,
+                                        .end = std::max(t_start, t_end) - origin});
+        }
+      }
+    }
+  }
   if (issue_micros != nullptr) {
     for (double& t : *issue_micros) t -= origin;
   }
@@ -1151,12 +1188,13 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
-                                       const Executor& executor) {
+                                       const Executor& executor,
+                                       const std::vector<const std::vector<trace::Span>*>& phases) {
   const int S = executor.num_stages();
   std::vector<std::map<std::string, std::vector<double>>> by_stage(S);
   std::vector<std::vector<double>> transfers(std::max(S - 1, 0));
-  for (const trace::Timeline* timeline : timelines) {
-    for (const trace::Span& span : timeline->spans) {
+  auto add = [&](const std::vector<trace::Span>& spans) {
+    for (const trace::Span& span : spans) {
       if (span.stage < 0 || span.stage >= S) continue;
       const double duration = span.end - span.start;
       if (span.op == "RECV_F" || span.op == "SEND_B") {
@@ -1165,7 +1203,9 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
         by_stage[span.stage][span.op].push_back(duration);
       }
     }
-  }
+  };
+  for (const trace::Timeline* timeline : timelines) add(timeline->spans);
+  for (const std::vector<trace::Span>* spans : phases) add(*spans);
   scheduler::CostModel costs;
   std::vector<double> all_transfers;
   for (int s = 0; s < S; ++s) {
@@ -1181,6 +1221,8 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
     if (has_b && !has_iw) c.i = c.w = c.b / 2;
     if (has_iw && !has_b) c.b = c.i + c.w;
     c.allreduce = Median(ops["ALLREDUCE"]);
+    c.zero_grad = Median(ops["ZERO_GRAD"]);
+    c.optimizer = Median(ops["OPTIMIZER"]);
     costs.stages.push_back(executor.WithMemoryCosts(s, c));
   }
   for (const auto& t : transfers) {

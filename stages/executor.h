@@ -108,6 +108,12 @@ struct StepResult {
   // host, half an event round trip on a GPU);
   // a stream idle up to the issue time was waiting for the host (stages/bubble_analysis.h).
   std::vector<double> issue_micros;
+  // Per (replica, stage), outside the schedule's actions and so not in `timeline`: its
+  // gradients zeroed ("ZERO_GRAD", on its rank's compute stream before the first action;
+  // these start before 0) and its optimizer step ("OPTIMIZER", after the rank's last
+  // action and the stage's all-reduce), on the timeline's clock; rank = row, lane =
+  // trace::kComputeLane, microbatch -1. step_micros spans them.
+  std::vector<trace::Span> phases;
 };
 
 class Executor {
@@ -192,7 +198,8 @@ class Executor {
   absl::Status AwaitEvent(runtime::Event& event);
   runtime::Event* EndEvent(int replica, const scheduler::Action& action) const;
   std::string Diagnose(const std::vector<std::vector<bool>>& done, double stalled_seconds) const;
-  absl::StatusOr<trace::Timeline> CollectTimeline(std::vector<double>* issue_micros) const;
+  absl::StatusOr<trace::Timeline> CollectTimeline(std::vector<double>* issue_micros,
+                                                  std::vector<trace::Span>* phases) const;
   Rank& rank_of(int replica, int stage) const;
   Slot& slot(int replica, int stage, int mb) const;
 
@@ -205,6 +212,10 @@ class Executor {
   std::vector<std::unique_ptr<Slot>> slots_;                 // [(replica * S + stage) * M + mb]
   std::vector<std::unique_ptr<comm::AllReducer>> reducers_;  // [stage], D > 1
   std::vector<std::unique_ptr<runtime::Event>> allreduce_start_, allreduce_end_;  // [r*S+s]
+  struct PhaseEvents {  // StepResult::phases
+    std::unique_ptr<runtime::Event> zero_start, zero_end, opt_start, opt_end;
+  };
+  std::vector<PhaseEvents> phases_;  // [replica * S + stage]
   std::vector<Issue> order_;                                                      // the issue order
   std::vector<std::size_t> boundary_bytes_;                                       // [stage]
   std::vector<std::size_t> input_bytes_;  // [stage]: the received input (0 for stage 0)
@@ -232,10 +243,12 @@ class Executor {
 
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
-// boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE and the
-// executor's activation_bytes, workspace_bytes and input_bytes. Stages that ran B only get I = W =
-// B / 2; stages that ran I and W get B = I + W.
-scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
-                                       const Executor& executor);
+// boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE, the
+// median ZERO_GRAD and OPTIMIZER of `phases` (StepResult::phases; 0 without them) and the
+// executor's activation_bytes, workspace_bytes and input_bytes. Stages that ran B only
+// get I = W = B / 2; stages that ran I and W get B = I + W.
+scheduler::CostModel MeasuredCostModel(
+    const std::vector<const trace::Timeline*>& timelines, const Executor& executor,
+    const std::vector<const std::vector<trace::Span>*>& phases = {});
 
 }  // namespace pipesched::stages

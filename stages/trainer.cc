@@ -261,6 +261,7 @@ absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* lab
       .targets = std::as_bytes(std::span(labels, static_cast<std::size_t>(g)))};
   PS_ASSIGN_OR_RETURN(StepResult result, executor_->Step(in));
   timelines_.push_back(result.timeline);
+  phases_.push_back(result.phases);
   return result;
 }
 
@@ -334,10 +335,12 @@ absl::Status Trainer::SaveParameters(const std::string& path) const {
 
 scheduler::CostModel Trainer::MeasuredCosts() const {
   std::vector<const trace::Timeline*> used;
+  std::vector<const std::vector<trace::Span>*> phases;
   for (std::size_t i = timelines_.size() > 1 ? 1 : 0; i < timelines_.size(); ++i) {
     used.push_back(&timelines_[i]);
+    phases.push_back(&phases_[i]);
   }
-  return MeasuredCostModel(used, *executor_);
+  return MeasuredCostModel(used, *executor_, phases);
 }
 
 absl::StatusOr<scheduler::SimResult> Trainer::Planned() const {

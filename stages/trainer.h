@@ -135,6 +135,7 @@ class Trainer {
   model::Dataset data_;
   std::int64_t cursor_ = 0;  // next sample of data_
   std::vector<trace::Timeline> timelines_;
+  std::vector<std::vector<trace::Span>> phases_;  // StepResult::phases of each step
 };
 
 }  // namespace pipesched::stages

@@ -100,6 +100,11 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
       EXPECT_GE(c["action_gap_us"].get<double>(), 0);
       EXPECT_LT(c["action_gap_us"].get<double>(), 1000 * c["makespan_ms"].get<double>());
     }
+    // Whole steps: the replay and the simulation add each rank's measured zero-grad and
+    // optimizer step to their makespans; the measured step (host wall time) holds them.
+    EXPECT_GT(c["simulated_step_ms"].get<double>(), c["simulated_makespan_ms"].get<double>());
+    EXPECT_GT(c["replayed_step_ms"].get<double>(), c["replayed_makespan_ms"].get<double>());
+    EXPECT_GE(c["step_ms"].get<double>(), c["makespan_ms"].get<double>());
     EXPECT_EQ(c["peak_activation_bytes"].size(), 2u);
     // Measured in an exact-accounting step, it is what the simulator predicts, byte for
     // byte (stashes, boundary buffers and each backward's workspace).

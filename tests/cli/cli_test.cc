@@ -333,6 +333,26 @@ TEST(CliTest, SimulateWithAnActionGap) {
   EXPECT_THAT(r.err, HasSubstr("--cost-action-gap=-1 is not a valid time; use a number in [0, "));
 }
 
+// GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of
+// 1.5 after make a step of 11; the bubble is the schedule's, closed form included.
+TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {
+  const std::string stats = TempPath("step_stats.json");
+  RunResult r =
+      RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
+              "--cost-zero-grad=0.5", "--cost-optimizer=1.5", "--nogrid", "--json=" + stats});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 9   bubble fraction 0.3333 (simulated)   0.3333 "
+                               "(closed form)"));
+  EXPECT_THAT(r.out, HasSubstr("step time 11   (makespan + zero-grad before + optimizer after)"));
+  EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["step_time"].get<double>(), 11);
+  r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2", "--nogrid"});
+  EXPECT_THAT(r.out, Not(HasSubstr("step time")));  // only when there is more than the makespan
+  r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
+              "--cost-optimizer=-1", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cost-optimizer=-1 is not a valid time; use a number in [0, "));
+}
+
 // Costs of 1e-320 printed "1 column = 0 unit" over a broken one-column grid.
 TEST(CliTest, TinyCostsDrawAGrid) {
   RunResult r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=2",
@@ -533,6 +553,8 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   for (const nlohmann::json& stage : file["stages"]) {
     EXPECT_GT(stage["f"].get<double>(), 0);
     EXPECT_GT(stage["activation_bytes"].get<std::int64_t>(), 0);
+    EXPECT_GT(stage["optimizer"].get<double>(), 0);  // the measured per-step work
+    EXPECT_GE(stage["zero_grad"].get<double>(), 0);
   }
   r = RunCli({"simulate", "--schedule=zb-v", "--stages=2", "--microbatches=4", "--costs=" + costs,
               "--json=" + stats, "--nogrid"});
@@ -540,6 +562,12 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   const double plan =
       nlohmann::json::parse(Slurp(json))["planned_with_handoff_bubble_fraction"].get<double>();
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(Slurp(stats))["bubble_fraction"].get<double>(), plan);
+  // ... and the whole step's time (makespan + zero-grad + optimizer), in us there.
+  const double step_ms =
+      nlohmann::json::parse(Slurp(json))["planned_with_handoff_step_ms"].get<double>();
+  const double step_us = nlohmann::json::parse(Slurp(stats))["step_time"].get<double>();
+  EXPECT_NEAR(step_us, 1000 * step_ms, 1e-9 * step_us);
+  EXPECT_GT(step_us, nlohmann::json::parse(Slurp(stats))["makespan"].get<double>());
   r = RunCli({"simulate", "--schedule=interleaved-1f1b", "--virtual=2", "--stages=2",
               "--microbatches=4", "--costs=" + costs, "--nogrid"});
   EXPECT_EQ(r.code, 0) << r.err;

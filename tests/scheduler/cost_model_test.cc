@@ -114,7 +114,11 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
   EXPECT_THAT(ParseCostModelJson(R"({"action_gap": -0.5})"),
               StatusIs(kBad, HasSubstr("\"action_gap\" must be a number in [0, 1e+15], got -0.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"fwd": 1}})"),
-              StatusIs(kBad, HasSubstr("unknown key \"default.fwd\"")));
+              StatusIs(kBad, HasSubstr("unknown key \"default.fwd\" (expected f, b, i, w, "
+                                       "allreduce, zero_grad, optimizer, activation_bytes")));
+  EXPECT_THAT(ParseCostModelJson(R"({"stages": [{"optimizer": -2}]})"),
+              StatusIs(kBad, HasSubstr("\"stages[0].optimizer\" must be a number in [0, 1e+15], "
+                                       "got -2")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{}, {"f": -1}]})"),
               StatusIs(kBad, HasSubstr("\"stages[1].f\" must be a number in [0, 1e+15], got -1")));
   EXPECT_THAT(ParseCostModelJson(R"({"stages": [{"b": "2"}]})"),

@@ -248,6 +248,16 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(file.comm, (std::vector<double>{0.1, 0.2, 0.3}));
   EXPECT_EQ(file.action_gap, 0.375);
   EXPECT_EQ(ToCostModelJson(file), ToCostModelJson(costs));
+  // The per-step zero_grad and optimizer times, likewise only in files that use them.
+  EXPECT_THAT(ToCostModelJson(costs), Not(HasSubstr("optimizer")));
+  costs.stages[2].optimizer = 2.5;
+  costs.uniform.zero_grad = 0.25;
+  PS_ASSERT_OK_AND_ASSIGN(CostModel step, ParseCostModelJson(ToCostModelJson(costs)));
+  EXPECT_EQ(step.stages[2].optimizer, 2.5);
+  EXPECT_EQ(step.stages[1].optimizer, 0);
+  EXPECT_EQ(step.uniform.zero_grad, 0.25);
+  EXPECT_EQ(step.stages[0].zero_grad, 0);  // written per stage, not taken from the default
+  EXPECT_EQ(ToCostModelJson(step), ToCostModelJson(costs));
 }
 
 TEST(ScheduleJsonTest, LoadDetectsJsonAndNamesFromTheFileWhenUnnamed) {

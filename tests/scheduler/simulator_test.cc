@@ -223,6 +223,53 @@ TEST(SimulatorTest, AllReduceRunsOnTheCommLaneWithoutBlockingCompute) {
   EXPECT_DOUBLE_EQ(r.ranks[0].idle, 8);
 }
 
+// P=2, M=1; rank 0 zeroes its gradients in 0.5, rank 1 in 3 (its F waits for its own
+// zero-grad, not only for 0F0); optimizer steps of 1.5 after each rank's last action:
+//   from the step's start: 0F0 [0.5,1.5] 1F0 [3,4] 1B0 [4,6] 0B0 [6,8]; optimizer
+//   rank 1 [6,7.5], rank 0 [8,9.5] -> step 9.5
+//   the timeline starts at the first action: 0F0 [0,1] 1F0 [2.5,3.5] 0B0 [5.5,7.5]
+TEST(SimulatorTest, ZeroGradAndOptimizerStepAddToTheStepNotTheMakespan) {
+  const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"});
+  CostModel costs;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, Simulate(s, costs));
+  EXPECT_DOUBLE_EQ(plain.step_time, plain.makespan);
+  costs.stages = {StageCosts{.zero_grad = 0.5, .optimizer = 1.5},
+                  StageCosts{.zero_grad = 3, .optimizer = 1.5}};
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectCompute(r.timeline, 0, "F", 0, 0, 0, 1);
+  ExpectCompute(r.timeline, 1, "F", 1, 0, 2.5, 3.5);
+  ExpectCompute(r.timeline, 0, "B", 0, 0, 5.5, 7.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 7.5);
+  EXPECT_DOUBLE_EQ(r.step_time, 9.5);
+  EXPECT_DOUBLE_EQ(r.bubble_fraction, 9.0 / (2 * 7.5));  // 4.5 idle per rank
+  // The stream's gap also comes before the optimizer step: 1B0 [4.25,6.25], 0B0
+  // [6.25,8.25], rank 0's optimizer [8.5,10].
+  costs.action_gap = 0.25;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult g, Simulate(s, costs));
+  EXPECT_DOUBLE_EQ(g.step_time, 10);
+  // Each optimizer step waits for its stage's all-reduce, in stage order (P=1, V=2,
+  // all-reduces end at 9 (stage 1) and 14 (stage 0), compute at 6): stage 0 [14,15],
+  // stage 1 [15,16].
+  CostModel reduced;
+  reduced.uniform.allreduce = 5;
+  reduced.uniform.optimizer = 1;
+  PS_ASSERT_OK_AND_ASSIGN(
+      const SimResult a,
+      Simulate(HandSchedule(1, 2, 1, {"0F0 1F0 1B0 1ALLREDUCE 0B0 0ALLREDUCE"}), reduced));
+  EXPECT_DOUBLE_EQ(a.makespan, 14);
+  EXPECT_DOUBLE_EQ(a.step_time, 16);
+  // A time that is not one is an error naming it, not a step that silently drops it.
+  costs.stages[1].optimizer = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(Simulate(s, costs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 1's optimizer is nan, not a valid time; give a number "
+                                 "in [0, 1e+15]")));
+  costs.stages[1].optimizer = 1.5;
+  costs.uniform.zero_grad = -1;
+  EXPECT_THAT(Simulate(s, costs), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("the default zero_grad is -1")));
+}
+
 TEST(SimulatorTest, LoweredTransfersAreZeroTimeMarkers) {
   CostModel costs;
   costs.comm_uniform = 0.5;

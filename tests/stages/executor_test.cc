@@ -5,10 +5,12 @@
 // never hangs.
 #include "stages/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -150,6 +152,28 @@ TEST(ExecutorToyTest, TimelineHasEverySpanInDependencyOrder) {
       EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-3) << "row " << row;
     }
   }
+  // Outside the actions, per (replica, stage): its zero-grad before its rank's first
+  // action, its optimizer step after its rank's last action and its stage's all-reduce;
+  // all of it within the step's wall time.
+  ASSERT_EQ(r.phases.size(), 2u * 2 * 2);  // D x S x {ZERO_GRAD, OPTIMIZER}
+  double first = 1e300, last = -1e300;
+  for (const trace::Span& p : r.phases) {
+    SCOPED_TRACE(::testing::PrintToString(std::make_tuple(p.op, p.rank, p.stage)));
+    EXPECT_LE(p.start, p.end);
+    EXPECT_EQ(p.stage, p.rank % 2);
+    const auto& spans = compute[p.rank];
+    if (p.op == "ZERO_GRAD") {
+      EXPECT_LE(p.end, spans.front().first + 1e-3);
+    } else {
+      EXPECT_EQ(p.op, "OPTIMIZER");
+      EXPECT_GE(p.start + 1e-3, spans.back().second);
+      EXPECT_GE(p.start + 1e-3, at(p.rank, p.stage, -1, "ALLREDUCE").end);
+    }
+    first = std::min(first, p.start);
+    last = std::max(last, p.end);
+  }
+  EXPECT_LT(first, 0);  // the zero-grads come before the first action, the timeline's 0
+  EXPECT_LE(last - first, r.step_micros + 1);
   EXPECT_GT(r.step_micros, 0);
   EXPECT_GT(ex->actions_per_step(), 0);
 }
@@ -332,7 +356,22 @@ TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
   }
   ASSERT_EQ(costs.comm.size(), 1u);
   EXPECT_GT(costs.comm[0], 0);
-  PS_EXPECT_OK(scheduler::Simulate(ex->schedule(), costs));
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim, scheduler::Simulate(ex->schedule(), costs));
+  EXPECT_DOUBLE_EQ(sim.step_time, sim.makespan);  // no phases given: not modelled
+  // With the step's zero-grad and optimizer spans: each stage's own (one step, one each).
+  scheduler::CostModel with_phases = MeasuredCostModel({&r.timeline}, *ex, {&r.phases});
+  ASSERT_EQ(r.phases.size(), 4u);
+  for (const trace::Span& p : r.phases) {
+    const scheduler::StageCosts& c = with_phases.stages[p.stage];
+    EXPECT_DOUBLE_EQ(p.op == "ZERO_GRAD" ? c.zero_grad : c.optimizer, p.end - p.start) << p.op;
+  }
+  EXPECT_EQ(with_phases.stages[1].f, costs.stages[1].f);
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult step,
+                          scheduler::Simulate(ex->schedule(), with_phases));
+  // A rank's zero-grad can only hold its first action back (with this tiny work rank
+  // 1's may outlast 0F0 and the transfer).
+  EXPECT_GE(step.makespan, sim.makespan - 1e-9);
+  EXPECT_GE(step.step_time, step.makespan + with_phases.stages[0].zero_grad);
 }
 
 }  // namespace
