@@ -323,7 +323,10 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
       scheduler::SimResult replay,
       scheduler::Simulate(
           trainer->schedule(),
-          stages::WithHandoffs(stages::WithActionDurations(effective, med.timeline, p), a)));
+          stages::WithHandoffs(
+              stages::WithPhaseDurations(stages::WithActionDurations(effective, med.timeline, p),
+                                         med.phases, p),
+              a)));
   PS_ASSIGN_OR_RETURN(row.spread,
                       stages::SpreadBubble(trainer->schedule(), effective, med.timeline, p, a,
                                            SpreadDraws(trainer->schedule()), kSpreadSeed));
@@ -356,7 +359,9 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
         scheduler::SimResult step_replay,
         scheduler::Simulate(
             trainer->schedule(),
-            stages::WithHandoffs(stages::WithActionDurations(step_costs, results[k].timeline, p),
+            stages::WithHandoffs(stages::WithPhaseDurations(stages::WithActionDurations(
+                                                                step_costs, results[k].timeline, p),
+                                                            results[k].phases, p),
                                  analyses[k])));
     row.steps.push_back(
         {.step_ms = results[k].step_micros / 1000,

@@ -270,15 +270,18 @@ absl::Status Train(const CommandContext& ctx) {
   // hand-offs' and gaps' durations.
   PS_ASSIGN_OR_RETURN(
       scheduler::SimResult replayed,
-      scheduler::Simulate(trainer->schedule(),
-                          stages::WithHandoffs(
-                              stages::WithActionDurations(handoff_costs, last.timeline, p), idle)));
+      scheduler::Simulate(
+          trainer->schedule(),
+          stages::WithHandoffs(
+              stages::WithPhaseDurations(
+                  stages::WithActionDurations(handoff_costs, last.timeline, p), last.phases, p),
+              idle)));
   out << absl::StrFormat(
       "last step: bubble fraction measured %.4f, replayed %.4f from its own action "
-      "durations, hand-offs and gaps; makespan measured %.3f ms, replayed %.3f ms; step %.3f "
-      "ms\n",
+      "durations, hand-offs and gaps; makespan measured %.3f ms, replayed %.3f ms; step "
+      "measured %.3f ms, replayed %.3f ms (with its own zero-grads and optimizer steps)\n",
       measured.bubble_fraction, replayed.bubble_fraction, measured.makespan / 1000,
-      replayed.makespan / 1000, last.step_micros / 1000);
+      replayed.makespan / 1000, last.step_micros / 1000, replayed.step_time / 1000);
   auto idle_share = [](const scheduler::SimResult& sim, int r) {
     return sim.makespan > 0 ? sim.ranks[r].idle / sim.makespan : 0.0;
   };
@@ -383,6 +386,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["last_step_makespan_ms"] = measured.makespan / 1000;
     j["last_step_replayed_makespan_ms"] = replayed.makespan / 1000;
     j["last_step_ms"] = last.step_micros / 1000;
+    j["last_step_replayed_step_ms"] = replayed.step_time / 1000;
     nlohmann::json ranks = nlohmann::json::array();
     for (int r = 0; r < p; ++r) {
       ranks.push_back({{"measured_busy_us", measured.rows[r].busy},

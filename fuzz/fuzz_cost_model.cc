@@ -2,6 +2,7 @@
 // and interleaved-1f1b (P=2, V=2, M=4) with it. Holds the library to: no crash, and
 // simulating a valid generated schedule succeeds under any cost model the parser accepts
 // and CheckCostsFit finds fitting (what the command line checks before it simulates).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -39,6 +40,8 @@ void FuzzOne(std::string_view text) {
     if (!fits) continue;  // it may be refused, and must not crash
     PS_FUZZ_CHECK(sim.ok(), sim.status());
     PS_FUZZ_CHECK(!(sim->makespan < 0), "negative makespan");
+    PS_FUZZ_CHECK(std::isfinite(sim->step_time) && sim->step_time >= sim->makespan,
+                  "a step shorter than its makespan");
   }
 }
 

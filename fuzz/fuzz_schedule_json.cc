@@ -1,6 +1,7 @@
 // libFuzzer target: pipesched schedule JSON -> ParseScheduleJson -> Validate -> Simulate
 // with the file's own costs when it has them. Holds the library to: no crash; a valid
 // schedule simulates; ToScheduleJson round-trips the programs, shape and costs' parse.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -36,6 +37,8 @@ void FuzzOne(std::string_view text) {
   if (!valid.ok()) return;
   absl::StatusOr<SimResult> sim = Simulate(schedule, costs);
   PS_FUZZ_CHECK(sim.ok(), sim.status());
+  PS_FUZZ_CHECK(std::isfinite(sim->step_time) && sim->step_time >= sim->makespan,
+                "a step shorter than its makespan");
 }
 
 }  // namespace

@@ -41,8 +41,9 @@ struct StageCosts {
   std::int64_t input_bytes = 0;
   // Once per training step, outside the schedule's actions: zeroing the stage's gradients
   // before its rank's first action, and its optimizer step after its rank's last action
-  // and its all-reduce. They add to the simulated step time (SimResult::step_time), not
-  // to the makespan or the bubble. 0 = not modelled.
+  // and its all-reduce. They make the simulated step time (SimResult::step_time); the
+  // makespan and the bubble change only where a rank's zero-grads hold its first action
+  // back (ranks whose totals differ). 0 = not modelled.
   double zero_grad = 0;
   double optimizer = 0;
 };

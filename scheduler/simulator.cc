@@ -103,6 +103,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         }
         double& lane_free = compute ? compute_free[r] : comm_free[r];
         double t = lane_free;
+        // No gap after the zero-grads either: the first action was issued long before and
+        // follows them at once (0.5 us on the host backend).
         if (compute && computed[r]) t += costs.GapBefore(a);
         if (compute) computed[r] = 1;
         index.ForEachDep(a, [&](int dep, int boundary) {
@@ -142,8 +144,9 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
     bool any = false;
     for (int stage : stages_of[r]) any |= costs.Stage(stage).optimizer > 0;
     if (any && computed[r]) t += costs.action_gap;
+    // Every stage's all-reduce holds the optimizer steps after it back, even one that
+    // costs nothing itself (the executor waits for each in stage order).
     for (int stage : stages_of[r]) {
-      if (costs.Stage(stage).optimizer <= 0) continue;
       t = std::max(t, allreduce_end[stage]) + costs.Stage(stage).optimizer;
     }
     result.step_time = std::max(result.step_time, t);

@@ -364,6 +364,20 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
   return costs;
 }
 
+scheduler::CostModel WithPhaseDurations(scheduler::CostModel costs,
+                                        const std::vector<trace::Span>& phases, int num_rows) {
+  for (const trace::Span& s : phases) {
+    if (s.rank < 0 || s.rank >= num_rows || s.stage < 0) continue;
+    if (static_cast<std::size_t>(s.stage) >= costs.stages.size()) {
+      costs.stages.resize(s.stage + 1, costs.uniform);
+    }
+    scheduler::StageCosts& c = costs.stages[s.stage];
+    if (s.op == "ZERO_GRAD") c.zero_grad = s.end - s.start;
+    if (s.op == "OPTIMIZER") c.optimizer = s.end - s.start;
+  }
+  return costs;
+}
+
 scheduler::CostModel WithHandoffs(scheduler::CostModel costs, const IdleAnalysis& analysis) {
   for (const auto& [key, latency] : analysis.handoff_into) costs.transfers[key] = latency;
   for (const auto& [key, bound] : analysis.handoff_at_most) {

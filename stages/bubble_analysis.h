@@ -148,6 +148,13 @@ scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
 scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
                                          const trace::Timeline& timeline, int num_rows);
 
+// `costs` with each stage's zero_grad and optimizer set to its own span among a measured
+// step's `phases` (StepResult::phases) of rows [0, num_rows): with WithActionDurations,
+// the replayed step's time (SimResult::step_time) is that step's, not the medians'.
+// Stages past the end of costs.stages are added (from costs.uniform) when needed.
+scheduler::CostModel WithPhaseDurations(scheduler::CostModel costs,
+                                        const std::vector<trace::Span>& phases, int num_rows);
+
 // `costs` with each cross-rank input whose hand-off latency `analysis` measured (its
 // producer was the consumer's last blocker: IdleAnalysis::handoff_into) given that
 // latency as its own transfer time (CostModel::transfers), each action that measured

@@ -224,15 +224,17 @@ TEST(SimulatorTest, AllReduceRunsOnTheCommLaneWithoutBlockingCompute) {
 }
 
 // P=2, M=1; rank 0 zeroes its gradients in 0.5, rank 1 in 3 (its F waits for its own
-// zero-grad, not only for 0F0); optimizer steps of 1.5 after each rank's last action:
+// zero-grad, not only for 0F0: the makespan grows from 6 to 7.5 and the bubble with it,
+// as in the executor); optimizer steps of 1.5 after each rank's last action:
 //   from the step's start: 0F0 [0.5,1.5] 1F0 [3,4] 1B0 [4,6] 0B0 [6,8]; optimizer
 //   rank 1 [6,7.5], rank 0 [8,9.5] -> step 9.5
 //   the timeline starts at the first action: 0F0 [0,1] 1F0 [2.5,3.5] 0B0 [5.5,7.5]
-TEST(SimulatorTest, ZeroGradAndOptimizerStepAddToTheStepNotTheMakespan) {
+TEST(SimulatorTest, ZeroGradHoldsARanksFirstActionAndOptimizerStepsEndTheStep) {
   const Schedule s = HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"});
   CostModel costs;
   PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, Simulate(s, costs));
   EXPECT_DOUBLE_EQ(plain.step_time, plain.makespan);
+  EXPECT_DOUBLE_EQ(plain.makespan, 6);
   costs.stages = {StageCosts{.zero_grad = 0.5, .optimizer = 1.5},
                   StageCosts{.zero_grad = 3, .optimizer = 1.5}};
   PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
@@ -258,6 +260,14 @@ TEST(SimulatorTest, ZeroGradAndOptimizerStepAddToTheStepNotTheMakespan) {
       Simulate(HandSchedule(1, 2, 1, {"0F0 1F0 1B0 1ALLREDUCE 0B0 0ALLREDUCE"}), reduced));
   EXPECT_DOUBLE_EQ(a.makespan, 14);
   EXPECT_DOUBLE_EQ(a.step_time, 16);
+  // Stage 0's all-reduce holds stage 1's optimizer back even when stage 0's optimizer
+  // step costs nothing: [14,15].
+  reduced.stages = {StageCosts{.allreduce = 5, .optimizer = 0},
+                    StageCosts{.allreduce = 5, .optimizer = 1}};
+  PS_ASSERT_OK_AND_ASSIGN(
+      const SimResult free0,
+      Simulate(HandSchedule(1, 2, 1, {"0F0 1F0 1B0 1ALLREDUCE 0B0 0ALLREDUCE"}), reduced));
+  EXPECT_DOUBLE_EQ(free0.step_time, 15);
   // A time that is not one is an error naming it, not a step that silently drops it.
   costs.stages[1].optimizer = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THAT(Simulate(s, costs),

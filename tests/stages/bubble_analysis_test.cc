@@ -68,6 +68,23 @@ Builder TwoStages() {
   return b;
 }
 
+// A replay takes the step's own zero-grads and optimizer steps (replica 0's rows only),
+// and grows the stage list where the costs had none.
+TEST(BubbleAnalysisTest, WithPhaseDurationsTakesTheStepsOwnPhases) {
+  scheduler::CostModel costs;
+  costs.uniform.optimizer = 9;
+  const std::vector<trace::Span> phases = {
+      {.rank = 0, .stage = 0, .microbatch = -1, .op = "ZERO_GRAD", .start = -5, .end = -3},
+      {.rank = 1, .stage = 1, .microbatch = -1, .op = "OPTIMIZER", .start = 40, .end = 44},
+      {.rank = 2, .stage = 0, .microbatch = -1, .op = "OPTIMIZER", .start = 40, .end = 50}};
+  const scheduler::CostModel with = WithPhaseDurations(costs, phases, 2);
+  ASSERT_EQ(with.stages.size(), 2u);
+  EXPECT_EQ(with.stages[0].zero_grad, 2);
+  EXPECT_EQ(with.stages[0].optimizer, 9);  // row 2 is replica 1: not replayed
+  EXPECT_EQ(with.stages[1].optimizer, 4);
+  EXPECT_EQ(with.stages[1].zero_grad, 0);
+}
+
 TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {
   Builder b = TwoStages();
   PS_ASSERT_OK_AND_ASSIGN(IdleAnalysis a, AnalyzeIdle(b.tl, b.issue));

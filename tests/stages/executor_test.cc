@@ -21,6 +21,7 @@
 #include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
 #include "testing/status_matchers.h"
+#include "trace/stats.h"
 
 namespace pipesched::stages {
 namespace {
@@ -220,6 +221,36 @@ TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
       }
     }
   }
+}
+
+// Each stage's zero-grad and optimizer step are timed around their own work: 1F1B, P=2,
+// M=2, actions of 1 ms, zero-grads of 2 ms and optimizer steps of 3 ms. The measured
+// phases last at least that, the step holds them, and the simulator fed with them
+// predicts a step that long.
+TEST(ExecutorTimingTest, ZeroGradAndOptimizerStepAreTimedAndPredicted) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto ex, Executor::Create(
+                   schedule, *backend,
+                   [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+                     return std::make_unique<SleepyWork>(1000, 2000, 3000);
+                   }));
+  std::vector<float> x(2, 1.0f), t(2, 0.0f);
+  PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
+  ASSERT_EQ(r.phases.size(), 4u);
+  for (const trace::Span& p : r.phases) {
+    EXPECT_GE(p.end - p.start, p.op == "ZERO_GRAD" ? 2000 : 3000) << p.op << " " << p.stage;
+  }
+  const double makespan = trace::ComputeBubbleStats(r.timeline, 2).makespan;
+  EXPECT_GE(r.step_micros, makespan + 2000 + 3000);
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::SimResult sim,
+      scheduler::Simulate(ex->schedule(), MeasuredCostModel({&r.timeline}, *ex, {&r.phases})));
+  EXPECT_GE(sim.step_time, sim.makespan + 2000 + 3000);
+  EXPECT_LE(sim.step_time, r.step_micros * (1 + 1e-9));  // the step holds host time too
 }
 
 // The receive of an F overlaps the compute action before it on the consumer's rank: 1F1B,

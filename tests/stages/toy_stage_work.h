@@ -212,10 +212,12 @@ struct ToyReference {
   }
 };
 
-// A stage work whose every action occupies its stream for a fixed time.
+// A stage work whose every action occupies its stream for a fixed time (and its zero-grad
+// and optimizer step for theirs, none by default).
 class SleepyWork final : public StageWork {
  public:
-  explicit SleepyWork(double micros) : micros_(micros) {}
+  explicit SleepyWork(double micros, double zero_grad_micros = 0, double optimizer_micros = 0)
+      : micros_(micros), zero_grad_micros_(zero_grad_micros), optimizer_micros_(optimizer_micros) {}
   std::size_t input_bytes() const override { return 4; }
   std::size_t output_bytes() const override { return 4; }
   std::size_t target_bytes() const override { return 4; }
@@ -233,12 +235,18 @@ class SleepyWork final : public StageWork {
   absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
     return s.EnqueueBusyWait(micros_);
   }
-  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
-  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
+  absl::Status ZeroGrad(runtime::Stream& s) override {
+    return zero_grad_micros_ > 0 ? s.EnqueueBusyWait(zero_grad_micros_) : absl::OkStatus();
+  }
+  absl::Status OptimizerStep(runtime::Stream& s) override {
+    return optimizer_micros_ > 0 ? s.EnqueueBusyWait(optimizer_micros_) : absl::OkStatus();
+  }
   std::vector<GradientSpan> gradients() override { return {}; }
 
  private:
   double micros_;
+  double zero_grad_micros_;
+  double optimizer_micros_;
 };
 
 }  // namespace pipesched::stages::testing
