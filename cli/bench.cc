@@ -381,13 +381,22 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
       index[k] = static_cast<int>(row.measured_tl.spans.size());
       row.measured_tl.spans.push_back(span);
     }
+    // With the step's zero-grads and optimizer steps, from the step's start.
+    std::vector<trace::Span> phases;
+    for (trace::Span s : med.phases) {
+      if (s.rank >= p) continue;
+      s.start -= measured.start;
+      s.end -= measured.start;
+      phases.push_back(s);
+    }
+    row.measured_tl = trace::WithStepPhases(std::move(row.measured_tl), phases);
     for (const trace::Flow& flow : med.timeline.flows) {
       if (index[flow.from] >= 0 && index[flow.to] >= 0) {
         row.measured_tl.flows.push_back({.from = index[flow.from], .to = index[flow.to]});
       }
     }
     row.measured_tl.name = absl::StrCat(ConfigName(row), " (measured, median step)");
-    row.simulated_tl = sim.timeline;
+    row.simulated_tl = trace::WithStepPhases(sim.timeline, sim.phases);
     row.simulated_tl.name = absl::StrCat(ConfigName(row), " (simulated from measured costs)");
     row.simulated_tl.time_unit = "us";
   }

@@ -90,16 +90,19 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
+  // Drawn with the zero-grads and optimizer steps when the costs have them: the step.
+  trace::Timeline drawn = trace::WithStepPhases(sim.timeline, sim.phases);
+  if (!sim.phases.empty()) absl::StrAppend(&drawn.name, ", whole step");
   if (absl::GetFlag(FLAGS_grid)) {
     trace::GridOptions options;
     options.color = UseColor(ctx);
-    *ctx.out << trace::RenderTimelineGrid(sim.timeline, options);
+    *ctx.out << trace::RenderTimelineGrid(drawn, options);
   }
   PrintSimulation(ctx, schedule, costs, sim);
   std::string title =
       absl::StrFormat("%s  P=%d V=%d M=%d  bubble %.1f%%", schedule.name, schedule.num_ranks(),
                       schedule.num_chunks(), schedule.num_microbatches, 100 * sim.bubble_fraction);
-  PS_RETURN_IF_ERROR(WriteScheduleOutputs(ctx, schedule, costs, {&sim.timeline}, title));
+  PS_RETURN_IF_ERROR(WriteScheduleOutputs(ctx, schedule, costs, {&drawn}, title));
   if (std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
     PS_RETURN_IF_ERROR(WriteFileAtomic(p, SimulationJson(schedule, costs, sim)));
     *ctx.out << "wrote " << p << "\n";

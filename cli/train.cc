@@ -311,16 +311,19 @@ absl::Status Train(const CommandContext& ctx) {
   out << "memory per rank: parameters, gradients and optimizer state " << human(state_bytes)
       << "; activations at the planned peak " << human(planned_peak) << "\n";
 
-  // Draw planned and measured on one axis: shift the measured step to start at 0.
-  trace::Timeline measured_tl = last.timeline;
+  // Draw planned and measured whole steps (zero-grads, actions, optimizer steps) on one
+  // axis, each from its start.
+  trace::Timeline measured_tl = trace::WithStepPhases(last.timeline, last.phases);
+  const double measured_origin = trace::ComputeBubbleStats(measured_tl).start;
   for (trace::Span& s : measured_tl.spans) {
-    s.start -= measured.start;
-    s.end -= measured.start;
+    s.start -= measured_origin;
+    s.end -= measured_origin;
   }
   measured_tl.name = absl::StrCat(schedule.name, " (measured, last step)");
-  planned.timeline.name = absl::StrCat(schedule.name, " (planned from measured costs)");
-  planned.timeline.time_unit = "us";
-  std::vector<const trace::Timeline*> timelines = {&planned.timeline, &measured_tl};
+  trace::Timeline planned_tl = trace::WithStepPhases(planned.timeline, planned.phases);
+  planned_tl.name = absl::StrCat(schedule.name, " (planned from measured costs)");
+  planned_tl.time_unit = "us";
+  std::vector<const trace::Timeline*> timelines = {&planned_tl, &measured_tl};
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
     out << "wrote " << path << "\n";

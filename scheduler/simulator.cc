@@ -88,8 +88,18 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);
   std::vector<double> compute_free(P, 0), comm_free(P, 0);
+  std::vector<trace::Span> phases;  // on the step's clock until the shift below
+  auto add_phase = [&phases](int r, int stage, const char* op, double from, double to) {
+    if (to > from) {
+      phases.push_back(trace::Span{.rank = r, .stage = stage, .op = op, .start = from, .end = to});
+    }
+  };
   for (int r = 0; r < P; ++r) {
-    for (int stage : stages_of[r]) compute_free[r] += costs.Stage(stage).zero_grad;
+    for (int stage : stages_of[r]) {
+      const double from = compute_free[r];
+      compute_free[r] += costs.Stage(stage).zero_grad;
+      add_phase(r, stage, "ZERO_GRAD", from, compute_free[r]);
+    }
   }
   std::vector<double> allreduce_end(schedule.num_stages(), 0);  // [stage]
   std::vector<char> computed(P, 0);  // whether the rank ran a compute action yet
@@ -147,7 +157,9 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
     // Every stage's all-reduce holds the optimizer steps after it back, even one that
     // costs nothing itself (the executor waits for each in stage order).
     for (int stage : stages_of[r]) {
-      t = std::max(t, allreduce_end[stage]) + costs.Stage(stage).optimizer;
+      const double from = std::max(t, allreduce_end[stage]);
+      t = from + costs.Stage(stage).optimizer;
+      add_phase(r, stage, "OPTIMIZER", from, t);
     }
     result.step_time = std::max(result.step_time, t);
   }
@@ -160,6 +172,11 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
     start[id] -= first_start;
     end[id] -= first_start;
   }
+  for (trace::Span& s : phases) {
+    s.start -= first_start;
+    s.end -= first_start;
+  }
+  result.phases = std::move(phases);
 
   trace::Timeline& timeline = result.timeline;
   timeline.name = absl::StrFormat("%s P=%d V=%d M=%d (simulated)", schedule.name, P,

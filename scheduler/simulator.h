@@ -36,6 +36,11 @@ struct SimResult {
   // timeline starts at the first action (time 0 there), as a measured one does; the step
   // starts before the zero-grads. Equal to makespan when both costs are 0.
   double step_time = 0;
+  // Those zero-grads and optimizer steps that take time, as spans ("ZERO_GRAD",
+  // "OPTIMIZER"; rank, compute lane, stage) on the timeline's clock: the zero-grads start
+  // before 0. Not in `timeline`, whose spans are the schedule's actions;
+  // trace::WithStepPhases draws them together.
+  std::vector<trace::Span> phases;
 };
 
 // An activation of (stage, mb) is live from the start of F until the end of B, or of W

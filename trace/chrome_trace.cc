@@ -46,6 +46,7 @@ std::string EventName(const Span& span) {
 
 std::string Category(const std::string& op) {
   if (op == "F" || op == "B" || op == "I" || op == "W") return "compute";
+  if (op == "ZERO_GRAD" || op == "OPTIMIZER") return "step";
   return "comm";
 }
 

@@ -10,7 +10,7 @@
 namespace pipesched::trace::internal {
 namespace {
 
-constexpr std::array<OpStyle, 9> kStyles = {{
+constexpr std::array<OpStyle, 11> kStyles = {{
     {"F", "F", "forward", "#4E79A7", "97;44", 0},
     {"B", "B", "backward", "#59A14F", "30;42", 1},
     {"I", "I", "backward (input)", "#76B7B2", "30;46", 2},
@@ -20,9 +20,12 @@ constexpr std::array<OpStyle, 9> kStyles = {{
     {"SEND_B", "SB", "send gradient", "#FF9DA7", "30;105", 6},
     {"RECV_B", "RB", "receive gradient", "#9C755F", "97;100", 7},
     {"ALLREDUCE", "AR", "all-reduce", "#E15759", "97;41", 8},
+    // Once per step, around the schedule's actions (a whole step's picture).
+    {"ZERO_GRAD", "Z", "zero gradients", "#79706E", "97;40", 9},
+    {"OPTIMIZER", "O", "optimizer step", "#8CD17D", "30;102", 10},
 }};
 
-constexpr OpStyle kUnknown = {"", "", "other", "#BAB0AC", "30;47", 9};
+constexpr OpStyle kUnknown = {"", "", "other", "#BAB0AC", "30;47", 11};
 
 }  // namespace
 

@@ -211,8 +211,16 @@ TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
         processes.insert(e["args"]["name"].get<std::string>());
       }
     }
-    // Both timelines, each with 2 ranks x 4 micro-batches x (F + B) compute spans at least.
-    EXPECT_GE(spans, 2 * 16) << stem;
+    // Both timelines, each with 2 ranks x 4 micro-batches x (F + B) compute spans at least,
+    // and the whole step: each rank's zero-grad and optimizer step, measured and simulated.
+    EXPECT_GE(spans, 2 * 16 + 2 * 4) << stem;
+    int optimizer_steps = 0;
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      optimizer_steps += e["ph"] == "X" && e["cat"] == "step" &&
+                         e["name"].get<std::string>().find("OPTIMIZER") != std::string::npos;
+    }
+    const int stages = stem.find("-v2-") != std::string::npos ? 4 : 2;  // P x V
+    EXPECT_EQ(optimizer_steps, 2 * stages) << stem;  // one per stage in each timeline
     EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(simulated from measured costs)"));
     EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(measured, median step)"));
     EXPECT_THAT(Slurp(dir + "/" + stem + ".svg"), HasSubstr("</svg>")) << stem;

@@ -344,6 +344,11 @@ TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {
   EXPECT_THAT(r.out, HasSubstr("makespan 9   bubble fraction 0.3333 (simulated)   0.3333 "
                                "(closed form)"));
   EXPECT_THAT(r.out, HasSubstr("step time 11   (makespan + zero-grad before + optimizer after)"));
+  // The grid draws the whole step.
+  r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
+              "--cost-zero-grad=0.5", "--cost-optimizer=1.5", "--color=never"});
+  EXPECT_THAT(r.out, HasSubstr("(simulated), whole step: makespan 11 unit"));
+  EXPECT_THAT(r.out, HasSubstr("Z zero gradients  O optimizer step"));
   EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["step_time"].get<double>(), 11);
   r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2", "--nogrid"});
   EXPECT_THAT(r.out, Not(HasSubstr("step time")));  // only when there is more than the makespan

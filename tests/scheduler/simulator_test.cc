@@ -244,6 +244,20 @@ TEST(SimulatorTest, ZeroGradHoldsARanksFirstActionAndOptimizerStepsEndTheStep) {
   EXPECT_DOUBLE_EQ(r.makespan, 7.5);
   EXPECT_DOUBLE_EQ(r.step_time, 9.5);
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 9.0 / (2 * 7.5));  // 4.5 idle per rank
+  // The phases, on the timeline's clock (from 0F0): rank 0's zero-grad [-0.5,0], rank
+  // 1's [-0.5,2.5]; optimizer steps rank 1 [5.5,7], rank 0 [7.5,9].
+  ASSERT_EQ(r.phases.size(), 4u);
+  auto phase = [&r](int rank, const std::string& op) {
+    for (const trace::Span& p : r.phases) {
+      if (p.rank == rank && p.op == op) return std::make_pair(p.start, p.end);
+    }
+    return std::make_pair(-1e9, -1e9);
+  };
+  EXPECT_EQ(phase(0, "ZERO_GRAD"), std::make_pair(-0.5, 0.0));
+  EXPECT_EQ(phase(1, "ZERO_GRAD"), std::make_pair(-0.5, 2.5));
+  EXPECT_EQ(phase(1, "OPTIMIZER"), std::make_pair(5.5, 7.0));
+  EXPECT_EQ(phase(0, "OPTIMIZER"), std::make_pair(7.5, 9.0));
+  EXPECT_TRUE(plain.phases.empty());  // none without the costs
   // The stream's gap also comes before the optimizer step: 1B0 [4.25,6.25], 0B0
   // [6.25,8.25], rank 0's optimizer [8.5,10].
   costs.action_gap = 0.25;

@@ -33,6 +33,28 @@ TEST(BubbleStatsTest, IdleIsMakespanMinusComputeTime) {
   EXPECT_DOUBLE_EQ(s.bubble_ratio, 35.0 / 25.0);
 }
 
+// A whole step's picture: the phases join the actions, and everything moves so that the
+// first zero-grad starts at 0; the flows still point at the same actions.
+TEST(WithStepPhasesTest, AppendsThePhasesAndStartsAtTheFirst) {
+  Timeline t;
+  t.num_ranks = 1;
+  t.spans = {MakeSpan(0, kComputeLane, 0, 4), MakeSpan(0, kComputeLane, 4, 6)};
+  t.flows = {{.from = 0, .to = 1}};
+  EXPECT_EQ(WithStepPhases(t, {}).spans[0].start, 0);  // nothing to add: as it was
+  Span zero = MakeSpan(0, kComputeLane, -2, 0), opt = MakeSpan(0, kComputeLane, 6, 9);
+  zero.op = "ZERO_GRAD";
+  opt.op = "OPTIMIZER";
+  const Timeline whole = WithStepPhases(t, {zero, opt});
+  ASSERT_EQ(whole.spans.size(), 4u);
+  EXPECT_EQ(whole.spans[0].start, 2);  // the first F, after the 2 of the zero-grad
+  EXPECT_EQ(whole.spans[2].op, "ZERO_GRAD");
+  EXPECT_EQ(whole.spans[2].start, 0);
+  EXPECT_EQ(whole.spans[3].end, 11);
+  EXPECT_DOUBLE_EQ(whole.Makespan(), 11);
+  ASSERT_EQ(whole.flows.size(), 1u);
+  EXPECT_EQ(whole.flows[0].to, 1);
+}
+
 TEST(BubbleStatsTest, RowsBeyondTheLimitAreIgnored) {
   Timeline t;
   t.num_ranks = 2;
