@@ -389,16 +389,17 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
       s.end -= measured.start;
       phases.push_back(s);
     }
-    row.measured_tl = trace::WithStepPhases(std::move(row.measured_tl), phases);
     for (const trace::Flow& flow : med.timeline.flows) {
       if (index[flow.from] >= 0 && index[flow.to] >= 0) {
         row.measured_tl.flows.push_back({.from = index[flow.from], .to = index[flow.to]});
       }
     }
     row.measured_tl.name = absl::StrCat(ConfigName(row), " (measured, median step)");
-    row.simulated_tl = trace::WithStepPhases(sim.timeline, sim.phases);
-    row.simulated_tl.name = absl::StrCat(ConfigName(row), " (simulated from measured costs)");
-    row.simulated_tl.time_unit = "us";
+    row.measured_tl = trace::WithStepPhases(std::move(row.measured_tl), phases);
+    trace::Timeline simulated = sim.timeline;
+    simulated.name = absl::StrCat(ConfigName(row), " (simulated from measured costs)");
+    simulated.time_unit = "us";
+    row.simulated_tl = trace::WithStepPhases(std::move(simulated), sim.phases);
   }
 
   // Closed form with the stages' mean costs (uniform), where the schedule has one.

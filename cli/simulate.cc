@@ -91,8 +91,9 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
   // Drawn with the zero-grads and optimizer steps when the costs have them: the step.
-  trace::Timeline drawn = trace::WithStepPhases(sim.timeline, sim.phases);
-  if (!sim.phases.empty()) absl::StrAppend(&drawn.name, ", whole step");
+  // (Moved: a timeline at the planner's limits is hundreds of MB, and only drawing
+  // reads it from here on.)
+  const trace::Timeline drawn = trace::WithStepPhases(std::move(sim.timeline), sim.phases);
   if (absl::GetFlag(FLAGS_grid)) {
     trace::GridOptions options;
     options.color = UseColor(ctx);

@@ -312,17 +312,14 @@ absl::Status Train(const CommandContext& ctx) {
       << "; activations at the planned peak " << human(planned_peak) << "\n";
 
   // Draw planned and measured whole steps (zero-grads, actions, optimizer steps) on one
-  // axis, each from its start.
-  trace::Timeline measured_tl = trace::WithStepPhases(last.timeline, last.phases);
-  const double measured_origin = trace::ComputeBubbleStats(measured_tl).start;
-  for (trace::Span& s : measured_tl.spans) {
-    s.start -= measured_origin;
-    s.end -= measured_origin;
-  }
+  // axis, each from its first zero-grad.
+  trace::Timeline measured_tl = last.timeline;
   measured_tl.name = absl::StrCat(schedule.name, " (measured, last step)");
-  trace::Timeline planned_tl = trace::WithStepPhases(planned.timeline, planned.phases);
+  measured_tl = trace::WithStepPhases(std::move(measured_tl), last.phases);
+  trace::Timeline planned_tl = planned.timeline;
   planned_tl.name = absl::StrCat(schedule.name, " (planned from measured costs)");
   planned_tl.time_unit = "us";
+  planned_tl = trace::WithStepPhases(std::move(planned_tl), planned.phases);
   std::vector<const trace::Timeline*> timelines = {&planned_tl, &measured_tl};
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));

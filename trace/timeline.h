@@ -46,12 +46,14 @@ struct Timeline {
 };
 
 // `timeline` with `phases` (spans outside the schedule's actions: a step's "ZERO_GRAD"s,
-// which start before the first action, and "OPTIMIZER"s after the last) appended, and
-// every span shifted so that the earliest starts at 0: a picture of the whole step.
-// Flows keep their indices. Without phases, `timeline` as it is. For drawing only: its
-// makespan is the step's, and trace::ComputeBubbleStats of it counts the phases as work.
+// which start before the first action, and "OPTIMIZER"s after the last) appended, every
+// span shifted so that the earliest starts at 0, and ", whole step" added to its name:
+// a picture of the whole step. Flows keep their indices. Without phases, `timeline` as
+// it is. For drawing only: its makespan is the step's, and trace::ComputeBubbleStats of
+// it counts the phases as work.
 inline Timeline WithStepPhases(Timeline timeline, const std::vector<Span>& phases) {
   if (phases.empty()) return timeline;
+  timeline.name += ", whole step";
   timeline.spans.insert(timeline.spans.end(), phases.begin(), phases.end());
   double origin = timeline.spans.front().start;
   for (const Span& s : timeline.spans) origin = s.start < origin ? s.start : origin;

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
@@ -538,12 +540,31 @@ namespace {
 // same P x V a prediction for this machine, with another P x V a one-line error.
 TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   const std::string costs = TempPath("measured_costs.json"), json = TempPath("costs_train.json"),
-                    stats = TempPath("costs_sim.json");
+                    stats = TempPath("costs_sim.json"), trace = TempPath("costs_trace.json");
   RunResult r =
       RunCli({"train", "--schedule=zb-v", "--stages=2", "--microbatches=4", "--microbatch-size=4",
               "--layers=3", "--hidden=16", "--inputs=8", "--classes=4", "--steps=3",
-              "--backend=host", "--json=" + json, "--save-costs=" + costs});
+              "--backend=host", "--json=" + json, "--save-costs=" + costs, "--trace=" + trace});
   ASSERT_EQ(r.code, 0) << r.err;
+  // The trace draws whole steps, planned and measured: each of the 4 stages' zero-grad
+  // and optimizer step, from the first zero-grad.
+  int zero_grads = 0, optimizer_steps = 0;
+  std::set<std::string> processes;
+  const nlohmann::json events = nlohmann::json::parse(Slurp(trace))["traceEvents"];
+  for (const nlohmann::json& e : events) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      processes.insert(e["args"]["name"].get<std::string>());
+    }
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["ts"].get<double>(), 0) << e.dump();
+    if (e["cat"] != "step") continue;
+    const std::string name = e["name"].get<std::string>();
+    zero_grads += name.find("ZERO_GRAD") != std::string::npos;
+    optimizer_steps += name.find("OPTIMIZER") != std::string::npos;
+  }
+  EXPECT_EQ(optimizer_steps, 2 * 4);
+  EXPECT_EQ(zero_grads, 2 * 4);
+  EXPECT_THAT(absl::StrJoin(processes, "|"), HasSubstr("(measured, last step), whole step"));
   EXPECT_THAT(r.out, HasSubstr("wrote " + costs + " (measured costs in us, for simulate --costs)"));
   const nlohmann::json file = nlohmann::json::parse(Slurp(costs));
   ASSERT_EQ(file["stages"].size(), 4u);  // P x V virtual stages
