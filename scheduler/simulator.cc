@@ -66,12 +66,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
 
   // The stages of each rank, in order: their zero-grads hold its compute lane first.
   std::vector<std::vector<int>> stages_of(P);
-  for (int r = 0; r < P; ++r) {
-    for (const Action& a : schedule.programs[r]) {
-      if (IsCompute(a.op)) stages_of[r].push_back(a.stage);
-    }
-    std::sort(stages_of[r].begin(), stages_of[r].end());
-    stages_of[r].erase(std::unique(stages_of[r].begin(), stages_of[r].end()), stages_of[r].end());
+  for (int stage = 0; stage < schedule.num_stages(); ++stage) {
+    stages_of[schedule.placement.RankOf(stage)].push_back(stage);
   }
   for (int stage = -1; stage < static_cast<int>(costs.stages.size()); ++stage) {
     const StageCosts& c = stage < 0 ? costs.uniform : costs.stages[stage];

@@ -769,6 +769,7 @@ absl::Status Executor::AwaitStep() {
   for (;;) {
     if (absl::Status error = first_error(); !error.ok()) return AbortStep(error);
     bool progress = false;
+    bool actions_done = true;  // every row's program has completed
     for (int d = 0; d < D; ++d) {
       for (int r = 0; r < P; ++r) {
         const std::vector<Action>& program = schedule_.programs[r];
@@ -785,6 +786,7 @@ absl::Status Executor::AwaitStep() {
           }
         }
         while (c < program.size() && row_done[c]) ++c;
+        actions_done = actions_done && c == program.size();
       }
     }
     bool all_drained = true;
@@ -808,10 +810,6 @@ absl::Status Executor::AwaitStep() {
     } else if (const double stalled = SecondsSince(last_progress);
                options_.step_timeout_seconds > 0 && stalled >= options_.step_timeout_seconds) {
       return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
-    }
-    bool actions_done = true;
-    for (std::size_t row = 0; row < done.size(); ++row) {
-      actions_done = actions_done && cursor[row] == done[row].size();
     }
     Backoff(wait, std::chrono::microseconds(actions_done ? 100 : 1000));
   }

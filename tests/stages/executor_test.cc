@@ -48,6 +48,14 @@ StageWorkFactory ToyFactory(int num_stages, ToyOptions options) {
       };
 }
 
+// Every stage a SleepyWork of these times (us).
+StageWorkFactory SleepyFactory(double micros, double zero_grad_micros = 0,
+                               double optimizer_micros = 0) {
+  return [=](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<SleepyWork>(micros, zero_grad_micros, optimizer_micros);
+  };
+}
+
 // Deterministic data for step k: G micro-batches of n values.
 void ToyData(int step, int g, std::size_t n, std::vector<float>& x, std::vector<float>& t) {
   x.resize(g * n);
@@ -232,12 +240,8 @@ TEST(ExecutorTimingTest, ZeroGradAndOptimizerStepAreTimedAndPredicted) {
       scheduler::Schedule schedule,
       scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
   auto backend = HostBackend(2);
-  PS_ASSERT_OK_AND_ASSIGN(
-      auto ex, Executor::Create(
-                   schedule, *backend,
-                   [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-                     return std::make_unique<SleepyWork>(1000, 2000, 3000);
-                   }));
+  PS_ASSERT_OK_AND_ASSIGN(auto ex,
+                          Executor::Create(schedule, *backend, SleepyFactory(1000, 2000, 3000)));
   std::vector<float> x(2, 1.0f), t(2, 0.0f);
   PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
   ASSERT_EQ(r.phases.size(), 4u);
@@ -267,13 +271,8 @@ TEST(ExecutorTimingTest, TheReceiveOfAnFOverlapsTheActionBeforeIt) {
   for (const bool exact : {false, true}) {
     SCOPED_TRACE(exact ? "exact memory accounting" : "host issuing ahead");
     auto backend = HostBackend(2);
-    PS_ASSERT_OK_AND_ASSIGN(
-        auto ex, Executor::Create(
-                     schedule, *backend,
-                     [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-                       return std::make_unique<SleepyWork>(20000);
-                     },
-                     {.exact_memory_accounting = exact}));
+    PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, SleepyFactory(20000),
+                                                      {.exact_memory_accounting = exact}));
     EXPECT_EQ(ex->input_bytes(0), 0);
     EXPECT_EQ(ex->input_bytes(1), 4);
     std::vector<float> x(3, 1.0f), t(3, 0.0f);
