@@ -396,7 +396,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     }
     row.measured_tl.name = absl::StrCat(ConfigName(row), " (measured, median step)");
     row.measured_tl = trace::WithStepPhases(std::move(row.measured_tl), phases);
-    trace::Timeline simulated = sim.timeline;
+    trace::Timeline simulated = std::move(sim.timeline);  // not read again
     simulated.name = absl::StrCat(ConfigName(row), " (simulated from measured costs)");
     simulated.time_unit = "us";
     row.simulated_tl = trace::WithStepPhases(std::move(simulated), sim.phases);

@@ -316,7 +316,7 @@ absl::Status Train(const CommandContext& ctx) {
   trace::Timeline measured_tl = last.timeline;
   measured_tl.name = absl::StrCat(schedule.name, " (measured, last step)");
   measured_tl = trace::WithStepPhases(std::move(measured_tl), last.phases);
-  trace::Timeline planned_tl = planned.timeline;
+  trace::Timeline planned_tl = std::move(planned.timeline);  // not read again
   planned_tl.name = absl::StrCat(schedule.name, " (planned from measured costs)");
   planned_tl.time_unit = "us";
   planned_tl = trace::WithStepPhases(std::move(planned_tl), planned.phases);

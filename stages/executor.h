@@ -215,10 +215,10 @@ class Executor {
   struct PhaseEvents {  // StepResult::phases
     std::unique_ptr<runtime::Event> zero_start, zero_end, opt_start, opt_end;
   };
-  std::vector<PhaseEvents> phases_;  // [replica * S + stage]
-  std::vector<Issue> order_;                                                      // the issue order
-  std::vector<std::size_t> boundary_bytes_;                                       // [stage]
-  std::vector<std::size_t> input_bytes_;  // [stage]: the received input (0 for stage 0)
+  std::vector<PhaseEvents> phases_;          // [replica * S + stage]
+  std::vector<Issue> order_;                 // the issue order
+  std::vector<std::size_t> boundary_bytes_;  // [stage]
+  std::vector<std::size_t> input_bytes_;     // [stage]: the received input (0 for stage 0)
   struct Region {
     std::size_t out = 0, grad_out = 0, grad_in = 0;  // offsets; SIZE_MAX = none
   };
