@@ -2,6 +2,7 @@
 // one table that names them.
 #include "scheduler/formulas.h"
 
+#include <algorithm>
 #include <array>
 
 namespace pipesched::scheduler {
@@ -35,15 +36,37 @@ std::optional<double> Interleaved(const FormulaInputs& in) {
 // T_I); and with M < P there is no steady state for the deferred W's to fill. Sweeping
 // the simulator (tests/scheduler/formulas_pinning_test.cc) shows the closed form exact
 // precisely when P = 1, or T_W = 0 (1F1B with B = I), or M >= P and T_W <= min(T_F, T_I).
-std::optional<double> ZeroBubbleH1(const FormulaInputs& in) {
+// Interleaved ZB is the same pipeline over V chunks per rank with per-chunk costs: V*M
+// of each op per rank, the same (P-1)(T_F + T_I - T_W) idle, when P = 1 or M >= P and
+// T_W <= min(T_F, T_I) (and M splits into equal rounds, as the generator requires).
+// Both forms: (P-1)(T_F + T_I - T_W) idle per rank over V*M (T_F + T_I + T_W) of work.
+std::optional<double> ZeroBubble(const FormulaInputs& in) {
   const StageCosts& c = in.costs;
-  const bool holds = in.num_ranks == 1 || c.w == 0 ||
-                     (in.num_microbatches >= in.num_ranks && c.w <= c.f && c.w <= c.i);
-  if (in.num_chunks != 1 || !holds) return std::nullopt;
   const double bubble = (in.num_ranks - 1.0) * (c.f + c.i - c.w);
-  const double makespan = in.num_microbatches * (c.f + c.i + c.w) + bubble;
+  const double makespan =
+      static_cast<double>(in.num_chunks) * in.num_microbatches * (c.f + c.i + c.w) + bubble;
   if (makespan <= 0) return std::nullopt;
   return bubble / makespan;
+}
+
+bool WeightsHide(const FormulaInputs& in) {
+  const StageCosts& c = in.costs;
+  return in.num_microbatches >= in.num_ranks && c.w <= c.f && c.w <= c.i;
+}
+
+std::optional<double> ZeroBubbleH1(const FormulaInputs& in) {
+  if (in.num_chunks != 1) return std::nullopt;
+  if (in.num_ranks > 1 && in.costs.w != 0 && !WeightsHide(in)) return std::nullopt;
+  return ZeroBubble(in);
+}
+
+// With T_W = 0 and M < P, interleaving's own fill and drain leave gaps (as for
+// interleaved-1f1b, whose form needs M a multiple of P), so only the general condition.
+std::optional<double> InterleavedZeroBubble(const FormulaInputs& in) {
+  const int rounds = std::max(1, in.num_microbatches / in.num_ranks);
+  if (in.num_chunks < 2 || in.num_microbatches % rounds != 0) return std::nullopt;
+  if (in.num_ranks > 1 && !WeightsHide(in)) return std::nullopt;
+  return ZeroBubble(in);
 }
 
 struct Formula {
@@ -51,11 +74,12 @@ struct Formula {
   std::optional<double> (*fraction)(const FormulaInputs&);
 };
 
-constexpr std::array<Formula, 4> kFormulas = {{
+constexpr std::array<Formula, 5> kFormulas = {{
     {"gpipe", FillDrain},
     {"1f1b", FillDrain},
     {"interleaved-1f1b", Interleaved},
     {"zb-h1", ZeroBubbleH1},
+    {"interleaved-zb", InterleavedZeroBubble},
 }};
 
 }  // namespace

@@ -12,6 +12,10 @@
 //                     so fraction = bubble time / makespan
 //                     exact when P = 1, or T_W = 0, or M >= P and T_W <= min(T_F, T_I);
 //                     no closed form otherwise (the simulated bubble is larger)
+//   interleaved ZB:   the same with per-chunk costs: bubble time per rank
+//                     (P-1)(T_F + T_I - T_W), makespan V*M (T_F + T_I + T_W) + that,
+//                     when P = 1, or M >= P and T_W <= min(T_F, T_I) (M splitting
+//                     into equal rounds, as the generator requires)
 // The simulator reproduces these exactly for the registry's generators with uniform
 // costs; tests/scheduler/formulas_pinning_test.cc pins one to the other.
 #pragma once
@@ -33,7 +37,7 @@ struct FormulaInputs {
 // Bubble fraction predicted by the schedule's closed form, or nullopt where none
 // applies (unknown schedule, non-uniform regime the formula does not cover, P, V or M
 // below 1, costs.allreduce > 0).
-// Known schedules: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+// Known schedules: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "interleaved-zb".
 std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const FormulaInputs& in);
 
 // The same prediction as a bubble ratio (idle / ideal compute), nullopt where the

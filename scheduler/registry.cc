@@ -20,6 +20,8 @@ const std::vector<ScheduleInfo>& AllSchedules() {
        "P >= 1, M >= 1, V = 1", 1, &GenerateOneFOneB},
       {"interleaved-1f1b", "1F1B over V chunks per rank, loop placement (Megatron-LM)",
        "P >= 1, V >= 2, M >= 1 and a multiple of max(1, M / P)", 2, &GenerateInterleaved1F1B},
+      {"interleaved-zb", "interleaved 1F1B with backward split into I and W (zero bubble)",
+       "P >= 1, V >= 2, M >= 1 and a multiple of max(1, M / P)", 2, &GenerateInterleavedZb},
       {"looped-bfs", "each chunk's forwards for all micro-batches, then backwards in reverse",
        "P >= 1, M >= 1, V >= 1", 2, &GenerateLoopedBfs},
       {"zb-h1", "1F1B with backward split into I and W, W deferred into the bubbles",

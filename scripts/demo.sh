@@ -16,7 +16,7 @@ echo
 echo "== 1F1B, P=4, M=8: grid, stats, pictures"
 $bin simulate --schedule=1f1b --stages=4 --microbatches=8 \
   --svg=out/1f1b.svg --trace=out/1f1b.trace.json --csv=out/1f1b.csv --json=out/1f1b.stats.json
-for s in gpipe interleaved-1f1b zb-h1 zb-v; do
+for s in gpipe interleaved-1f1b interleaved-zb zb-h1 zb-v; do
   echo
   echo "== $s, P=4, M=8"
   $bin simulate --schedule=$s --stages=4 --microbatches=8 --nogrid --svg=out/$s.svg

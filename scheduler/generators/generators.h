@@ -19,6 +19,10 @@ absl::StatusOr<Schedule> GenerateOneFOneB(const GeneratorParams& params);
 // Megatron interleaved 1F1B on V chunks per rank, loop placement (PyTorch
 // ScheduleInterleaved1F1B). V >= 2; M a multiple of max(1, M / P).
 absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params);
+// Interleaved 1F1B with backward split into I and W (PyTorch
+// ScheduleInterleavedZeroBubble), loop placement: warm-up (V-1)R + (P-1-r), rank r
+// deferring r W's. V >= 2; M a multiple of max(1, M / P).
+absl::StatusOr<Schedule> GenerateInterleavedZb(const GeneratorParams& params);
 // Breadth-first over chunks (PyTorch ScheduleLoopedBFS), loop placement. V >= 1.
 absl::StatusOr<Schedule> GenerateLoopedBfs(const GeneratorParams& params);
 // ZB-H1 (Qi et al. 2023): 1F1B with backward split into I and W, rank r deferring

@@ -24,29 +24,6 @@
 #include "scheduler/generators/util.h"
 
 namespace pipesched::scheduler {
-namespace {
-
-int NumRounds(int num_ranks, int num_microbatches) {
-  return std::max(1, num_microbatches / num_ranks);
-}
-
-bool SplitsIntoRounds(int num_ranks, int num_microbatches) {
-  return num_microbatches % NumRounds(num_ranks, num_microbatches) == 0;
-}
-
-absl::Status CheckRounds(int p, int m) {
-  if (SplitsIntoRounds(p, m)) return absl::OkStatus();
-  int below = m - 1;
-  while (below > 1 && !SplitsIntoRounds(p, below)) --below;
-  int above = m + 1;
-  while (!SplitsIntoRounds(p, above)) ++above;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "interleaved-1f1b needs M to be a multiple of its number of rounds max(1, M / P) = ",
-      NumRounds(p, m), " (got M=", m, ", P=", p, "); use --microbatches=", below,
-      " or --microbatches=", above));
-}
-
-}  // namespace
 
 absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params) {
   PS_ASSIGN_OR_RETURN(const int v, generators_internal::CheckParams("interleaved-1f1b", params, 2));
@@ -57,8 +34,8 @@ absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params) 
   }
   const int p = params.num_ranks;
   const int m = params.num_microbatches;
-  PS_RETURN_IF_ERROR(CheckRounds(p, m));
-  const int per_round = m / NumRounds(p, m);
+  PS_RETURN_IF_ERROR(generators_internal::CheckRounds("interleaved-1f1b", p, m));
+  const int per_round = generators_internal::RoundSize(p, m);
 
   Schedule schedule =
       generators_internal::EmptySchedule("interleaved-1f1b", PlacementKind::kLoop, p, v, m);

@@ -2,6 +2,7 @@
 // --microbatches=1000000000 from allocating gigabytes: a clear error instead.
 #include "scheduler/generators/util.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -66,6 +67,36 @@ absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
   return absl::InvalidArgumentError(
       absl::StrCat(Absl(schedule), " runs exactly ", required, required == 1 ? " chunk" : " chunks",
                    " per rank (got V=", chunks, "); use --virtual=", required, Absl(hint)));
+}
+
+namespace {
+
+int NumRounds(int num_ranks, int num_microbatches) {
+  return std::max(1, num_microbatches / num_ranks);
+}
+
+bool SplitsIntoRounds(int num_ranks, int num_microbatches) {
+  return num_microbatches % NumRounds(num_ranks, num_microbatches) == 0;
+}
+
+}  // namespace
+
+int RoundSize(int num_ranks, int num_microbatches) {
+  return num_microbatches / NumRounds(num_ranks, num_microbatches);
+}
+
+absl::Status CheckRounds(std::string_view schedule, int num_ranks, int num_microbatches) {
+  const int p = num_ranks;
+  const int m = num_microbatches;
+  if (SplitsIntoRounds(p, m)) return absl::OkStatus();
+  int below = m - 1;
+  while (below > 1 && !SplitsIntoRounds(p, below)) --below;
+  int above = m + 1;
+  while (!SplitsIntoRounds(p, above)) ++above;
+  return absl::InvalidArgumentError(absl::StrCat(
+      Absl(schedule),
+      " needs M to be a multiple of its number of rounds max(1, M / P) = ", NumRounds(p, m),
+      " (got M=", m, ", P=", p, "); use --microbatches=", below, " or --microbatches=", above));
 }
 
 Schedule EmptySchedule(std::string_view name, PlacementKind kind, int num_ranks, int num_chunks,

@@ -2,10 +2,11 @@
 // split into I (gradient w.r.t. the stage input, on the critical path) and W (gradient
 // w.r.t. the weights, free to move). Rank r runs its first r steady-state I's without
 // their W and issues those W's later, where 1F1B would wait: I's travel up the pipeline
-// sooner and the deferred W's fill the tail. Warm-up is 1F1B's, so live activations
-// stay min(P-r, M). With T_F = T_I = T_W the bubble per rank is (P-1)(T_F + T_I - T_W),
-// a third of 1F1B's (P-1)(T_F + T_B). Same order as PyTorch's zero-bubble programs
-// with one chunk per rank.
+// sooner and the deferred W's fill the tail. Warm-up is 1F1B's; an activation lives
+// until its W, so rank r's r deferred W's lift every rank to min(P, M) live
+// activations: 1F1B's peak on rank 0, nowhere above it. With T_F = T_I = T_W the
+// bubble per rank is (P-1)(T_F + T_I - T_W), a third of 1F1B's (P-1)(T_F + T_B). Same
+// order as PyTorch's zero-bubble programs with one chunk per rank.
 //
 // P=4, M=6 (stage = rank):
 //   rank 0 | 0F0 0F1 0F2 0F3 0I0 0W0 0F4 0I1 0W1 0F5 0I2 0W2 0I3 0W3 0I4 0W4 0I5 0W5

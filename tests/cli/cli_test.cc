@@ -40,7 +40,8 @@ int CountLines(const std::string& s) {
 TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
   RunResult r = RunCli({"schedules"});
   EXPECT_EQ(r.code, 0);
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-v"}) {
+  for (const char* name :
+       {"gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "zb-h1", "zb-v"}) {
     EXPECT_THAT(r.out, HasSubstr(name));
   }
   EXPECT_THAT(r.out, HasSubstr("constraints:"));

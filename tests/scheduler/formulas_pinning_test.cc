@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
@@ -104,43 +105,86 @@ TEST(FormulasPinningTest, ZbH1BubbleIsAThirdOf1F1BsWithEqualFIW) {
   }
 }
 
-// The costs every sweep below runs over: zeros, fractions that are not dyadic, and a
-// cost much larger than the others.
-constexpr double kSweepCosts[] = {0, 0.5, 1.0 / 3, 1, 1.5, 2, 3};
-
-// ZB-H1's closed form, (P-1)(T_F + T_I - T_W) idle per rank, against the simulator over a
-// grid of F, I, W, P and M: it is offered exactly where it equals the simulation, i.e.
-// P = 1, or T_W = 0, or M >= P and T_W <= min(T_F, T_I) (formulas.cc says why).
-TEST(FormulasPinningTest, ZbH1ClosedFormIsOfferedExactlyWhereItHolds) {
-  int offered = 0;
-  for (int p = 1; p <= 6; ++p) {
-    for (int m = 1; m <= 10; ++m) {
-      PS_ASSERT_OK_AND_ASSIGN(
-          const Schedule schedule,
-          GenerateSchedule("zb-h1", GeneratorParams{.num_ranks = p, .num_microbatches = m}));
-      for (double f : kSweepCosts) {
-        for (double i : kSweepCosts) {
-          for (double w : kSweepCosts) {
-            CostModel costs;
-            costs.uniform = StageCosts{.f = f, .b = i + w, .i = i, .w = w};
-            PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(schedule, costs));
-            const double closed_makespan = m * (f + i + w) + (p - 1) * (f + i - w);
-            const bool holds = r.makespan > 0 && std::abs(r.makespan - closed_makespan) < 1e-9;
-            const std::optional<double> formula = ClosedFormBubbleFraction(
-                "zb-h1",
-                {.num_ranks = p, .num_chunks = 1, .num_microbatches = m, .costs = costs.uniform});
-            SCOPED_TRACE(absl::StrFormat("P=%d M=%d F=%g I=%g W=%g: simulated makespan %g", p, m, f,
-                                         i, w, r.makespan));
-            ASSERT_EQ(formula.has_value(), holds);
-            if (!formula.has_value()) continue;
-            ++offered;
-            EXPECT_NEAR(*formula, r.bubble_fraction, 1e-12);
-          }
+// Interleaved ZB against interleaved 1F1B, both with T_F = T_I = T_W = 1 per chunk
+// (T_B = 2): every rank idles exactly P-1 (interleaved 1F1B: 3(P-1) when M is a multiple
+// of P), and every rank holds min((V-1)R + P, V*M) chunk activations (R = the round
+// size), never more than interleaved 1F1B's busiest rank.
+TEST(FormulasPinningTest, InterleavedZbIdlesPMinus1AndHoldsLessThanInterleaved1F1B) {
+  CostModel costs;
+  costs.uniform = StageCosts{.f = 1, .b = 2, .i = 1, .w = 1, .activation_bytes = 10};
+  for (int p = 1; p <= 8; ++p) {
+    for (int v = 2; v <= 4; ++v) {
+      for (int m = p; m <= 3 * p; ++m) {
+        SCOPED_TRACE(absl::StrFormat("P=%d V=%d M=%d", p, v, m));
+        absl::StatusOr<SimResult> zb = GenerateAndSimulate("interleaved-zb", p, v, m, costs);
+        if (!zb.ok()) continue;  // uneven rounds
+        PS_ASSERT_OK_AND_ASSIGN(const SimResult inter,
+                                GenerateAndSimulate("interleaved-1f1b", p, v, m, costs));
+        const int round = m / std::max(1, m / p);
+        int inter_peak = 0;
+        for (const RankStats& rank : inter.ranks) {
+          inter_peak = std::max(inter_peak, rank.peak_live_microbatches);
+        }
+        for (int r = 0; r < p; ++r) {
+          EXPECT_NEAR(zb->ranks[r].idle, p - 1.0, kTol) << "rank " << r;
+          EXPECT_EQ(zb->ranks[r].peak_live_microbatches, std::min((v - 1) * round + p, v * m))
+              << "rank " << r;
+          EXPECT_EQ(zb->ranks[r].peak_live_bytes, 10 * zb->ranks[r].peak_live_microbatches);
+          EXPECT_LE(zb->ranks[r].peak_live_microbatches, inter_peak) << "rank " << r;
+        }
+        if (p > 1) EXPECT_LT(zb->bubble_fraction, inter.bubble_fraction);
+        if (m % p == 0) {
+          for (const RankStats& rank : inter.ranks) EXPECT_NEAR(rank.idle, 3.0 * (p - 1), kTol);
         }
       }
     }
   }
-  EXPECT_GT(offered, 1000);
+}
+
+// The costs every sweep below runs over: zeros, fractions that are not dyadic, and a
+// cost much larger than the others.
+constexpr double kSweepCosts[] = {0, 0.5, 1.0 / 3, 1, 1.5, 2, 3};
+
+// The zero-bubble closed form, (P-1)(T_F + T_I - T_W) idle per rank, against the
+// simulator over a grid of F, I, W, P and M, for ZB-H1 and for interleaved ZB with 2 and
+// 3 chunks: it is offered exactly where it equals the simulation, i.e. P = 1, or
+// M >= P and T_W <= min(T_F, T_I), or for ZB-H1 also T_W = 0 (formulas.cc says why).
+TEST(FormulasPinningTest, ZeroBubbleClosedFormIsOfferedExactlyWhereItHolds) {
+  for (const auto& [name, chunks] :
+       {std::pair<std::string, int>{"zb-h1", 1}, {"interleaved-zb", 2}, {"interleaved-zb", 3}}) {
+    int offered = 0;
+    for (int p = 1; p <= 6; ++p) {
+      for (int m = 1; m <= 10; ++m) {
+        absl::StatusOr<Schedule> schedule = GenerateSchedule(
+            name, GeneratorParams{.num_ranks = p, .num_microbatches = m, .num_chunks = chunks});
+        if (!schedule.ok()) continue;  // interleaved-zb's uneven rounds
+        for (double f : kSweepCosts) {
+          for (double i : kSweepCosts) {
+            for (double w : kSweepCosts) {
+              CostModel costs;
+              costs.uniform = StageCosts{.f = f, .b = i + w, .i = i, .w = w};
+              PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(*schedule, costs));
+              const double closed_makespan = chunks * m * (f + i + w) + (p - 1) * (f + i - w);
+              const bool holds = r.makespan > 0 && std::abs(r.makespan - closed_makespan) < 1e-9;
+              const std::optional<double> formula =
+                  ClosedFormBubbleFraction(name, {.num_ranks = p,
+                                                  .num_chunks = chunks,
+                                                  .num_microbatches = m,
+                                                  .costs = costs.uniform});
+              SCOPED_TRACE(
+                  absl::StrFormat("%s V=%d P=%d M=%d F=%g I=%g W=%g: simulated makespan %g", name,
+                                  chunks, p, m, f, i, w, r.makespan));
+              ASSERT_EQ(formula.has_value(), holds);
+              if (!formula.has_value()) continue;
+              ++offered;
+              EXPECT_NEAR(*formula, r.bubble_fraction, 1e-12);
+            }
+          }
+        }
+      }
+    }
+    EXPECT_GT(offered, 1000) << name << " V=" << chunks;
+  }
 }
 
 // GPipe, 1F1B and interleaved 1F1B over the same grid of F and B, zeros included:

@@ -50,6 +50,14 @@ rank 1 | 1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3
 )");
 }
 
+TEST(GeneratorGoldenTest, InterleavedZbP2V2M4) {
+  // interleaved_zb.cc draws the same program in two halves of 12 actions.
+  EXPECT_EQ(Picture("interleaved-zb", 2, 4, 2), R"(
+rank 0 | 0F0 0F1 2F0 2F1 2I0 2W0 0F2 2I1 2W1 0F3 0I0 0W0 2F2 0I1 0W1 2F3 2I2 2W2 2I3 2W3 0I2 0W2 0I3 0W3
+rank 1 | 1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 3W1 1F3 1I1 1W0 3F2 3I2 1W1 3F3 3I3 3W2 1I2 3W3 1I3 1W2 1W3
+)");
+}
+
 TEST(GeneratorGoldenTest, LoopedBfsP2V2M4) {
   EXPECT_EQ(Picture("looped-bfs", 2, 4, 2), R"(
 rank 0 | 0F0 0F1 0F2 0F3 2F0 2F1 2F2 2F3 2B3 2B2 2B1 2B0 0B3 0B2 0B1 0B0
@@ -81,7 +89,9 @@ TEST(GeneratorGoldenTest, DefaultChunksAreTheRegisteredOnes) {
     EXPECT_EQ(schedule->name, info.name);
     EXPECT_EQ(schedule->num_ranks(), 4);
     EXPECT_EQ(schedule->num_microbatches, 8);
-    EXPECT_EQ(schedule->SplitsBackward(), info.name == "zb-h1" || info.name == "zb-v") << info.name;
+    EXPECT_EQ(schedule->SplitsBackward(),
+              info.name == "zb-h1" || info.name == "zb-v" || info.name == "interleaved-zb")
+        << info.name;
   }
 }
 
@@ -210,7 +220,7 @@ TEST(RegistryTest, UnknownScheduleListsTheKnownOnes) {
 }
 
 TEST(RegistryTest, EveryEntryIsDescribed) {
-  ASSERT_EQ(AllSchedules().size(), 6u);
+  ASSERT_EQ(AllSchedules().size(), 7u);
   for (const ScheduleInfo& info : AllSchedules()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_FALSE(info.constraints.empty()) << info.name;
@@ -248,6 +258,14 @@ TEST(GeneratorErrorTest, BadParametersGetASentence) {
       {"interleaved-1f1b",
        {4, 13, 2},
        "max(1, M / P) = 3 (got M=13, P=4); use --microbatches=12 or --microbatches=15"},
+      {"interleaved-zb",
+       {4, 8, 1},
+       "interleaved-zb needs V >= 2 chunks per rank (got V=1); use --virtual=2 or more, or zb-h1 "
+       "for one chunk"},
+      {"interleaved-zb",
+       {4, 9, 2},
+       "interleaved-zb needs M to be a multiple of its number of rounds max(1, M / P) = 2 "
+       "(got M=9, P=4); use --microbatches=8 or --microbatches=10"},
       {"looped-bfs", {-3, 8, 2}, "looped-bfs needs at least one pipeline rank (got P=-3)"},
       {"gpipe", {100000, 8, 0}, "gpipe supports at most 65536 ranks (got P=100000)"},
       {"1f1b", {4096, 1 << 20, 0}, "the limit is 16777216"},

@@ -70,8 +70,8 @@ void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
 
 TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
   const std::vector<Case> cases = AllCases();
-  // 6 schedules; V = 2 for interleaved and zb-v, V in {1,2} for looped-bfs.
-  ASSERT_EQ(cases.size(), 126u);
+  // 7 schedules; V = 2 for the two interleaved ones and zb-v, V in {1,2} for looped-bfs.
+  ASSERT_EQ(cases.size(), 144u);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     TrainerConfig config = TinyConfig(c);
@@ -148,8 +148,9 @@ TEST(ContractTest, LossFalls) {
 // r, plus one backward's workspace; in 1F1B's steady state (M > P - r) the backward also
 // holds the next F's received input, allocated before it (Executor, "Memory").
 TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
-  for (const std::string name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}) {
-    const int v = name == "interleaved-1f1b" || name == "zb-v" ? 2 : 1;
+  for (const std::string name :
+       {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "interleaved-zb"}) {
+    const int v = name == "interleaved-1f1b" || name == "zb-v" || name == "interleaved-zb" ? 2 : 1;
     for (int p : {1, 2, 4}) {
       for (int m : {1, 4, 8}) {
         TrainerConfig config = TinyConfig({name, p, v, 1, m});

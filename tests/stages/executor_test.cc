@@ -191,7 +191,7 @@ TEST(ExecutorToyTest, TimelineHasEverySpanInDependencyOrder) {
 // peak_live_bytes for the executor's activation_bytes: GPipe holds M micro-batches,
 // 1F1B holds min(P - r, M) on rank r.
 TEST(ExecutorToyTest, PeakActivationBytesMatchTheSimulator) {
-  for (const std::string name : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "interleaved-zb"}) {
     for (int p : {1, 2, 4}) {
       for (int m : {1, 4, 8}) {
         auto schedule = scheduler::GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m});
