@@ -14,11 +14,8 @@
 //   rank 0 | 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3
 //   rank 1 | 1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3
 #include <algorithm>
-#include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "scheduler/generators/generators.h"
 #include "scheduler/generators/util.h"
@@ -26,15 +23,10 @@
 namespace pipesched::scheduler {
 
 absl::StatusOr<Schedule> GenerateInterleaved1F1B(const GeneratorParams& params) {
-  PS_ASSIGN_OR_RETURN(const int v, generators_internal::CheckParams("interleaved-1f1b", params, 2));
-  if (v < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("interleaved-1f1b needs V >= 2 chunks per rank (got V=", v,
-                     "); use --virtual=2 or more, or the 1f1b schedule for one chunk"));
-  }
+  PS_ASSIGN_OR_RETURN(const int v, generators_internal::CheckInterleavedParams(
+                                       "interleaved-1f1b", params, "the 1f1b schedule"));
   const int p = params.num_ranks;
   const int m = params.num_microbatches;
-  PS_RETURN_IF_ERROR(generators_internal::CheckRounds("interleaved-1f1b", p, m));
   const int per_round = generators_internal::RoundSize(p, m);
 
   Schedule schedule =

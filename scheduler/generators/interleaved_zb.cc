@@ -20,8 +20,6 @@
 #include <deque>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "scheduler/generators/generators.h"
 #include "scheduler/generators/util.h"
@@ -29,15 +27,10 @@
 namespace pipesched::scheduler {
 
 absl::StatusOr<Schedule> GenerateInterleavedZb(const GeneratorParams& params) {
-  PS_ASSIGN_OR_RETURN(const int v, generators_internal::CheckParams("interleaved-zb", params, 2));
-  if (v < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("interleaved-zb needs V >= 2 chunks per rank (got V=", v,
-                     "); use --virtual=2 or more, or zb-h1 for one chunk"));
-  }
+  PS_ASSIGN_OR_RETURN(
+      const int v, generators_internal::CheckInterleavedParams("interleaved-zb", params, "zb-h1"));
   const int p = params.num_ranks;
   const int m = params.num_microbatches;
-  PS_RETURN_IF_ERROR(generators_internal::CheckRounds("interleaved-zb", p, m));
   const int per_round = generators_internal::RoundSize(p, m);
 
   Schedule schedule =

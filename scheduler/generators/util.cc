@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "base/strings.h"
 
 namespace pipesched::scheduler::generators_internal {
@@ -17,6 +18,15 @@ constexpr int kMaxRanks = 1 << 16;
 constexpr int kMaxChunks = 1 << 10;
 constexpr int kMaxMicrobatches = 1 << 20;
 constexpr int64_t kMaxComputeActions = int64_t{1} << 24;
+
+// Interleaved schedules' rounds: max(1, M / P) of them.
+int NumRounds(int num_ranks, int num_microbatches) {
+  return std::max(1, num_microbatches / num_ranks);
+}
+
+bool SplitsIntoRounds(int num_ranks, int num_microbatches) {
+  return num_microbatches % NumRounds(num_ranks, num_microbatches) == 0;
+}
 
 }  // namespace
 
@@ -69,26 +79,21 @@ absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
                    " per rank (got V=", chunks, "); use --virtual=", required, Absl(hint)));
 }
 
-namespace {
-
-int NumRounds(int num_ranks, int num_microbatches) {
-  return std::max(1, num_microbatches / num_ranks);
-}
-
-bool SplitsIntoRounds(int num_ranks, int num_microbatches) {
-  return num_microbatches % NumRounds(num_ranks, num_microbatches) == 0;
-}
-
-}  // namespace
-
 int RoundSize(int num_ranks, int num_microbatches) {
   return num_microbatches / NumRounds(num_ranks, num_microbatches);
 }
 
-absl::Status CheckRounds(std::string_view schedule, int num_ranks, int num_microbatches) {
-  const int p = num_ranks;
-  const int m = num_microbatches;
-  if (SplitsIntoRounds(p, m)) return absl::OkStatus();
+absl::StatusOr<int> CheckInterleavedParams(std::string_view schedule, const GeneratorParams& params,
+                                           std::string_view one_chunk) {
+  PS_ASSIGN_OR_RETURN(const int v, CheckParams(schedule, params, 2));
+  if (v < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Absl(schedule), " needs V >= 2 chunks per rank (got V=", v,
+                     "); use --virtual=2 or more, or ", Absl(one_chunk), " for one chunk"));
+  }
+  const int p = params.num_ranks;
+  const int m = params.num_microbatches;
+  if (SplitsIntoRounds(p, m)) return v;
   int below = m - 1;
   while (below > 1 && !SplitsIntoRounds(p, below)) --below;
   int above = m + 1;

@@ -20,10 +20,13 @@ absl::Status RequireChunks(std::string_view schedule, int chunks, int required,
                            std::string_view hint);
 
 // Interleaved schedules (interleaved-1f1b, interleaved-zb) walk the chunks in rounds
-// of R = M / max(1, M / P) micro-batches. M must split into equal rounds: a multiple of
-// max(1, M / P). RoundSize returns R; CheckRounds says which M's nearby would work.
+// of R = M / max(1, M / P) micro-batches, so M must split into equal rounds: a multiple
+// of max(1, M / P). CheckInterleavedParams checks that, V >= 2 (`one_chunk` names the
+// schedule to use for one chunk) and CheckParams' limits, and returns V (default 2).
+absl::StatusOr<int> CheckInterleavedParams(std::string_view schedule, const GeneratorParams& params,
+                                           std::string_view one_chunk);
+// R, for M that CheckInterleavedParams accepted.
 int RoundSize(int num_ranks, int num_microbatches);
-absl::Status CheckRounds(std::string_view schedule, int num_ranks, int num_microbatches);
 
 // A schedule with P empty programs.
 Schedule EmptySchedule(std::string_view name, PlacementKind kind, int num_ranks, int num_chunks,
