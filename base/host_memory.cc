@@ -1,9 +1,12 @@
 #include "base/host_memory.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -26,6 +29,13 @@ std::optional<std::int64_t> HostMemoryAvailableBytes() {
     return kib * 1024;
   }
   return std::nullopt;
+}
+
+int HostCpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 std::string HumanBytes(std::int64_t bytes) {

@@ -1,6 +1,7 @@
-// Host memory facts for refusing sizes that do not fit before allocating them: Linux
+// Host facts. Memory, for refusing sizes that do not fit before allocating them: Linux
 // overcommits, so an allocation larger than what the machine has left may succeed and
-// then get the process killed when its pages are touched.
+// then get the process killed when its pages are touched. CPUs, for saying when the
+// host backend's emulated devices compete for cores.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,10 @@ namespace pipesched {
 // MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping,
 // page cache included); nullopt when it cannot be read (not Linux, or no such line).
 std::optional<std::int64_t> HostMemoryAvailableBytes();
+
+// The CPUs this process may run on (its affinity mask, which a container or taskset may
+// narrow below the machine's count); at least 1.
+int HostCpuCount();
 
 // "512 B", "1.5 KiB", "12.25 MiB", "3.00 GiB".
 std::string HumanBytes(std::int64_t bytes);

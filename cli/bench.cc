@@ -22,12 +22,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
+#include "runtime/runtime.h"
 #include "scheduler/formats.h"
 #include "scheduler/formulas.h"
 #include "scheduler/registry.h"
@@ -800,6 +802,18 @@ int Bench(const CommandContext& ctx) {
          "d pp = sim - meas\n"
          "idle shares: dep(endency) xfer (transfer/hand-off) ar (all-reduce) host (issue) "
          "imb(alance); expl = their sum / measured idle\n";
+  // Host devices compute on CPU threads; configurations with more busy devices than
+  // cores run ranks that slow each other down, which no simulation here models.
+  const absl::StatusOr<runtime::BackendKind> kind = runtime::ResolveBackend(b.backend);
+  const int most_devices = *std::max_element(sweep.stages.begin(), sweep.stages.end()) * b.replicas;
+  const int busy_devices = b.num_devices > 0 ? std::min(b.num_devices, most_devices) : most_devices;
+  if (kind.ok() && *kind == runtime::BackendKind::kHost && busy_devices > HostCpuCount()) {
+    out << absl::StrFormat(
+        "note: %d CPU core(s); configurations with more than %d devices (P x D) run ranks "
+        "that slow each other down when they compute at once, which the simulations do not "
+        "model\n",
+        HostCpuCount(), HostCpuCount());
+  }
   PrintHeader(out);
   std::vector<Row> rows;
   const int total =
@@ -849,6 +863,7 @@ int Bench(const CommandContext& ctx) {
       j["warmup"] = sweep.warmup;
       j["steps"] = sweep.steps;
       j["load_average"] = load;
+      j["host_cpus"] = HostCpuCount();
       j["configurations"] = nlohmann::json::array();
       for (const Row& r : rows) j["configurations"].push_back(RowJson(r, sweep));
       PS_RETURN_IF_ERROR(

@@ -244,14 +244,24 @@ std::string Trainer::PlacementSummary() const {
   const int P = executor_->num_ranks(), D = config_.replicas;
   const int devices = backend_->device_count();
   const std::string backend(runtime::BackendName(backend_->kind()));
-  if (devices >= P * D) {
-    return absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D,
-                        devices > P * D ? absl::StrCat(" (", devices - P * D, " of the ", devices,
-                                                       " devices are not used)")
-                                        : "");
+  std::string summary =
+      devices >= P * D
+          ? absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D,
+                         devices > P * D ? absl::StrCat(" (", devices - P * D, " of the ", devices,
+                                                        " devices are not used)")
+                                         : "")
+          : absl::StrCat(backend, " backend: ", P * D, " (replica, rank) pairs share ", devices,
+                         " device(s) round-robin; each keeps its own streams");
+  // Host devices compute on CPU threads: more busy devices than cores and they slow each
+  // other down, which the plan (each device computing on its own) does not model.
+  const int busy_devices = std::min(devices, P * D);
+  if (backend_->kind() == runtime::BackendKind::kHost && busy_devices > HostCpuCount()) {
+    absl::StrAppend(&summary, "\nnote: the ", busy_devices, " host devices compute on ",
+                    HostCpuCount(),
+                    " CPU core(s): ranks computing at once slow each other down, which the plan "
+                    "does not model");
   }
-  return absl::StrCat(backend, " backend: ", P * D, " (replica, rank) pairs share ", devices,
-                      " device(s) round-robin; each keeps its own streams");
+  return summary;
 }
 
 absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* labels) {

@@ -123,7 +123,8 @@ class Trainer {
   std::int64_t data_cursor() const { return cursor_; }
   void set_data_cursor(std::int64_t cursor) { cursor_ = cursor; }
   // One line on placement, e.g. "host backend: 4 devices for P=2 x D=2" or
-  // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin".
+  // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin", and a second line,
+  // "note: ...", when more host devices compute than the process has CPU cores.
   std::string PlacementSummary() const;
 
  private:

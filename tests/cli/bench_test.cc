@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/host_memory.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
@@ -26,6 +28,7 @@ using testing::RunResult;
 using testing::Slurp;
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempPath(const std::string& name) {
   return testing::TempPath("pipesched_bench_", name);
@@ -50,6 +53,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   EXPECT_THAT(r.out, HasSubstr("skipped: unknown schedule \"nope\""));
 
   nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  EXPECT_EQ(j["host_cpus"], HostCpuCount());
   ASSERT_EQ(j["configurations"].size(), 6u);
   int ok = 0;
   for (const nlohmann::json& c : j["configurations"]) {
@@ -138,6 +142,22 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
 }
 
 // What does not apply is null in the JSON and empty in the CSV, never a -1 placeholder.
+// A sweep whose largest configuration has more host devices than the process has CPU
+// cores says so before its table; one that fits does not.
+TEST(BenchTest, NotesWhenHostDevicesOutnumberTheCores) {
+  const int cpus = HostCpuCount();
+  const std::string note =
+      absl::StrCat("note: ", cpus, " CPU core(s); configurations with more than ", cpus,
+                   " devices (P x D) run ranks that slow each other");
+  RunResult crowded = RunCli(Tiny({"--schedules=1f1b", "--stages=1", "--microbatches=2",
+                                   "--replicas=" + std::to_string(cpus + 1)}));
+  ASSERT_EQ(crowded.code, 0) << crowded.err << crowded.out;
+  EXPECT_THAT(crowded.out, HasSubstr(note));
+  RunResult fits = RunCli(Tiny({"--schedules=1f1b", "--stages=1", "--microbatches=2"}));
+  ASSERT_EQ(fits.code, 0) << fits.err << fits.out;
+  EXPECT_THAT(fits.out, Not(HasSubstr("note:")));
+}
+
 TEST(BenchTest, WhatDoesNotApplyIsNullNotMinusOne) {
   const std::string csv = TempPath("p1.csv"), json = TempPath("p1.json");
   RunResult r = RunCli(Tiny(

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/host_memory.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
@@ -818,6 +820,27 @@ TEST(CliTrainTest, SaysWhereThePipelineRuns) {
   EXPECT_EQ(line("3"),
             "host backend: 4 (replica, rank) pairs share 3 device(s) round-robin; each keeps its "
             "own streams");
+}
+
+// More busy host devices than CPU cores gets a note under the placement line; as many
+// devices as cores, or pairs sharing fewer devices, do not.
+TEST(CliTrainTest, SaysWhenHostDevicesOutnumberTheCores) {
+  const int cpus = HostCpuCount();
+  auto run = [](int replicas, int devices) {
+    RunResult r = RunCli({"train", "--stages=1", "--replicas=" + std::to_string(replicas),
+                          "--layers=3", "--hidden=8", "--inputs=4", "--classes=2",
+                          "--microbatch-size=2", "--microbatches=2", "--steps=1", "--backend=host",
+                          "--devices=" + std::to_string(devices)});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.out;
+  };
+  EXPECT_THAT(run(cpus + 1, 0), HasSubstr(absl::StrCat(
+                                    "host backend: ", cpus + 1, " device(s) for P=1 x D=", cpus + 1,
+                                    "\nnote: the ", cpus + 1, " host devices compute on ", cpus,
+                                    " CPU core(s): ranks computing at once slow each other down, "
+                                    "which the plan does not model\n")));
+  EXPECT_THAT(run(cpus, 0), Not(HasSubstr("note: the")));
+  EXPECT_THAT(run(cpus + 1, cpus), Not(HasSubstr("note: the")));
 }
 
 TEST(CliTrainTest, DataFilesThatDisagreeWithTheFlagsAreOneLineErrors) {
