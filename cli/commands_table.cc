@@ -9,6 +9,7 @@ int RunValidate(const CommandContext& ctx);
 int RunVersion(const CommandContext& ctx);
 int RunTrain(const CommandContext& ctx);
 int RunBench(const CommandContext& ctx);
+int RunCompare(const CommandContext& ctx);
 
 namespace {
 constexpr std::string_view kCostFlags[] = {
@@ -55,6 +56,15 @@ const std::vector<Command>& AllCommands() {
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
              "schedule_json", "grid", "color", "device_memory"}),
        &RunSimulate},
+      {"compare",
+       "compare [--schedules=all|NAME,NAME,...] --stages=P --microbatches=M [--virtual=V]\n"
+       "        [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 ... --costs=FILE.json]\n"
+       "        [--device-memory=SIZE] [--json=F.json] [--md=F.md] [--svg=F.svg] "
+       "[--trace=F.json]",
+       "rank the schedules for one model's per-stage costs at equal work: step, bubble, memory",
+       With({"schedules", "stages", "microbatches", "virtual", "device_memory", "json", "md", "svg",
+             "trace"}),
+       &RunCompare},
       {"validate",
        "validate FILE [--costs=FILE.json --cost-*=...] [--device-memory=SIZE]\n"
        "         [--json=STATS.json] [--nogrid]",

@@ -13,7 +13,7 @@
 #include "base/strings.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/formulas.h"
+#include "scheduler/compare.h"
 #include "scheduler/registry.h"
 #include "trace/chrome_trace.h"
 #include "trace/svg.h"
@@ -161,31 +161,13 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
   return costs;
 }
 
-namespace {
-
-std::optional<double> FormulaFor(const scheduler::Schedule& schedule,
-                                 const scheduler::CostModel& costs) {
-  // Closed forms assume uniform stages, free transfers and no gap between actions.
-  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0 ||
-      costs.action_gap != 0) {
-    return std::nullopt;
-  }
-  return scheduler::ClosedFormBubbleFraction(schedule.name,
-                                             {.num_ranks = schedule.num_ranks(),
-                                              .num_chunks = schedule.num_chunks(),
-                                              .num_microbatches = schedule.num_microbatches,
-                                              .costs = costs.uniform});
-}
-
-}  // namespace
-
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,
                      const scheduler::CostModel& costs, const scheduler::SimResult& sim) {
   std::ostream& out = *ctx.out;
   out << absl::StrFormat("schedule %s  P=%d V=%d M=%d  placement=%s  actions=%d\n", schedule.name,
                          schedule.num_ranks(), schedule.num_chunks(), schedule.num_microbatches,
                          schedule.placement.KindName(), schedule.NumActions());
-  std::optional<double> formula = FormulaFor(schedule, costs);
+  std::optional<double> formula = scheduler::ClosedFormFor(schedule, costs);
   out << absl::StrFormat("makespan %.6g   bubble fraction %.4f (simulated)", sim.makespan,
                          sim.bubble_fraction);
   if (formula.has_value()) {
@@ -227,7 +209,7 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["step_time"] = sim.step_time;
   j["bubble_fraction"] = sim.bubble_fraction;
   j["bubble_ratio"] = sim.bubble_ratio;
-  std::optional<double> formula = FormulaFor(schedule, costs);
+  std::optional<double> formula = scheduler::ClosedFormFor(schedule, costs);
   j["formula_bubble_fraction"] = formula.has_value() ? nlohmann::json(*formula) : nlohmann::json();
   nlohmann::json peaks = nlohmann::json::array();
   nlohmann::json peak_bytes = nlohmann::json::array();

@@ -1,0 +1,324 @@
+// `pipesched compare`: every schedule (or a list) for one P and M, simulated with one
+// model's per-stage costs at equal work (scheduler/compare.h), ranked by step time, with
+// bubble, closed form and peak activation memory side by side.
+#include "scheduler/compare.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "base/host_memory.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "cli/planning.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/registry.h"
+#include "trace/chrome_trace.h"
+#include "trace/svg.h"
+
+namespace pipesched::cli {
+namespace {
+
+// Planner limits, as for simulate: about three actions per stage and micro-batch.
+constexpr int kMaxRanks = 4096;
+constexpr int kMaxChunks = 64;
+constexpr int kMaxMicrobatches = 1 << 20;
+constexpr std::int64_t kMaxActions = std::int64_t{64} << 20;
+
+struct Request {
+  std::vector<std::string> schedules;
+  int p = 0, m = 0, v = 0;
+  std::optional<std::int64_t> capacity;  // --device-memory
+};
+
+absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t lo,
+                        std::int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", Absl(flag), "=", value, " is out of range: use ", lo, " to ", hi));
+}
+
+absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
+  Request r;
+  if (FlagGiven(ctx, "schedules") && absl::GetFlag(FLAGS_schedules) != "all") {
+    std::set<std::string> seen;
+    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
+      if (s.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--schedules=", absl::GetFlag(FLAGS_schedules), ": empty schedule name"));
+      }
+      if (!seen.emplace(s).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--schedules lists ", s, " twice; name each schedule once"));
+      }
+      r.schedules.emplace_back(s);
+    }
+  } else {
+    for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+      r.schedules.emplace_back(info.name);
+    }
+  }
+  r.p = absl::GetFlag(FLAGS_stages);
+  r.m = absl::GetFlag(FLAGS_microbatches);
+  r.v = absl::GetFlag(FLAGS_virtual);
+  PS_RETURN_IF_ERROR(CheckRange("stages", r.p, 1, kMaxRanks));
+  PS_RETURN_IF_ERROR(CheckRange("microbatches", r.m, 1, kMaxMicrobatches));
+  PS_RETURN_IF_ERROR(CheckRange("virtual", r.v, 0, kMaxChunks));
+  int chunks = r.v;
+  for (const std::string& name : r.schedules) {
+    if (const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name); info != nullptr) {
+      chunks = std::max(chunks, r.v > 0 ? r.v : info->default_chunks);
+    }
+  }
+  const std::int64_t actions = std::int64_t{3} * r.p * std::max(chunks, 1) * r.m;
+  if (actions > kMaxActions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("P=", r.p, " x V=", chunks, " x M=", r.m, " needs about ", actions,
+                     " actions per schedule; the planner handles up to ", kMaxActions,
+                     ": lower --microbatches or --stages"));
+  }
+  if (const std::string size = absl::GetFlag(FLAGS_device_memory); !size.empty()) {
+    absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device-memory=", size, ": ", bytes.status().message()));
+    }
+    r.capacity = *bytes;
+  }
+  for (const auto& [flag, path] :
+       {std::pair<const char*, std::string>{"--json", absl::GetFlag(FLAGS_json)},
+        {"--md", absl::GetFlag(FLAGS_md)},
+        {"--svg", absl::GetFlag(FLAGS_svg)},
+        {"--trace", absl::GetFlag(FLAGS_trace)}}) {
+    if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
+  }
+  PS_RETURN_IF_ERROR(CheckFilesDistinct({{"--costs", absl::GetFlag(FLAGS_costs)}},
+                                        {{"--json", absl::GetFlag(FLAGS_json)},
+                                         {"--md", absl::GetFlag(FLAGS_md)},
+                                         {"--svg", absl::GetFlag(FLAGS_svg)},
+                                         {"--trace", absl::GetFlag(FLAGS_trace)}}));
+  return r;
+}
+
+// One compared schedule's numbers, for every output.
+struct Row {
+  const scheduler::ComparedSchedule* c;
+  double step = 0;
+  // The busiest rank's peak, in whole-stage activations (chunk activations / V: a chunk
+  // holds 1/V of a stage's) and in bytes.
+  double peak_stage_activations = 0;
+  std::int64_t peak_bytes = 0;
+};
+
+Row MakeRow(const scheduler::ComparedSchedule& c) {
+  Row row{.c = &c, .step = c.sim.step_time};
+  for (const scheduler::RankStats& rank : c.sim.ranks) {
+    row.peak_stage_activations =
+        std::max(row.peak_stage_activations,
+                 static_cast<double>(rank.peak_live_microbatches) / c.num_chunks);
+    row.peak_bytes = std::max(row.peak_bytes, rank.peak_live_bytes);
+  }
+  return row;
+}
+
+std::string Percent(std::optional<double> f) {
+  return f.has_value() ? absl::StrFormat("%.2f%%", 100 * *f) : "-";
+}
+
+std::string Fits(const Request& r, const Row& row) {
+  if (!r.capacity.has_value()) return "";
+  return row.peak_bytes <= *r.capacity ? "yes" : "no";
+}
+
+std::string Markdown(const Request& r, const std::vector<Row>& rows) {
+  std::string md = absl::StrCat(
+      "| schedule | V | makespan | step time | vs best | bubble | closed form | peak act "
+      "(stages) | peak bytes |",
+      r.capacity.has_value() ? " fits |" : "", "\n|---|---|---|---|---|---|---|---|---|",
+      r.capacity.has_value() ? "---|" : "", "\n");
+  for (const Row& row : rows) {
+    absl::StrAppend(&md,
+                    absl::StrFormat("| %s | %d | %.6g | %.6g | %.3f | %.2f%% | %s | %.1f | %s |",
+                                    row.c->schedule, row.c->num_chunks, row.c->sim.makespan,
+                                    row.step, row.step / rows.front().step,
+                                    100 * row.c->sim.bubble_fraction, Percent(row.c->closed_form),
+                                    row.peak_stage_activations, HumanBytes(row.peak_bytes)),
+                    r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
+  }
+  return md;
+}
+
+std::string Json(const Request& r, const std::vector<Row>& rows,
+                 const std::vector<scheduler::ComparedSchedule>& all) {
+  nlohmann::json j;
+  j["stages"] = r.p;
+  j["microbatches"] = r.m;
+  j["device_memory_bytes"] = r.capacity.has_value() ? nlohmann::json(*r.capacity) : nullptr;
+  j["ranked"] = nlohmann::json::array();
+  for (const Row& row : rows) {
+    nlohmann::json peaks = nlohmann::json::array();
+    nlohmann::json peak_bytes = nlohmann::json::array();
+    for (const scheduler::RankStats& rank : row.c->sim.ranks) {
+      peaks.push_back(rank.peak_live_microbatches);
+      peak_bytes.push_back(rank.peak_live_bytes);
+    }
+    nlohmann::json e = {{"schedule", row.c->schedule},
+                        {"virtual", row.c->num_chunks},
+                        {"makespan", row.c->sim.makespan},
+                        {"step_time", row.step},
+                        {"vs_best", row.step / rows.front().step},
+                        {"bubble_fraction", row.c->sim.bubble_fraction},
+                        {"bubble_ratio", row.c->sim.bubble_ratio},
+                        {"peak_activations", peaks},
+                        {"peak_activation_bytes", peak_bytes},
+                        {"peak_stage_activations", row.peak_stage_activations}};
+    e["closed_form"] =
+        row.c->closed_form.has_value() ? nlohmann::json(*row.c->closed_form) : nullptr;
+    if (r.capacity.has_value()) e["fits"] = row.peak_bytes <= *r.capacity;
+    j["ranked"].push_back(e);
+  }
+  j["skipped"] = nlohmann::json::array();
+  for (const scheduler::ComparedSchedule& c : all) {
+    if (c.status.ok()) continue;
+    j["skipped"].push_back({{"schedule", c.schedule}, {"reason", std::string(c.status.message())}});
+  }
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+absl::Status Compare(const CommandContext& ctx) {
+  PS_ASSIGN_OR_RETURN(const Request r, RequestFromFlags(ctx));
+  // The costs describe the P stages of a one-chunk cut: read them against such a shape.
+  scheduler::ScheduleFile shape;
+  shape.schedule.placement.num_ranks = r.p;
+  shape.schedule.placement.num_chunks = 1;
+  PS_ASSIGN_OR_RETURN(const scheduler::CostModel costs, CostsFromFlags(ctx, shape, ""));
+  if (r.capacity.has_value()) {
+    bool sized = costs.uniform.activation_bytes > 0;
+    for (const scheduler::StageCosts& s : costs.stages) sized |= s.activation_bytes > 0;
+    if (!sized) {
+      return absl::InvalidArgumentError(
+          "--device-memory needs the activations' sizes: give --activation-bytes (and "
+          "--workspace-bytes), or a --costs file with activation_bytes");
+    }
+  }
+  std::vector<scheduler::ComparedSchedule> compared =
+      scheduler::CompareSchedules(r.schedules, r.p, r.m, r.v, costs);
+  std::vector<Row> rows;
+  for (const scheduler::ComparedSchedule& c : compared) {
+    if (c.status.ok()) rows.push_back(MakeRow(c));
+  }
+  // Fastest first; among equal steps, the least memory.
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.step, a.peak_bytes, a.peak_stage_activations) <
+           std::tie(b.step, b.peak_bytes, b.peak_stage_activations);
+  });
+
+  std::ostream& out = *ctx.out;
+  const scheduler::StageCosts& u = costs.uniform;
+  out << absl::StrFormat(
+      "compare P=%d M=%d: costs per pipeline stage (F %g, B %g, I %g, W %g, transfer %g%s%s); a "
+      "schedule with V chunks per rank runs each chunk at 1/V of them\n",
+      r.p, r.m, u.f, u.b, u.i, u.w, costs.comm_uniform,
+      costs.stages.empty() && costs.comm.empty() ? "" : ", per-stage lists from --costs",
+      costs.action_gap > 0 ? absl::StrFormat(", gap %g", costs.action_gap) : "");
+  const bool bytes =
+      std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.peak_bytes > 0; });
+  out << absl::StrFormat("%-17s %2s %11s %11s %8s %8s %8s %10s%s%s\n", "schedule", "V", "makespan",
+                         "step time", "vs best", "bubble", "closed", "peak act",
+                         bytes ? "  peak bytes" : "", r.capacity.has_value() ? "  fits" : "");
+  for (const Row& row : rows) {
+    out << absl::StrFormat("%-17s %2d %11.6g %11.6g %8.3f %7.2f%% %8s %10.1f", row.c->schedule,
+                           row.c->num_chunks, row.c->sim.makespan, row.step,
+                           row.step / rows.front().step, 100 * row.c->sim.bubble_fraction,
+                           Percent(row.c->closed_form), row.peak_stage_activations);
+    if (bytes) out << absl::StrFormat("  %10s", HumanBytes(row.peak_bytes));
+    if (r.capacity.has_value()) out << absl::StrFormat("  %4s", Fits(r, row));
+    out << "\n";
+  }
+  for (const scheduler::ComparedSchedule& c : compared) {
+    if (!c.status.ok()) out << "skipped " << c.schedule << ": " << c.status.message() << "\n";
+  }
+  if (rows.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no schedule could run P=", r.p, " M=", r.m,
+                                                   r.v > 0 ? absl::StrCat(" V=", r.v) : "",
+                                                   "; the reasons are above"));
+  }
+  out << "peak act: the busiest rank's live activations in whole stages (chunk activations / "
+         "V)\n";
+  out << absl::StrFormat("fastest: %s (V=%d)", rows.front().c->schedule,
+                         rows.front().c->num_chunks);
+  for (std::size_t i = 1; i < rows.size() && rows[i].step == rows.front().step; ++i) {
+    out << absl::StrFormat(i == 1 ? ", tied with %s (V=%d)" : ", %s (V=%d)", rows[i].c->schedule,
+                           rows[i].c->num_chunks);
+  }
+  if (r.capacity.has_value()) {
+    auto fits = std::find_if(rows.begin(), rows.end(),
+                             [&](const Row& row) { return row.peak_bytes <= *r.capacity; });
+    if (fits == rows.end()) {
+      out << absl::StrFormat("; none fits in --device-memory=%s\n",
+                             absl::GetFlag(FLAGS_device_memory));
+    } else {
+      out << absl::StrFormat(
+          "; fastest that fits in --device-memory=%s: %s (V=%d), %.3f x the "
+          "fastest's step\n",
+          absl::GetFlag(FLAGS_device_memory), fits->c->schedule, fits->c->num_chunks,
+          fits->step / rows.front().step);
+    }
+  } else {
+    out << "\n";
+  }
+
+  auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
+    out << "wrote " << path << "\n";
+    return absl::OkStatus();
+  };
+  // Pictures: the ranked schedules one under the other on one time scale.
+  std::vector<trace::Timeline> drawn;
+  for (const Row& row : rows) {
+    trace::Timeline t = trace::WithStepPhases(row.c->sim.timeline, row.c->sim.phases);
+    t.name = absl::StrFormat("%s V=%d: step %.6g, bubble %.1f%%", row.c->schedule,
+                             row.c->num_chunks, row.step, 100 * row.c->sim.bubble_fraction);
+    drawn.push_back(std::move(t));
+  }
+  std::vector<const trace::Timeline*> pointers;
+  for (const trace::Timeline& t : drawn) pointers.push_back(&t);
+  if (std::string p = absl::GetFlag(FLAGS_svg); !p.empty()) {
+    trace::SvgOptions options;
+    options.title = absl::StrFormat("P=%d M=%d: schedules at equal work, fastest first", r.p, r.m);
+    PS_RETURN_IF_ERROR(write(p, trace::ToSvg(pointers, options)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_trace); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, trace::ToChromeTrace(pointers)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_md); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, Markdown(r, rows)));
+  }
+  if (std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
+    PS_RETURN_IF_ERROR(write(p, Json(r, rows, compared)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunCompare(const CommandContext& ctx) {
+  int code = 0;
+  if (RejectArguments(ctx, "compare", code)) return code;
+  absl::Status s = Compare(ctx);
+  return s.ok() ? kExitOk : ReportError(ctx, s);
+}
+
+}  // namespace pipesched::cli

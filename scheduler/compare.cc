@@ -1,0 +1,123 @@
+// Refining one model's per-stage costs to V chunks per rank, and simulating every
+// schedule with them (compare.h).
+#include "scheduler/compare.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "scheduler/formulas.h"
+#include "scheduler/registry.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+std::int64_t DivideRoundingUp(std::int64_t bytes, int parts) { return (bytes + parts - 1) / parts; }
+
+// One chunk of V of a stage: its share of the stage's work and stashed activations.
+StageCosts Chunk(const StageCosts& stage, int v) {
+  StageCosts c = stage;
+  c.f /= v;
+  c.b /= v;
+  c.i /= v;
+  c.w /= v;
+  c.allreduce /= v;
+  c.zero_grad /= v;
+  c.optimizer /= v;
+  c.activation_bytes = DivideRoundingUp(stage.activation_bytes, v);
+  // The received input is part of the stash (Simulate checks it): a chunk too thin to
+  // hold the stage's whole input tensor is taken to hold only its share.
+  c.input_bytes = std::min(stage.input_bytes, c.activation_bytes);
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks) {
+  const int p = num_ranks;
+  const int v = num_chunks;
+  if (p < 1 || v < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("refining costs needs P >= 1 and V >= 1 (got P=", p, ", V=", v, ")"));
+  }
+  if (!per_stage.stages.empty() && static_cast<int>(per_stage.stages.size()) != p) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: \"stages\" has %d entries; comparing schedules takes one per pipeline "
+        "stage of a one-chunk cut (P=%d), or none for uniform costs",
+        per_stage.stages.size(), p));
+  }
+  if (!per_stage.comm.empty() && static_cast<int>(per_stage.comm.size()) != p - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: \"comm\" has %d entries; comparing schedules takes one per boundary "
+        "between the P=%d stages (%d), or one number for all",
+        per_stage.comm.size(), p, p - 1));
+  }
+  if (!per_stage.actions.empty() || !per_stage.transfers.empty() || !per_stage.gaps.empty()) {
+    return absl::InvalidArgumentError(
+        "cost model: per-action replay costs cannot be refined into chunks");
+  }
+  if (v == 1) return per_stage;
+  CostModel out;
+  out.uniform = Chunk(per_stage.uniform, v);
+  for (int k = 0; k < p * v && !per_stage.stages.empty(); ++k) {
+    out.stages.push_back(Chunk(per_stage.stages[k / v], v));
+  }
+  out.comm_uniform = per_stage.comm_uniform;
+  if (!per_stage.comm.empty()) {
+    const double mean = std::accumulate(per_stage.comm.begin(), per_stage.comm.end(), 0.0) /
+                        static_cast<double>(per_stage.comm.size());
+    for (int k = 0; k + 1 < p * v; ++k) {
+      // Boundary k -> k+1 is the stages' boundary (k+1)/V - 1 when k+1 starts a stage.
+      out.comm.push_back((k + 1) % v == 0 ? per_stage.comm[(k + 1) / v - 1] : mean);
+    }
+  }
+  out.action_gap = per_stage.action_gap;
+  return out;
+}
+
+std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs) {
+  // Closed forms assume uniform stages, free transfers and no gap between actions.
+  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0 ||
+      costs.action_gap != 0) {
+    return std::nullopt;
+  }
+  return ClosedFormBubbleFraction(schedule.name, {.num_ranks = schedule.num_ranks(),
+                                                  .num_chunks = schedule.num_chunks(),
+                                                  .num_microbatches = schedule.num_microbatches,
+                                                  .costs = costs.uniform});
+}
+
+std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
+                                               int num_microbatches, int num_chunks,
+                                               const CostModel& per_stage) {
+  std::vector<ComparedSchedule> out;
+  for (const std::string& name : names) {
+    ComparedSchedule& row = out.emplace_back();
+    row.schedule = name;
+    absl::StatusOr<Schedule> schedule = GenerateSchedule(
+        name,
+        {.num_ranks = num_ranks, .num_microbatches = num_microbatches, .num_chunks = num_chunks});
+    if (!schedule.ok()) {
+      row.status = schedule.status();
+      continue;
+    }
+    row.num_chunks = schedule->num_chunks();
+    absl::StatusOr<CostModel> costs = RefineCosts(per_stage, num_ranks, row.num_chunks);
+    if (!costs.ok()) {
+      row.status = costs.status();
+      continue;
+    }
+    absl::StatusOr<SimResult> sim = Simulate(*schedule, *costs);
+    if (!sim.ok()) {
+      row.status = sim.status();
+      continue;
+    }
+    row.sim = *std::move(sim);
+    row.closed_form = ClosedFormFor(*schedule, *costs);
+  }
+  return out;
+}
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,53 @@
+// Comparing schedules at equal work: every registered schedule (or a list) for one P and
+// M, simulated with one model's costs. A cost model for Simulate describes virtual stages,
+// so an interleaved schedule given the same numbers would run a model V times deeper;
+// here the costs describe the P stages of a one-chunk cut (each rank's whole share of
+// the model), and a schedule with V chunks per rank runs each chunk at 1/V of them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/simulator.h"
+
+namespace pipesched::scheduler {
+
+// `per_stage` (uniform, or one entry per stage of P, one transfer per boundary of P - 1)
+// cut into V chunks per stage: chunk k (virtual stage k, in model order) takes stage
+// k / V's F, B, I, W, all-reduce, zero-grad and optimizer times and activation bytes
+// divided by V (bytes rounded up); its workspace and input bytes (one boundary tensor;
+// the input at most the chunk's activation bytes, of which it is part), the transfer
+// time of a boundary between stages, and the action gap stay as they are.
+// A boundary inside a stage takes the mean of the per-boundary times (the same tensor
+// crosses it). V = 1 returns `per_stage`. InvalidArgument when the lists do not have P
+// and P - 1 entries (the message says what compare expects), or when the model carries
+// per-action replay maps.
+absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks);
+
+// The closed-form bubble fraction (formulas.h) for `schedule` simulated with `costs`:
+// nullopt unless the costs are uniform, transfers free and there is no action gap, or
+// when the schedule has no closed form for them.
+std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs);
+
+struct ComparedSchedule {
+  std::string schedule;
+  int num_chunks = 0;   // V as generated; 0 when the generator refused
+  absl::Status status;  // OK, or why this schedule could not be compared
+  SimResult sim;        // when status is OK (its timeline included, for drawing)
+  std::optional<double> closed_form;
+};
+
+// Generates each named schedule for P ranks, M micro-batches and V chunks (0: each
+// schedule's default), refines `per_stage` to its V and simulates it. One entry per
+// name, in the order given; a schedule that refuses the shape, whose costs do not fit
+// or that fails to simulate has its reason in `status`. Names are looked up in the
+// registry (unknown ones get NotFound listing the known schedules).
+std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
+                                               int num_microbatches, int num_chunks,
+                                               const CostModel& per_stage);
+
+}  // namespace pipesched::scheduler

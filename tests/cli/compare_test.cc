@@ -1,0 +1,174 @@
+// `pipesched compare` in-process: the ranking at equal work, the memory column against
+// --device-memory, per-stage cost files, the outputs, and one-line errors.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_runner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pipesched::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::RunCli;
+using testing::RunResult;
+using testing::Slurp;
+
+std::string TempPath(const std::string& name) {
+  return testing::TempPath("pipesched_compare_", name);
+}
+
+// The schedule names of the table's rows, top to bottom.
+std::vector<std::string> Ranking(const std::string& out) {
+  std::vector<std::string> names;
+  std::istringstream lines(out);
+  std::string line;
+  bool table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("schedule ", 0) == 0) {
+      table = true;
+    } else if (table && !line.empty() && line.rfind("skipped", 0) != 0 &&
+               line.rfind("peak act", 0) != 0) {
+      names.push_back(line.substr(0, line.find(' ')));
+    } else {
+      table = false;
+    }
+  }
+  return names;
+}
+
+TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
+  RunResult r = RunCli({"compare", "--stages=4", "--microbatches=8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that,
+  // interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b tie, 1f1b first for its memory.
+  EXPECT_THAT(Ranking(r.out),
+              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-h1", "interleaved-1f1b",
+                                     "looped-bfs", "1f1b", "gpipe"));
+  EXPECT_THAT(r.out, HasSubstr("interleaved-zb     2        25.5        25.5    1.000    5.88%    "
+                               "5.88%        4.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        28.5        28.5    1.118   15.79%   "
+                               "15.79%        5.5\n"));
+  EXPECT_THAT(r.out, HasSubstr("gpipe              1          33          33    1.294   27.27%   "
+                               "27.27%        8.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2)\n"));
+}
+
+TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {
+  // 64 MiB per stage and micro-batch: 1F1B and the zero-bubble schedules hold 4 stages'
+  // worth (256 MiB), interleaved 1F1B 5.5, GPipe and looped BFS all 8.
+  RunResult r = RunCli({"compare", "--stages=4", "--microbatches=8", "--cost-comm=0.05",
+                        "--activation-bytes=67108864", "--device-memory=300MiB"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        29.2        29.2    1.117   17.81%   "
+                               "     -        5.5  352.00 MiB    no\n"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v               2       26.15       26.15    1.000    8.22%   "
+                               "     -        4.0  256.00 MiB   yes\n"));
+  EXPECT_THAT(r.out, HasSubstr("fastest: zb-v (V=2); fastest that fits in "
+                               "--device-memory=300MiB: zb-v (V=2), 1.000 x the fastest's step"));
+  RunResult tight = RunCli({"compare", "--stages=4", "--microbatches=8",
+                            "--activation-bytes=67108864", "--device-memory=100MiB"});
+  ASSERT_EQ(tight.code, 0) << tight.err;
+  EXPECT_THAT(tight.out, HasSubstr("; none fits in --device-memory=100MiB\n"));
+  RunResult unsized = RunCli({"compare", "--stages=4", "--microbatches=8", "--device-memory=1GiB"});
+  EXPECT_EQ(unsized.code, 2);
+  EXPECT_THAT(unsized.err, HasSubstr("--device-memory needs the activations' sizes"));
+}
+
+TEST(CompareTest, PerStageCostFilesDescribeTheOneChunkCut) {
+  const std::string costs = TempPath("costs.json");
+  // Stage 1 twice as slow as stage 0. 1F1B keeps the cut, so rank 1's M (F + B) = 24 of
+  // work bounds its step. ZB-V cuts each stage in two chunks in model order and places
+  // chunks 0 and 3 on rank 0, 1 and 2 on rank 1: each rank runs half of each stage,
+  // 4 x (1.5 + 3) = 18, and the imbalance is gone.
+  std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1, "b": 2, "i": 1, "w": 1},
+                                                      {"f": 2, "b": 4, "i": 2, "w": 2}]})";
+  RunResult r = RunCli({"compare", "--stages=2", "--microbatches=4", "--schedules=1f1b,zb-v",
+                        "--costs=" + costs, "--json=" + TempPath("out.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("per-stage lists from --costs"));
+  nlohmann::json j = nlohmann::json::parse(Slurp(TempPath("out.json")));
+  ASSERT_EQ(j["ranked"].size(), 2u);
+  EXPECT_EQ(j["ranked"][0]["schedule"], "zb-v");
+  EXPECT_EQ(j["ranked"][0]["virtual"], 2);
+  EXPECT_GE(j["ranked"][0]["step_time"].get<double>(), 18);
+  EXPECT_EQ(j["ranked"][1]["schedule"], "1f1b");
+  EXPECT_GE(j["ranked"][1]["step_time"].get<double>(), 24);
+  EXPECT_EQ(j["ranked"][0]["vs_best"], 1.0);
+  EXPECT_TRUE(j["skipped"].empty());
+
+  std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1}, {"f": 2}, {"f": 3}, {"f": 4}]})";
+  RunResult four = RunCli({"compare", "--stages=2", "--microbatches=4", "--costs=" + costs});
+  EXPECT_EQ(four.code, 2);
+  EXPECT_THAT(four.err, HasSubstr("\"stages\" has 4 entries but the schedule has 2 virtual "
+                                  "stages (P=2 x V=1)"));
+}
+
+TEST(CompareTest, WritesTheRankingAsJsonMarkdownAndPictures) {
+  const std::string json = TempPath("r.json"), md = TempPath("r.md"), svg = TempPath("r.svg");
+  RunResult r = RunCli({"compare", "--stages=2", "--microbatches=4", "--schedules=gpipe,zb-h1",
+                        "--json=" + json, "--md=" + md, "--svg=" + svg});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  EXPECT_EQ(j["stages"], 2);
+  EXPECT_EQ(j["microbatches"], 4);
+  ASSERT_EQ(j["ranked"].size(), 2u);
+  EXPECT_EQ(j["ranked"][0]["schedule"], "zb-h1");  // (P-1)(F+I-W) = 1 against 3
+  EXPECT_EQ(j["ranked"][0]["makespan"], 13);
+  EXPECT_EQ(j["ranked"][1]["makespan"], 15);
+  EXPECT_DOUBLE_EQ(j["ranked"][1]["vs_best"].get<double>(), 15.0 / 13);
+  EXPECT_EQ(j["ranked"][1]["peak_activations"], nlohmann::json::array({4, 4}));
+  EXPECT_THAT(Slurp(md), HasSubstr("| zb-h1 | 1 | 13 | 13 | 1.000 | 7.69% | 7.69% | 2.0 | 0 B |"));
+  const std::string picture = Slurp(svg);
+  EXPECT_THAT(picture, HasSubstr("zb-h1 V=1: step 13, bubble 7.7%"));
+  EXPECT_THAT(picture, HasSubstr("gpipe V=1: step 15, bubble 20.0%"));
+  EXPECT_LT(picture.find("zb-h1 V=1"), picture.find("gpipe V=1"));  // fastest first
+}
+
+TEST(CompareTest, BadRequestsAreOneLineErrors) {
+  RunResult skipped =
+      RunCli({"compare", "--stages=4", "--microbatches=9", "--schedules=interleaved-zb,nope"});
+  EXPECT_EQ(skipped.code, 2);
+  EXPECT_THAT(skipped.out, HasSubstr("skipped interleaved-zb: interleaved-zb needs M to be a "
+                                     "multiple of its number of rounds"));
+  EXPECT_THAT(skipped.out, HasSubstr("skipped nope: unknown schedule \"nope\""));
+  EXPECT_EQ(skipped.err, "pipesched: no schedule could run P=4 M=9; the reasons are above\n");
+
+  RunResult partly = RunCli({"compare", "--stages=4", "--microbatches=9"});
+  EXPECT_EQ(partly.code, 0) << partly.err;
+  EXPECT_THAT(partly.out, HasSubstr("skipped interleaved-1f1b:"));
+  EXPECT_THAT(Ranking(partly.out), Not(::testing::Contains("interleaved-1f1b")));
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const Case cases[] = {
+      {{"--schedules=1f1b,1f1b"}, "--schedules lists 1f1b twice; name each schedule once"},
+      {{"--schedules=1f1b,"}, "--schedules=1f1b,: empty schedule name"},
+      {{"--stages=0"}, "--stages=0 is out of range: use 1 to 4096"},
+      {{"--virtual=65"}, "--virtual=65 is out of range: use 0 to 64"},
+      {{"--stages=4096", "--microbatches=1048576"}, "the planner handles up to"},
+      {{"--cost-f=-1"}, "--cost-f=-1 is not a valid time"},
+      {{"--device-memory=lots"}, "--device-memory=lots:"},
+      {{"--from=x.csv"}, "unknown flag --from for 'compare'"},
+      {{"extra"}, "unexpected argument 'extra'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"compare", "--stages=4", "--microbatches=8"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << c.error;
+    EXPECT_THAT(r.err, HasSubstr(c.error));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace pipesched::cli

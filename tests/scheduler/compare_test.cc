@@ -1,0 +1,161 @@
+// Comparing schedules at equal work: how one model's per-stage costs are cut into V
+// chunks, and the simulated ranking they give every registered schedule.
+#include "scheduler/compare.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/registry.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(RefineCostsTest, OneChunkKeepsTheCosts) {
+  CostModel costs;
+  costs.uniform = {.f = 3, .b = 5, .activation_bytes = 7};
+  costs.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel same, RefineCosts(costs, 4, 1));
+  EXPECT_EQ(same.uniform.f, 3);
+  EXPECT_EQ(same.uniform.activation_bytes, 7);
+  EXPECT_EQ(same.comm_uniform, 0.5);
+}
+
+TEST(RefineCostsTest, AChunkRunsItsShareOfTheStage) {
+  CostModel costs;
+  costs.uniform = {.f = 3,
+                   .b = 6,
+                   .i = 2,
+                   .w = 4,
+                   .allreduce = 9,
+                   .activation_bytes = 1001,
+                   .workspace_bytes = 64,
+                   .input_bytes = 100,
+                   .zero_grad = 1.5,
+                   .optimizer = 3};
+  costs.comm_uniform = 0.25;
+  costs.action_gap = 0.01;
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel c, RefineCosts(costs, 4, 2));
+  EXPECT_TRUE(c.stages.empty());
+  EXPECT_DOUBLE_EQ(c.uniform.f, 1.5);
+  EXPECT_DOUBLE_EQ(c.uniform.b, 3);
+  EXPECT_DOUBLE_EQ(c.uniform.i, 1);
+  EXPECT_DOUBLE_EQ(c.uniform.w, 2);
+  EXPECT_DOUBLE_EQ(c.uniform.allreduce, 4.5);
+  EXPECT_DOUBLE_EQ(c.uniform.zero_grad, 0.75);
+  EXPECT_DOUBLE_EQ(c.uniform.optimizer, 1.5);
+  EXPECT_EQ(c.uniform.activation_bytes, 501);  // rounded up
+  // One boundary tensor in, one backward's scratch: the same for a chunk.
+  EXPECT_EQ(c.uniform.workspace_bytes, 64);
+  EXPECT_EQ(c.uniform.input_bytes, 100);
+  EXPECT_DOUBLE_EQ(c.comm_uniform, 0.25);
+  EXPECT_DOUBLE_EQ(c.action_gap, 0.01);
+  // An input larger than a chunk's share of the stash is capped at it.
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel thin, RefineCosts(costs, 4, 16));
+  EXPECT_EQ(thin.uniform.activation_bytes, 63);
+  EXPECT_EQ(thin.uniform.input_bytes, 63);
+}
+
+TEST(RefineCostsTest, PerStageListsFollowTheModelOrder) {
+  // P=3 stages cut in V=2: chunk k is half of stage k / 2. Boundaries between stages keep
+  // their times; a boundary inside a stage takes the mean (0.4).
+  CostModel costs;
+  costs.stages = {{.f = 2}, {.f = 4}, {.f = 8}};
+  costs.comm = {0.2, 0.6};
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel c, RefineCosts(costs, 3, 2));
+  std::vector<double> f;
+  for (const StageCosts& s : c.stages) f.push_back(s.f);
+  EXPECT_THAT(f, ElementsAre(1, 1, 2, 2, 4, 4));
+  EXPECT_THAT(c.comm, ElementsAre(0.4, 0.2, 0.4, 0.6, 0.4));
+}
+
+TEST(RefineCostsTest, ListsOfAnotherShapeAreRefusedWithWhatWouldFit) {
+  CostModel costs;
+  costs.stages.resize(8);
+  EXPECT_THAT(RefineCosts(costs, 4, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"stages\" has 8 entries; comparing schedules takes one per "
+                                 "pipeline stage of a one-chunk cut (P=4), or none")));
+  costs.stages.clear();
+  costs.comm = {1, 2};
+  EXPECT_THAT(RefineCosts(costs, 4, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"comm\" has 2 entries; comparing schedules takes one per "
+                                 "boundary between the P=4 stages (3)")));
+  costs.comm.clear();
+  costs.actions[{0, Op::kF, 0}] = 1;
+  EXPECT_THAT(RefineCosts(costs, 4, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("per-action replay costs")));
+  EXPECT_THAT(RefineCosts(CostModel{}, 4, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("V >= 1 (got P=4, V=0)")));
+}
+
+TEST(CompareSchedulesTest, EveryScheduleRunsTheSameWorkAndRanksByItsBubble) {
+  // Unit costs per stage (F=1, B=2, I=W=1), P=4, M=8: every rank computes M (F + B) = 24
+  // whatever the schedule; the makespan is that plus the bubble.
+  std::vector<std::string> names;
+  for (const ScheduleInfo& info : AllSchedules()) names.emplace_back(info.name);
+  const std::vector<ComparedSchedule> rows = CompareSchedules(names, 4, 8, 0, CostModel{});
+  ASSERT_EQ(rows.size(), names.size());
+  std::map<std::string, double> makespan;
+  for (const ComparedSchedule& row : rows) {
+    PS_ASSERT_OK(row.status);
+    for (const RankStats& rank : row.sim.ranks) EXPECT_DOUBLE_EQ(rank.busy, 24) << row.schedule;
+    makespan[row.schedule] = row.sim.makespan;
+  }
+  EXPECT_EQ(makespan["gpipe"], 33);
+  EXPECT_EQ(makespan["1f1b"], 33);
+  EXPECT_EQ(makespan["interleaved-1f1b"], 28.5);  // (P-1)(F+B)/V of bubble
+  EXPECT_EQ(makespan["zb-h1"], 27);               // (P-1)(F+I-W)
+  EXPECT_EQ(makespan["interleaved-zb"], 25.5);    // the same over V
+  EXPECT_EQ(makespan["zb-v"], 25.5);
+  const auto zb = std::find_if(rows.begin(), rows.end(),
+                               [](const ComparedSchedule& r) { return r.schedule == "zb-h1"; });
+  ASSERT_TRUE(zb->closed_form.has_value());
+  EXPECT_DOUBLE_EQ(*zb->closed_form, zb->sim.bubble_fraction);
+}
+
+TEST(CompareSchedulesTest, ShapesASchedulesRefuseAreSkippedWithTheirReason) {
+  const std::vector<ComparedSchedule> rows =
+      CompareSchedules({"interleaved-zb", "1f1b", "nope"}, 4, 9, 0, CostModel{});
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_THAT(rows[0].status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("use --microbatches=8 or --microbatches=10")));
+  PS_EXPECT_OK(rows[1].status);
+  EXPECT_EQ(rows[1].num_chunks, 1);
+  EXPECT_THAT(rows[2].status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("known schedules")));
+  // Costs that do not fit the one-chunk cut are every schedule's reason.
+  CostModel two_stages;
+  two_stages.stages.resize(2);
+  for (const ComparedSchedule& row : CompareSchedules({"1f1b", "zb-v"}, 4, 8, 0, two_stages)) {
+    EXPECT_THAT(row.status,
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"stages\" has 2 entries")))
+        << row.schedule;
+  }
+}
+
+TEST(ClosedFormForTest, OnlyForUniformCostsWithoutTransfersOrGaps) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule schedule,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  EXPECT_DOUBLE_EQ(*ClosedFormFor(schedule, CostModel{}), 3.0 / 11);
+  CostModel comm;
+  comm.comm_uniform = 0.1;
+  EXPECT_FALSE(ClosedFormFor(schedule, comm).has_value());
+  CostModel gap;
+  gap.action_gap = 0.1;
+  EXPECT_FALSE(ClosedFormFor(schedule, gap).has_value());
+  CostModel listed;
+  listed.stages.resize(4);
+  EXPECT_FALSE(ClosedFormFor(schedule, listed).has_value());
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
