@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job, on a fresh Debian machine: build pipesched, simulate the built-in
-# schedules and write their pictures to out/, then train a small pipeline
-# (host backend, or the GPU when one is usable).
+# schedules, rank them at equal work and write their pictures to out/, then train a
+# small pipeline (host backend, or the GPU when one is usable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -21,6 +21,9 @@ for s in gpipe interleaved-1f1b interleaved-zb zb-h1 zb-v; do
   echo "== $s, P=4, M=8"
   $bin simulate --schedule=$s --stages=4 --microbatches=8 --nogrid --svg=out/$s.svg
 done
+echo
+echo "== compare: every schedule at equal work (per-stage F=1, B=2, transfer 0.05), P=4, M=8"
+$bin compare --stages=4 --microbatches=8 --cost-comm=0.05 --svg=out/compare.svg
 if $bin help train >/dev/null 2>&1; then
   echo
   echo "== train: 1F1B, P=2, M=8 on --backend=auto"
