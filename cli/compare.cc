@@ -31,11 +31,13 @@
 namespace pipesched::cli {
 namespace {
 
-// Planner limits, as for simulate: about three actions per stage and micro-batch.
+// Planner limits, as for simulate; the actions' as the generators count them (three per
+// stage and micro-batch at most), so that a request past them is one error, not every
+// schedule skipped.
 constexpr int kMaxRanks = 4096;
 constexpr int kMaxChunks = 64;
 constexpr int kMaxMicrobatches = 1 << 20;
-constexpr std::int64_t kMaxActions = std::int64_t{64} << 20;
+constexpr std::int64_t kMaxActions = std::int64_t{1} << 24;
 
 struct Request {
   std::vector<std::string> schedules;
@@ -85,9 +87,9 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
   const std::int64_t actions = std::int64_t{3} * r.p * std::max(chunks, 1) * r.m;
   if (actions > kMaxActions) {
     return absl::InvalidArgumentError(
-        absl::StrCat("P=", r.p, " x V=", chunks, " x M=", r.m, " needs about ", actions,
-                     " actions per schedule; the planner handles up to ", kMaxActions,
-                     ": lower --microbatches or --stages"));
+        absl::StrCat("P=", r.p, " x V=", chunks, " x M=", r.m, " needs up to ", actions,
+                     " actions per schedule; the generators make up to ", kMaxActions,
+                     " (P x V x M up to ", kMaxActions / 3, "): lower --microbatches or --stages"));
   }
   if (const std::string size = absl::GetFlag(FLAGS_device_memory); !size.empty()) {
     absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
@@ -116,6 +118,9 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
 struct Row {
   const scheduler::ComparedSchedule* c;
   double step = 0;
+  // The step to 10 significant digits: what ranks and ties, so that rounding in sums of
+  // chunk costs (27.00000000000001 against 27.000000000000014) does not decide them.
+  double rank_key = 0;
   // The busiest rank's peak, in whole-stage activations (chunk activations / V: a chunk
   // holds 1/V of a stage's) and in bytes.
   double peak_stage_activations = 0;
@@ -123,7 +128,9 @@ struct Row {
 };
 
 Row MakeRow(const scheduler::ComparedSchedule& c) {
-  Row row{.c = &c, .step = c.sim.step_time};
+  Row row{.c = &c,
+          .step = c.sim.step_time,
+          .rank_key = std::stod(absl::StrFormat("%.10g", c.sim.step_time))};
   for (const scheduler::RankStats& rank : c.sim.ranks) {
     row.peak_stage_activations =
         std::max(row.peak_stage_activations,
@@ -142,22 +149,54 @@ std::string Fits(const Request& r, const Row& row) {
   return row.peak_bytes <= *r.capacity ? "yes" : "no";
 }
 
+// Whether any row knows its activations' sizes (else no bytes column: "0 B" would read
+// as no memory).
+bool KnowsBytes(const std::vector<Row>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.peak_bytes > 0; });
+}
+
 std::string Markdown(const Request& r, const std::vector<Row>& rows) {
+  const bool bytes = KnowsBytes(rows);
   std::string md = absl::StrCat(
       "| schedule | V | makespan | step time | vs best | bubble | closed form | peak act "
-      "(stages) | peak bytes |",
-      r.capacity.has_value() ? " fits |" : "", "\n|---|---|---|---|---|---|---|---|---|",
+      "(stages) |",
+      bytes ? " peak bytes |" : "", r.capacity.has_value() ? " fits |" : "",
+      "\n|---|---|---|---|---|---|---|---|", bytes ? "---|" : "",
       r.capacity.has_value() ? "---|" : "", "\n");
   for (const Row& row : rows) {
-    absl::StrAppend(&md,
-                    absl::StrFormat("| %s | %d | %.6g | %.6g | %.3f | %.2f%% | %s | %.1f | %s |",
-                                    row.c->schedule, row.c->num_chunks, row.c->sim.makespan,
-                                    row.step, row.step / rows.front().step,
-                                    100 * row.c->sim.bubble_fraction, Percent(row.c->closed_form),
-                                    row.peak_stage_activations, HumanBytes(row.peak_bytes)),
-                    r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
+    absl::StrAppend(
+        &md,
+        absl::StrFormat("| %s | %d | %.6g | %.6g | %.3f | %.2f%% | %s | %.1f |", row.c->schedule,
+                        row.c->num_chunks, row.c->sim.makespan, row.step,
+                        row.step / rows.front().step, 100 * row.c->sim.bubble_fraction,
+                        Percent(row.c->closed_form), row.peak_stage_activations),
+        bytes ? absl::StrCat(" ", HumanBytes(row.peak_bytes), " |") : "",
+        r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
   }
   return md;
+}
+
+// The costs as the header line tells them: the uniform numbers, or where the lists came
+// from when there are per-stage or per-boundary ones (the uniform ones are then unused).
+std::string DescribeCosts(const scheduler::CostModel& costs, const std::string& source) {
+  if (!costs.stages.empty() || !costs.comm.empty()) {
+    return absl::StrCat(
+        "costs per pipeline stage from ", source.empty() ? "--costs" : source, " (",
+        costs.stages.empty() ? "uniform stages" : absl::StrCat(costs.stages.size(), " stages"),
+        costs.comm.empty() ? absl::StrFormat(", transfer %g", costs.comm_uniform)
+                           : absl::StrCat(", ", costs.comm.size(),
+                                          costs.comm.size() == 1 ? " boundary" : " boundaries"),
+        ")");
+  }
+  const scheduler::StageCosts& u = costs.uniform;
+  std::string text =
+      absl::StrFormat("costs per pipeline stage: F %g, B %g (I %g, W %g), transfer %g", u.f, u.b,
+                      u.i, u.w, costs.comm_uniform);
+  if (u.allreduce > 0) absl::StrAppend(&text, absl::StrFormat(", all-reduce %g", u.allreduce));
+  if (u.zero_grad > 0) absl::StrAppend(&text, absl::StrFormat(", zero-grad %g", u.zero_grad));
+  if (u.optimizer > 0) absl::StrAppend(&text, absl::StrFormat(", optimizer %g", u.optimizer));
+  if (costs.action_gap > 0) absl::StrAppend(&text, absl::StrFormat(", gap %g", costs.action_gap));
+  return text;
 }
 
 std::string Json(const Request& r, const std::vector<Row>& rows,
@@ -199,11 +238,19 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
 
 absl::Status Compare(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Request r, RequestFromFlags(ctx));
-  // The costs describe the P stages of a one-chunk cut: read them against such a shape.
-  scheduler::ScheduleFile shape;
-  shape.schedule.placement.num_ranks = r.p;
-  shape.schedule.placement.num_chunks = 1;
-  PS_ASSIGN_OR_RETURN(const scheduler::CostModel costs, CostsFromFlags(ctx, shape, ""));
+  // The costs describe the P stages of a one-chunk cut (CheckOneChunkCosts).
+  std::string source;
+  PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
+                      UncheckedCostsFromFlags(ctx, scheduler::ScheduleFile{}, "", &source));
+  if (FlagGiven(ctx, "cost_b") && !FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w")) {
+    // --cost-b alone: the split schedules' I and W each take half, so all do equal work.
+    costs.uniform.i = costs.uniform.w = costs.uniform.b / 2;
+    for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
+  }
+  if (absl::Status fit = scheduler::CheckOneChunkCosts(costs, r.p); !fit.ok()) {
+    return source.empty() ? fit
+                          : absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
+  }
   if (r.capacity.has_value()) {
     bool sized = costs.uniform.activation_bytes > 0;
     for (const scheduler::StageCosts& s : costs.stages) sized |= s.activation_bytes > 0;
@@ -221,20 +268,21 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   // Fastest first; among equal steps, the least memory.
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-    return std::tie(a.step, a.peak_bytes, a.peak_stage_activations) <
-           std::tie(b.step, b.peak_bytes, b.peak_stage_activations);
+    return std::tie(a.rank_key, a.peak_bytes, a.peak_stage_activations) <
+           std::tie(b.rank_key, b.peak_bytes, b.peak_stage_activations);
   });
 
+  if (!rows.empty() && !(rows.front().step > 0)) {
+    return absl::InvalidArgumentError(
+        "every schedule's step is 0: give the stages some work (--cost-f, --cost-b, or a "
+        "--costs file with times)");
+  }
   std::ostream& out = *ctx.out;
-  const scheduler::StageCosts& u = costs.uniform;
   out << absl::StrFormat(
-      "compare P=%d M=%d: costs per pipeline stage (F %g, B %g, I %g, W %g, transfer %g%s%s); a "
-      "schedule with V chunks per rank runs each chunk at 1/V of them\n",
-      r.p, r.m, u.f, u.b, u.i, u.w, costs.comm_uniform,
-      costs.stages.empty() && costs.comm.empty() ? "" : ", per-stage lists from --costs",
-      costs.action_gap > 0 ? absl::StrFormat(", gap %g", costs.action_gap) : "");
-  const bool bytes =
-      std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.peak_bytes > 0; });
+      "compare P=%d M=%d: %s; a schedule with V chunks per rank runs each chunk at 1/V of "
+      "them\n",
+      r.p, r.m, DescribeCosts(costs, source));
+  const bool bytes = KnowsBytes(rows);
   out << absl::StrFormat("%-17s %2s %11s %11s %8s %8s %8s %10s%s%s\n", "schedule", "V", "makespan",
                          "step time", "vs best", "bubble", "closed", "peak act",
                          bytes ? "  peak bytes" : "", r.capacity.has_value() ? "  fits" : "");
@@ -259,7 +307,7 @@ absl::Status Compare(const CommandContext& ctx) {
          "V)\n";
   out << absl::StrFormat("fastest: %s (V=%d)", rows.front().c->schedule,
                          rows.front().c->num_chunks);
-  for (std::size_t i = 1; i < rows.size() && rows[i].step == rows.front().step; ++i) {
+  for (std::size_t i = 1; i < rows.size() && rows[i].rank_key == rows.front().rank_key; ++i) {
     out << absl::StrFormat(i == 1 ? ", tied with %s (V=%d)" : ", %s (V=%d)", rows[i].c->schedule,
                            rows[i].c->num_chunks);
   }

@@ -86,9 +86,23 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path) {
+  std::string source;
+  PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
+                      UncheckedCostsFromFlags(ctx, file, file_path, &source));
+  if (absl::Status fit =
+          scheduler::CheckCostsFit(costs, file.schedule.num_ranks(), file.schedule.num_chunks());
+      !fit.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
+  }
+  return costs;
+}
+
+absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContext& ctx,
+                                                             const scheduler::ScheduleFile& file,
+                                                             std::string_view file_path,
+                                                             std::string* source) {
   scheduler::CostModel costs;
   std::string path = absl::GetFlag(FLAGS_costs);
-  std::string source;  // where the per-stage lists came from, for the error
   if (!path.empty()) {
     PS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
     absl::StatusOr<scheduler::CostModel> parsed = scheduler::ParseCostModelJson(text);
@@ -96,10 +110,10 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
     }
     costs = *std::move(parsed);
-    source = path;
+    *source = path;
   } else if (file.costs.has_value()) {
     costs = *file.costs;
-    source = absl::StrCat(Absl(file_path), ": key \"costs\"");
+    *source = absl::StrCat(Absl(file_path), ": key \"costs\"");
   }
   struct {
     std::string_view flag;
@@ -152,11 +166,6 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
     }
     costs.uniform.*b.field = v;
     for (scheduler::StageCosts& s : costs.stages) s.*b.field = v;
-  }
-  if (absl::Status fit =
-          scheduler::CheckCostsFit(costs, file.schedule.num_ranks(), file.schedule.num_chunks());
-      !fit.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
   }
   return costs;
 }

@@ -26,6 +26,12 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path);
+// The same without the fit check, for a caller with its own rules (compare): `source`
+// receives where per-stage lists came from ("" when from no file), for its errors.
+absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContext& ctx,
+                                                             const scheduler::ScheduleFile& file,
+                                                             std::string_view file_path,
+                                                             std::string* source);
 
 // Prints the statistics table of a simulation, with the closed form where one applies.
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,

@@ -3,11 +3,13 @@
 #include "scheduler/compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status.h"
 #include "scheduler/formulas.h"
 #include "scheduler/registry.h"
 
@@ -33,15 +35,20 @@ StageCosts Chunk(const StageCosts& stage, int v) {
   return c;
 }
 
+// B against I + W, to a relative 1e-9 (measured files store I = W = B / 2 in doubles).
+absl::Status CheckSplit(const StageCosts& c, std::string_view where) {
+  const double split = c.i + c.w;
+  if (std::abs(c.b - split) <= 1e-9 * std::max(c.b, split)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "cost model: %sB=%g is not I + W = %g (I=%g, W=%g): schedules that split the backward "
+      "would do other work than those that do not; give I and W that add up to B",
+      where, c.b, split, c.i, c.w));
+}
+
 }  // namespace
 
-absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks) {
+absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks) {
   const int p = num_ranks;
-  const int v = num_chunks;
-  if (p < 1 || v < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("refining costs needs P >= 1 and V >= 1 (got P=", p, ", V=", v, ")"));
-  }
   if (!per_stage.stages.empty() && static_cast<int>(per_stage.stages.size()) != p) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "cost model: \"stages\" has %d entries; comparing schedules takes one per pipeline "
@@ -58,6 +65,24 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
     return absl::InvalidArgumentError(
         "cost model: per-action replay costs cannot be refined into chunks");
   }
+  if (per_stage.stages.empty()) PS_RETURN_IF_ERROR(CheckSplit(per_stage.uniform, ""));
+  for (int s = 0; s < static_cast<int>(per_stage.stages.size()); ++s) {
+    PS_RETURN_IF_ERROR(CheckSplit(per_stage.stages[s], absl::StrCat("stage ", s, ": ")));
+  }
+  if (absl::Status input = CheckInputBytes(per_stage, p); !input.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model: ", input.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks) {
+  const int p = num_ranks;
+  const int v = num_chunks;
+  if (p < 1 || v < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("refining costs needs P >= 1 and V >= 1 (got P=", p, ", V=", v, ")"));
+  }
+  PS_RETURN_IF_ERROR(CheckOneChunkCosts(per_stage, p));
   if (v == 1) return per_stage;
   CostModel out;
   out.uniform = Chunk(per_stage.uniform, v);

@@ -16,6 +16,14 @@
 
 namespace pipesched::scheduler {
 
+// Whether `per_stage` describes the P stages of a one-chunk cut as comparing needs them:
+// "stages" empty or P entries, "comm" empty or P - 1 (per model boundary), no per-action
+// replay maps, every stage's B equal to its I + W (so that schedules that split the
+// backward do the same work as those that do not), and no stage > 0 receiving more
+// input_bytes than its activation_bytes. InvalidArgument naming the list or the stage
+// and what would fit otherwise.
+absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks);
+
 // `per_stage` (uniform, or one entry per stage of P, one transfer per boundary of P - 1)
 // cut into V chunks per stage: chunk k (virtual stage k, in model order) takes stage
 // k / V's F, B, I, W, all-reduce, zero-grad and optimizer times and activation bytes
@@ -23,9 +31,8 @@ namespace pipesched::scheduler {
 // the input at most the chunk's activation bytes, of which it is part), the transfer
 // time of a boundary between stages, and the action gap stay as they are.
 // A boundary inside a stage takes the mean of the per-boundary times (the same tensor
-// crosses it). V = 1 returns `per_stage`. InvalidArgument when the lists do not have P
-// and P - 1 entries (the message says what compare expects), or when the model carries
-// per-action replay maps.
+// crosses it). V = 1 returns `per_stage`. InvalidArgument for P or V below 1 and where
+// CheckOneChunkCosts refuses `per_stage`.
 absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks);
 
 // The closed-form bubble fraction (formulas.h) for `schedule` simulated with `costs`:

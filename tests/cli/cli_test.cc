@@ -826,6 +826,8 @@ TEST(CliTrainTest, SaysWhereThePipelineRuns) {
 // devices as cores, or pairs sharing fewer devices, do not.
 TEST(CliTrainTest, SaysWhenHostDevicesOutnumberTheCores) {
   const int cpus = HostCpuCount();
+  // One more device than cores: keep that small (and under the 1024-replica limit).
+  if (cpus >= 64) GTEST_SKIP() << cpus << " CPUs: the test starts one device more than that";
   auto run = [](int replicas, int devices) {
     RunResult r = RunCli({"train", "--stages=1", "--replicas=" + std::to_string(replicas),
                           "--layers=3", "--hidden=8", "--inputs=4", "--classes=2",

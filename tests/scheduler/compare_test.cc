@@ -21,7 +21,7 @@ using ::testing::HasSubstr;
 
 TEST(RefineCostsTest, OneChunkKeepsTheCosts) {
   CostModel costs;
-  costs.uniform = {.f = 3, .b = 5, .activation_bytes = 7};
+  costs.uniform = {.f = 3, .b = 5, .i = 2, .w = 3, .activation_bytes = 7};
   costs.comm_uniform = 0.5;
   PS_ASSERT_OK_AND_ASSIGN(const CostModel same, RefineCosts(costs, 4, 1));
   EXPECT_EQ(same.uniform.f, 3);
@@ -94,6 +94,24 @@ TEST(RefineCostsTest, ListsOfAnotherShapeAreRefusedWithWhatWouldFit) {
   costs.actions[{0, Op::kF, 0}] = 1;
   EXPECT_THAT(RefineCosts(costs, 4, 2),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("per-action replay costs")));
+  CostModel unsplit;
+  unsplit.uniform = {.f = 1, .b = 4, .i = 1, .w = 1};
+  EXPECT_THAT(RefineCosts(unsplit, 4, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cost model: B=4 is not I + W = 2 (I=1, W=1)")));
+  unsplit.stages = {{.b = 2}, {.b = 2.5}};
+  EXPECT_THAT(CheckOneChunkCosts(unsplit, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stage 1: B=2.5")));
+  CostModel wide_input;
+  wide_input.stages = {{}, {.activation_bytes = 10, .input_bytes = 20}};
+  EXPECT_THAT(CheckOneChunkCosts(wide_input, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 1: input_bytes 20 exceeds activation_bytes 10")));
+  // I = W = B / 2 as measured files store them passes.
+  CostModel measured;
+  measured.uniform = {
+      .f = 538.3, .b = 835.2969999313354, .i = 417.6484999656677, .w = 417.6484999656677};
+  PS_EXPECT_OK(CheckOneChunkCosts(measured, 2));
   EXPECT_THAT(RefineCosts(CostModel{}, 4, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("V >= 1 (got P=4, V=0)")));
 }
