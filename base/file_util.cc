@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/host_memory.h"
+#include "base/status.h"
 #include "base/strings.h"
 
 namespace pipesched {
@@ -265,6 +266,14 @@ absl::Status WriteFileAtomic(const std::string& requested, std::string_view cont
     ::close(dir_fd);
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOutputs(const std::vector<FlagPath>& inputs,
+                          const std::vector<FlagPath>& outputs) {
+  for (const FlagPath& output : outputs) {
+    if (!output.path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(output.flag, output.path));
+  }
+  return CheckFilesDistinct(inputs, outputs);
 }
 
 }  // namespace pipesched

@@ -60,4 +60,9 @@ struct FlagPath {
 absl::Status CheckFilesDistinct(const std::vector<FlagPath>& inputs,
                                 const std::vector<FlagPath>& outputs);
 
+// Both checks before a run: CheckOutputPath for each non-empty output, then
+// CheckFilesDistinct.
+absl::Status CheckOutputs(const std::vector<FlagPath>& inputs,
+                          const std::vector<FlagPath>& outputs);
+
 }  // namespace pipesched

@@ -165,19 +165,12 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
     sweep.slow_factor = factor;
   }
   // Written after the sweep: a path that cannot be written is an error now, not then.
-  for (const auto& [flag, path] :
-       {std::pair<const char*, std::string>{"--csv", absl::GetFlag(FLAGS_csv)},
-        {"--json", absl::GetFlag(FLAGS_json)},
-        {"--md", absl::GetFlag(FLAGS_md)},
-        {"--svg", absl::GetFlag(FLAGS_svg)}}) {
-    if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
-  }
-  PS_RETURN_IF_ERROR(CheckFilesDistinct(
-      {{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}},
-      {{"--csv", absl::GetFlag(FLAGS_csv)},
-       {"--json", absl::GetFlag(FLAGS_json)},
-       {"--md", absl::GetFlag(FLAGS_md)},
-       {"--svg", absl::GetFlag(FLAGS_svg)}}));
+  PS_RETURN_IF_ERROR(
+      CheckOutputs({{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}},
+                   {{"--csv", absl::GetFlag(FLAGS_csv)},
+                    {"--json", absl::GetFlag(FLAGS_json)},
+                    {"--md", absl::GetFlag(FLAGS_md)},
+                    {"--svg", absl::GetFlag(FLAGS_svg)}}));
   sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!sweep.traces_dir.empty()) {
     std::error_code ec;

@@ -99,18 +99,11 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
     }
     r.capacity = *bytes;
   }
-  for (const auto& [flag, path] :
-       {std::pair<const char*, std::string>{"--json", absl::GetFlag(FLAGS_json)},
-        {"--md", absl::GetFlag(FLAGS_md)},
-        {"--svg", absl::GetFlag(FLAGS_svg)},
-        {"--trace", absl::GetFlag(FLAGS_trace)}}) {
-    if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
-  }
-  PS_RETURN_IF_ERROR(CheckFilesDistinct({{"--costs", absl::GetFlag(FLAGS_costs)}},
-                                        {{"--json", absl::GetFlag(FLAGS_json)},
-                                         {"--md", absl::GetFlag(FLAGS_md)},
-                                         {"--svg", absl::GetFlag(FLAGS_svg)},
-                                         {"--trace", absl::GetFlag(FLAGS_trace)}}));
+  PS_RETURN_IF_ERROR(CheckOutputs({{"--costs", absl::GetFlag(FLAGS_costs)}},
+                                  {{"--json", absl::GetFlag(FLAGS_json)},
+                                   {"--md", absl::GetFlag(FLAGS_md)},
+                                   {"--svg", absl::GetFlag(FLAGS_svg)},
+                                   {"--trace", absl::GetFlag(FLAGS_trace)}}));
   return r;
 }
 

@@ -198,6 +198,11 @@ TEST(CompareTest, BadRequestsAreOneLineErrors) {
       {{"--stages=2048", "--microbatches=2048"}, "the generators make up to 16777216"},
       {{"--from=x.csv"}, "unknown flag --from for 'compare'"},
       {{"extra"}, "unexpected argument 'extra'"},
+      {{"--json=/nonexistent/x.json"},
+       "--json=/nonexistent/x.json: the directory /nonexistent "
+       "does not exist"},
+      {{"--json=c.json", "--costs=c.json"}, "--json=c.json is also --costs"},
+      {{"--json=a.json", "--md=a.json"}, "--md=a.json is also --json"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"compare", "--stages=4", "--microbatches=8"};
