@@ -183,6 +183,7 @@ TEST(CompareTest, BadRequestsAreOneLineErrors) {
   EXPECT_THAT(partly.out, HasSubstr("skipped interleaved-1f1b:"));
   EXPECT_THAT(Ranking(partly.out), Not(::testing::Contains("interleaved-1f1b")));
 
+  std::ofstream(TempPath("in.json")) << R"({"version": 1})";
   struct Case {
     std::vector<std::string> args;
     std::string error;
@@ -201,7 +202,8 @@ TEST(CompareTest, BadRequestsAreOneLineErrors) {
       {{"--json=/nonexistent/x.json"},
        "--json=/nonexistent/x.json: the directory /nonexistent "
        "does not exist"},
-      {{"--json=c.json", "--costs=c.json"}, "--json=c.json is also --costs"},
+      {{"--json=" + TempPath("in.json"), "--costs=" + TempPath("in.json")},
+       "--json=" + TempPath("in.json") + " is also --costs"},
       {{"--json=a.json", "--md=a.json"}, "--md=a.json is also --json"},
   };
   for (const Case& c : cases) {
