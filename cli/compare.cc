@@ -253,8 +253,9 @@ absl::Status Compare(const CommandContext& ctx) {
           "--workspace-bytes), or a --costs file with activation_bytes");
     }
   }
-  std::vector<scheduler::ComparedSchedule> compared =
-      scheduler::CompareSchedules(r.schedules, r.p, r.m, r.v, costs);
+  std::vector<scheduler::ComparedSchedule> compared = scheduler::CompareSchedules(
+      r.schedules, r.p, r.m, r.v, costs,
+      /*keep_timelines=*/!absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty());
   std::vector<Row> rows;
   for (const scheduler::ComparedSchedule& c : compared) {
     if (c.status.ok()) rows.push_back(MakeRow(c));

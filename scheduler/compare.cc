@@ -116,7 +116,7 @@ std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& c
 
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
-                                               const CostModel& per_stage) {
+                                               const CostModel& per_stage, bool keep_timelines) {
   std::vector<ComparedSchedule> out;
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
@@ -140,6 +140,10 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
       continue;
     }
     row.sim = *std::move(sim);
+    if (!keep_timelines) {
+      row.sim.timeline = trace::Timeline{};
+      row.sim.phases.clear();
+    }
     row.closed_form = ClosedFormFor(*schedule, *costs);
   }
   return out;

@@ -44,7 +44,7 @@ struct ComparedSchedule {
   std::string schedule;
   int num_chunks = 0;   // V as generated; 0 when the generator refused
   absl::Status status;  // OK, or why this schedule could not be compared
-  SimResult sim;        // when status is OK (its timeline included, for drawing)
+  SimResult sim;        // when status is OK; its timeline only when asked for
   std::optional<double> closed_form;
 };
 
@@ -52,9 +52,12 @@ struct ComparedSchedule {
 // schedule's default), refines `per_stage` to its V and simulates it. One entry per
 // name, in the order given; a schedule that refuses the shape, whose costs do not fit
 // or that fails to simulate has its reason in `status`. Names are looked up in the
-// registry (unknown ones get NotFound listing the known schedules).
+// registry (unknown ones get NotFound listing the known schedules). Timelines take tens
+// of bytes per action, for every schedule at once: they are kept only with
+// `keep_timelines` (to draw them), and cleared otherwise.
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
-                                               const CostModel& per_stage);
+                                               const CostModel& per_stage,
+                                               bool keep_timelines = false);
 
 }  // namespace pipesched::scheduler

@@ -135,6 +135,12 @@ TEST(CompareSchedulesTest, EveryScheduleRunsTheSameWorkAndRanksByItsBubble) {
   EXPECT_EQ(makespan["zb-h1"], 27);               // (P-1)(F+I-W)
   EXPECT_EQ(makespan["interleaved-zb"], 25.5);    // the same over V
   EXPECT_EQ(makespan["zb-v"], 25.5);
+  // Without keep_timelines no timeline is kept (millions of spans per schedule at the
+  // planner's limits); with it, every action's span is.
+  EXPECT_TRUE(rows[0].sim.timeline.spans.empty());
+  const std::vector<ComparedSchedule> drawn =
+      CompareSchedules({"1f1b"}, 4, 8, 0, CostModel{}, /*keep_timelines=*/true);
+  EXPECT_EQ(drawn[0].sim.timeline.spans.size(), 64u);  // 4 ranks x 8 x (F, B)
   const auto zb = std::find_if(rows.begin(), rows.end(),
                                [](const ComparedSchedule& r) { return r.schedule == "zb-h1"; });
   ASSERT_TRUE(zb->closed_form.has_value());
