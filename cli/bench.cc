@@ -800,12 +800,13 @@ int Bench(const CommandContext& ctx) {
   const absl::StatusOr<runtime::BackendKind> kind = runtime::ResolveBackend(b.backend);
   const int most_devices = *std::max_element(sweep.stages.begin(), sweep.stages.end()) * b.replicas;
   const int busy_devices = b.num_devices > 0 ? std::min(b.num_devices, most_devices) : most_devices;
-  if (kind.ok() && *kind == runtime::BackendKind::kHost && busy_devices > HostCpuCount()) {
+  const int cpus = HostCpuCount();
+  if (kind.ok() && *kind == runtime::BackendKind::kHost && busy_devices > cpus) {
     out << absl::StrFormat(
         "note: %d CPU core(s); configurations with more than %d devices (P x D) run ranks "
         "that slow each other down when they compute at once, which the simulations do not "
         "model\n",
-        HostCpuCount(), HostCpuCount());
+        cpus, cpus);
   }
   PrintHeader(out);
   std::vector<Row> rows;
@@ -856,7 +857,7 @@ int Bench(const CommandContext& ctx) {
       j["warmup"] = sweep.warmup;
       j["steps"] = sweep.steps;
       j["load_average"] = load;
-      j["host_cpus"] = HostCpuCount();
+      j["host_cpus"] = cpus;
       j["configurations"] = nlohmann::json::array();
       for (const Row& r : rows) j["configurations"].push_back(RowJson(r, sweep));
       PS_RETURN_IF_ERROR(

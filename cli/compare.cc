@@ -31,12 +31,9 @@
 namespace pipesched::cli {
 namespace {
 
-// Planner limits, as for simulate; the actions' as the generators count them (three per
-// stage and micro-batch at most), so that a request past them is one error, not every
+// The planner's limits (planning.h), and the actions' as the generators count them (three
+// per stage and micro-batch at most), so that a request past them is one error, not every
 // schedule skipped.
-constexpr int kMaxRanks = 4096;
-constexpr int kMaxChunks = 64;
-constexpr int kMaxMicrobatches = 1 << 20;
 constexpr std::int64_t kMaxActions = std::int64_t{1} << 24;
 
 struct Request {

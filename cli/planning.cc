@@ -13,7 +13,7 @@
 #include "base/strings.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/compare.h"
+#include "scheduler/formulas.h"
 #include "scheduler/registry.h"
 #include "trace/chrome_trace.h"
 #include "trace/svg.h"
@@ -21,10 +21,7 @@
 namespace pipesched::cli {
 namespace {
 
-// Limits that keep the planner inside memory: ~100 bytes per action in the simulator.
-constexpr int kMaxRanks = 4096;
-constexpr int kMaxChunks = 64;
-constexpr int kMaxMicrobatches = 1 << 20;
+// Actions per simulated schedule or loaded file (planning.h has the other limits).
 constexpr int64_t kMaxActions = int64_t{64} << 20;
 
 absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi,

@@ -15,6 +15,12 @@
 
 namespace pipesched::cli {
 
+// Limits on --stages, --virtual and --microbatches that keep the planner inside memory
+// (~100 bytes per action in the simulator); simulate, validate and compare share them.
+inline constexpr int kMaxRanks = 4096;
+inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMicrobatches = 1 << 20;
+
 // --schedule/--stages/--microbatches/--virtual, or --from=FILE. Range errors name the
 // flag and the accepted range.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);

@@ -102,18 +102,6 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
   return out;
 }
 
-std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs) {
-  // Closed forms assume uniform stages, free transfers and no gap between actions.
-  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0 ||
-      costs.action_gap != 0) {
-    return std::nullopt;
-  }
-  return ClosedFormBubbleFraction(schedule.name, {.num_ranks = schedule.num_ranks(),
-                                                  .num_chunks = schedule.num_chunks(),
-                                                  .num_microbatches = schedule.num_microbatches,
-                                                  .costs = costs.uniform});
-}
-
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
                                                const CostModel& per_stage, bool keep_timelines) {

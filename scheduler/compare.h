@@ -35,11 +35,6 @@ absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks);
 // CheckOneChunkCosts refuses `per_stage`.
 absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks);
 
-// The closed-form bubble fraction (formulas.h) for `schedule` simulated with `costs`:
-// nullopt unless the costs are uniform, transfers free and there is no action gap, or
-// when the schedule has no closed form for them.
-std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs);
-
 struct ComparedSchedule {
   std::string schedule;
   int num_chunks = 0;   // V as generated; 0 when the generator refused

@@ -100,4 +100,16 @@ std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const For
   return *fraction / (1 - *fraction);
 }
 
+std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs) {
+  // Closed forms assume uniform stages, free transfers and no gap between actions.
+  if (!costs.stages.empty() || !costs.comm.empty() || costs.comm_uniform != 0 ||
+      costs.action_gap != 0) {
+    return std::nullopt;
+  }
+  return ClosedFormBubbleFraction(schedule.name, {.num_ranks = schedule.num_ranks(),
+                                                  .num_chunks = schedule.num_chunks(),
+                                                  .num_microbatches = schedule.num_microbatches,
+                                                  .costs = costs.uniform});
+}
+
 }  // namespace pipesched::scheduler

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
 
 namespace pipesched::scheduler {
 
@@ -43,5 +44,10 @@ std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const 
 // The same prediction as a bubble ratio (idle / ideal compute), nullopt where the
 // fraction is.
 std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const FormulaInputs& in);
+
+// The closed-form bubble fraction for `schedule` simulated with `costs`:
+// nullopt unless the costs are uniform, transfers free and there is no action gap, or
+// when the schedule has no closed form for them.
+std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pipesched::scheduler

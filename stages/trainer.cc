@@ -255,9 +255,9 @@ std::string Trainer::PlacementSummary() const {
   // Host devices compute on CPU threads: more busy devices than cores and they slow each
   // other down, which the plan (each device computing on its own) does not model.
   const int busy_devices = std::min(devices, P * D);
-  if (backend_->kind() == runtime::BackendKind::kHost && busy_devices > HostCpuCount()) {
-    absl::StrAppend(&summary, "\nnote: the ", busy_devices, " host devices compute on ",
-                    HostCpuCount(),
+  const int cpus = HostCpuCount();
+  if (backend_->kind() == runtime::BackendKind::kHost && busy_devices > cpus) {
+    absl::StrAppend(&summary, "\nnote: the ", busy_devices, " host devices compute on ", cpus,
                     " CPU core(s): ranks computing at once slow each other down, which the plan "
                     "does not model");
   }

@@ -166,20 +166,5 @@ TEST(CompareSchedulesTest, ShapesASchedulesRefuseAreSkippedWithTheirReason) {
   }
 }
 
-TEST(ClosedFormForTest, OnlyForUniformCostsWithoutTransfersOrGaps) {
-  PS_ASSERT_OK_AND_ASSIGN(const Schedule schedule,
-                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
-  EXPECT_DOUBLE_EQ(*ClosedFormFor(schedule, CostModel{}), 3.0 / 11);
-  CostModel comm;
-  comm.comm_uniform = 0.1;
-  EXPECT_FALSE(ClosedFormFor(schedule, comm).has_value());
-  CostModel gap;
-  gap.action_gap = 0.1;
-  EXPECT_FALSE(ClosedFormFor(schedule, gap).has_value());
-  CostModel listed;
-  listed.stages.resize(4);
-  EXPECT_FALSE(ClosedFormFor(schedule, listed).has_value());
-}
-
 }  // namespace
 }  // namespace pipesched::scheduler

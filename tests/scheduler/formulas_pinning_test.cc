@@ -132,7 +132,9 @@ TEST(FormulasPinningTest, InterleavedZbIdlesPMinus1AndHoldsLessThanInterleaved1F
           EXPECT_EQ(zb->ranks[r].peak_live_bytes, 10 * zb->ranks[r].peak_live_microbatches);
           EXPECT_LE(zb->ranks[r].peak_live_microbatches, inter_peak) << "rank " << r;
         }
-        if (p > 1) EXPECT_LT(zb->bubble_fraction, inter.bubble_fraction);
+        if (p > 1) {
+          EXPECT_LT(zb->bubble_fraction, inter.bubble_fraction);
+        }
         if (m % p == 0) {
           for (const RankStats& rank : inter.ranks) EXPECT_NEAR(rank.idle, 3.0 * (p - 1), kTol);
         }

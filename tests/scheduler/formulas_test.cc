@@ -2,6 +2,8 @@
 #include "scheduler/formulas.h"
 
 #include "gtest/gtest.h"
+#include "scheduler/registry.h"
+#include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
 namespace {
@@ -74,6 +76,21 @@ TEST(FormulasTest, NulloptOutsideWhatTheFormulasCover) {
   EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 2, 8)).has_value());
   EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8, {.allreduce = 1})).has_value());
   EXPECT_FALSE(ClosedFormBubbleRatio("zb-v", Inputs(4, 2, 8)).has_value());
+}
+
+TEST(ClosedFormForTest, OnlyForUniformCostsWithoutTransfersOrGaps) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule schedule,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  EXPECT_DOUBLE_EQ(*ClosedFormFor(schedule, CostModel{}), 3.0 / 11);
+  CostModel comm;
+  comm.comm_uniform = 0.1;
+  EXPECT_FALSE(ClosedFormFor(schedule, comm).has_value());
+  CostModel gap;
+  gap.action_gap = 0.1;
+  EXPECT_FALSE(ClosedFormFor(schedule, gap).has_value());
+  CostModel listed;
+  listed.stages.resize(4);
+  EXPECT_FALSE(ClosedFormFor(schedule, listed).has_value());
 }
 
 }  // namespace
