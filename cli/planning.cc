@@ -80,6 +80,18 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
+absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs) {
+  if (!absl::GetFlag(FLAGS_from).empty()) return absl::OkStatus();
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file.schedule.name);
+  if (info == nullptr || !info->uses_costs) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(file.schedule,
+                      info->generate({.num_ranks = file.schedule.num_ranks(),
+                                      .num_microbatches = file.schedule.num_microbatches,
+                                      .num_chunks = file.schedule.num_chunks(),
+                                      .costs = &costs}));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path) {

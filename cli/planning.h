@@ -25,6 +25,12 @@ inline constexpr int kMaxMicrobatches = 1 << 20;
 // flag and the accepted range.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
 
+// A schedule searched for its costs (ScheduleInfo::uses_costs: zb-1p, zb-2p) generated
+// again for `costs`, when `file` came from --schedule rather than --from; any other
+// schedule is left as it is. ScheduleFromFlags makes the unit-cost one, whose shape the
+// cost checks need first.
+absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs);
+
 // --costs=FILE as the base (or the "costs" of the schedule file `file`, read from
 // `file_path`), then the --cost-* and --activation-bytes flags the user gave override it
 // uniformly. Per-stage and per-boundary lists must fit the schedule (CheckCostsFit); the

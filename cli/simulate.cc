@@ -143,6 +143,7 @@ int RunSimulate(const CommandContext& ctx) {
   absl::StatusOr<scheduler::CostModel> costs =
       CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
+  if (absl::Status s = SearchForCosts(*file, *costs); !s.ok()) return ReportError(ctx, s);
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }

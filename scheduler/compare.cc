@@ -109,9 +109,17 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
     row.schedule = name;
-    absl::StatusOr<Schedule> schedule = GenerateSchedule(
-        name,
-        {.num_ranks = num_ranks, .num_microbatches = num_microbatches, .num_chunks = num_chunks});
+    GeneratorParams params{
+        .num_ranks = num_ranks, .num_microbatches = num_microbatches, .num_chunks = num_chunks};
+    // A schedule searched for its costs (zb-1p, zb-2p) is searched for the ones it is
+    // ranked by; a refinement that fails fails again below, and is reported there.
+    absl::StatusOr<CostModel> search_costs;
+    if (const ScheduleInfo* info = FindSchedule(name); info != nullptr && info->uses_costs) {
+      search_costs = RefineCosts(per_stage, num_ranks,
+                                 num_chunks > 0 ? num_chunks : std::max(info->default_chunks, 1));
+      if (search_costs.ok()) params.costs = &*search_costs;
+    }
+    absl::StatusOr<Schedule> schedule = GenerateSchedule(name, params);
     if (!schedule.ok()) {
       row.status = schedule.status();
       continue;

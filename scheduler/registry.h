@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
 #include "scheduler/schedule.h"
 
 namespace pipesched::scheduler {
@@ -15,6 +16,10 @@ struct GeneratorParams {
   int num_ranks = 1;         // P
   int num_microbatches = 1;  // M
   int num_chunks = 0;        // V; 0 = the schedule's default
+  // The costs a cost-aware schedule (ScheduleInfo::uses_costs: zb-1p, zb-2p) is searched
+  // for, per virtual stage as Simulate takes them; nullptr = unit costs. The others
+  // ignore it. Not owned; read only during the call.
+  const CostModel* costs = nullptr;
 };
 
 using GeneratorFn = absl::StatusOr<Schedule> (*)(const GeneratorParams&);
@@ -25,6 +30,9 @@ struct ScheduleInfo {
   std::string_view constraints;  // one line: "P >= 1, M >= 1, V = 1"
   int default_chunks;            // V used when GeneratorParams::num_chunks == 0
   GeneratorFn generate;
+  // Whether the schedule depends on GeneratorParams::costs: searched for them rather than
+  // fixed by (P, M, V). Callers that know the costs (simulate, compare) pass them.
+  bool uses_costs = false;
 };
 
 // All registered schedules, in display order.

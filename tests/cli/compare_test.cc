@@ -46,11 +46,12 @@ std::vector<std::string> Ranking(const std::string& out) {
 TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   RunResult r = RunCli({"compare", "--stages=4", "--microbatches=8"});
   ASSERT_EQ(r.code, 0) << r.err;
-  // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that,
-  // interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b tie, 1f1b first for its memory.
+  // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that
+  // (the searched zb-1p and zb-2p find nothing shorter: zb-h1's order, after it in the registry's
+  // order), interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b tie, 1f1b first for its memory.
   EXPECT_THAT(Ranking(r.out),
-              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-h1", "interleaved-1f1b",
-                                     "looped-bfs", "1f1b", "gpipe"));
+              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-h1", "zb-1p", "zb-2p",
+                                     "interleaved-1f1b", "looped-bfs", "1f1b", "gpipe"));
   EXPECT_THAT(r.out, HasSubstr("interleaved-zb     2        25.5        25.5    1.000    5.88%    "
                                "5.88%        4.0\n"));
   EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        28.5        28.5    1.118   15.79%   "

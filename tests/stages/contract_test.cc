@@ -70,11 +70,18 @@ void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
 
 TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
   const std::vector<Case> cases = AllCases();
-  // 7 schedules; V = 2 for the two interleaved ones and zb-v, V in {1,2} for looped-bfs.
-  ASSERT_EQ(cases.size(), 144u);
+  // 9 schedules; V = 2 for the two interleaved ones and zb-v, V in {1,2} for looped-bfs.
+  ASSERT_EQ(cases.size(), 180u);
+  int searched_orders = 0;  // zb-1p/zb-2p cases whose order is not zb-h1's
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     TrainerConfig config = TinyConfig(c);
+    PS_ASSERT_OK_AND_ASSIGN(config.schedule_override, testing::GenerateCase(c));
+    if (c.schedule == "zb-1p" || c.schedule == "zb-2p") {
+      PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule h1,
+                              scheduler::GenerateSchedule("zb-h1", {c.p, c.m, 1}));
+      searched_orders += config.schedule_override->programs != h1.programs;
+    }
     PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
     PS_ASSERT_OK_AND_ASSIGN(auto reference,
                             model::ReferenceTrainer::Create({.config = config.model,
@@ -95,6 +102,7 @@ TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
     ExpectParametersEqual(got, want);
     if (::testing::Test::HasFatalFailure()) return;
   }
+  EXPECT_GE(searched_orders, 10);  // of 36; P = 1 and M = 1 leave nothing to search
 }
 
 TEST(ContractTest, AdamWMatchesToo) {

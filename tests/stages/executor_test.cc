@@ -81,10 +81,7 @@ TEST(ExecutorToyTest, EveryScheduleTrainsLikeSequentialTraining) {
   const std::size_t n = 6;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
-    PS_ASSERT_OK_AND_ASSIGN(
-        scheduler::Schedule schedule,
-        scheduler::GenerateSchedule(
-            c.schedule, {.num_ranks = c.p, .num_microbatches = c.m, .num_chunks = c.v}));
+    PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule, testing::GenerateCase(c));
     const int stages = schedule.num_stages();
     auto backend = HostBackend(c.p * c.d);
     PS_ASSERT_OK_AND_ASSIGN(

@@ -1,10 +1,14 @@
 // The configurations the executor tests sweep: every schedule x P in {1,2,4} x V in {1,2}
-// x D in {1,2} x M in {1,4,8} that the schedule's generator accepts.
+// x D in {1,2} x M in {1,4,8} that the schedule's generator accepts. Schedules searched
+// for their costs (zb-1p, zb-2p) are searched for SearchCosts(), so that they run orders
+// of their own rather than zb-h1's, which is what unit costs give.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
 #include "scheduler/registry.h"
 
 namespace pipesched::stages::testing {
@@ -18,6 +22,27 @@ struct ScheduleCase {
   }
 };
 
+// Uneven stages (up to 4), cheap W's and transfers that cost.
+inline const scheduler::CostModel& SearchCosts() {
+  static const scheduler::CostModel* const kCosts = [] {
+    auto* costs = new scheduler::CostModel;
+    costs->stages = {{.f = 1.0, .b = 1.5, .i = 1.0, .w = 0.5},
+                     {.f = 1.3, .b = 1.6, .i = 0.7, .w = 0.9},
+                     {.f = 0.8, .b = 1.5, .i = 1.2, .w = 0.3},
+                     {.f = 1.5, .b = 2.0, .i = 1.4, .w = 0.6}};
+    costs->comm_uniform = 0.2;
+    return costs;
+  }();
+  return *kCosts;
+}
+
+// The case's schedule: the registry's, searched for SearchCosts() where it uses costs.
+inline absl::StatusOr<scheduler::Schedule> GenerateCase(const ScheduleCase& c) {
+  return scheduler::GenerateSchedule(
+      c.schedule,
+      {.num_ranks = c.p, .num_microbatches = c.m, .num_chunks = c.v, .costs = &SearchCosts()});
+}
+
 inline std::vector<ScheduleCase> AllScheduleCases() {
   std::vector<ScheduleCase> cases;
   for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
@@ -25,10 +50,10 @@ inline std::vector<ScheduleCase> AllScheduleCases() {
       for (int v : {1, 2}) {
         for (int d : {1, 2}) {
           for (int m : {1, 4, 8}) {
-            auto s = scheduler::GenerateSchedule(
-                info.name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+            ScheduleCase c{std::string(info.name), p, v, d, m};
+            auto s = GenerateCase(c);
             if (!s.ok() || s->num_chunks() != v) continue;
-            cases.push_back({std::string(info.name), p, v, d, m});
+            cases.push_back(std::move(c));
           }
         }
       }

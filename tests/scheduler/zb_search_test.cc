@@ -1,0 +1,154 @@
+// zb-1p and zb-2p: schedules searched for a cost model under a memory limit. What a user
+// relies on: the result is a valid schedule for the costs given, it keeps its memory
+// limit, it is never slower than zb-h1 (zb-2p never slower than zb-1p), it is zb-h1's
+// order when costs are unit, and it reaches the one-step lower bound where that is
+// reachable with 2P activations.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "scheduler/validate.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::StatusOr<SimResult> Search(const std::string& name, int p, int m, const CostModel& costs) {
+  PS_ASSIGN_OR_RETURN(
+      Schedule schedule,
+      GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m, .costs = &costs}));
+  PS_RETURN_IF_ERROR(Validate(schedule));
+  return Simulate(schedule, costs);
+}
+
+int PeakLive(const SimResult& sim) {
+  int peak = 0;
+  for (const RankStats& rank : sim.ranks) peak = std::max(peak, rank.peak_live_microbatches);
+  return peak;
+}
+
+CostModel Uniform(double f, double i, double w, double comm) {
+  CostModel costs;
+  costs.uniform = {.f = f, .b = i + w, .i = i, .w = w};
+  costs.comm_uniform = comm;
+  return costs;
+}
+
+TEST(ZbSearchTest, UnitCostsGiveZbH1sOrder) {
+  // zb-h1 meets the one-step bound 3M + P - 1 there: nothing shorter exists.
+  for (const char* name : {"zb-1p", "zb-2p"}) {
+    for (int p : {1, 2, 4, 8}) {
+      for (int m : {1, 3, 8, 16}) {
+        SCOPED_TRACE(absl::StrCat(name, " P=", p, " M=", m));
+        PS_ASSERT_OK_AND_ASSIGN(Schedule searched,
+                                GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m}));
+        PS_ASSERT_OK_AND_ASSIGN(Schedule h1,
+                                GenerateSchedule("zb-h1", {.num_ranks = p, .num_microbatches = m}));
+        EXPECT_EQ(searched.name, name);
+        EXPECT_EQ(searched.programs, h1.programs);
+      }
+    }
+  }
+}
+
+TEST(ZbSearchTest, ReachesTheOneStepBoundWithTwicePActivations) {
+  // The last rank starts after P-1 forwards and transfers and then has M(F+I+W) of work:
+  // P=4, M=8, T_W = 0.5: 3 + 8 x 2.5 = 23 (zb-h1: 3 x (F + I - W) idle, 24.5).
+  PS_ASSERT_OK_AND_ASSIGN(SimResult cheap_w, Search("zb-2p", 4, 8, Uniform(1, 1, 0.5, 0)));
+  EXPECT_DOUBLE_EQ(cheap_w.makespan, 23);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", 4, 8, Uniform(1, 1, 0.5, 0)));
+  EXPECT_DOUBLE_EQ(h1.makespan, 24.5);
+  // Transfers of 0.5: 3 x (1 + 0.5) + 8 x 3 = 28.5 (zb-h1: 33).
+  PS_ASSERT_OK_AND_ASSIGN(SimResult comm, Search("zb-2p", 4, 8, Uniform(1, 1, 1, 0.5)));
+  EXPECT_DOUBLE_EQ(comm.makespan, 28.5);
+  EXPECT_LE(PeakLive(comm), 8);
+  EXPECT_GT(PeakLive(comm), 4);  // the bound needed more than zb-h1's memory
+}
+
+TEST(ZbSearchTest, NeverSlowerThanZbH1AndKeepsItsMemoryLimit) {
+  // Random uneven stages and transfers: each search is valid for its costs, within its
+  // limit, and ordered zb-2p <= zb-1p <= zb-h1 in makespan; somewhere each gains.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  int gains_1p = 0, gains_2p = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 8);
+    const int m = 1 + static_cast<int>(rng() % 24);
+    CostModel costs;
+    for (int s = 0; s < p; ++s) {
+      const double i = time(rng), w = time(rng);
+      costs.stages.push_back({.f = time(rng), .b = i + w, .i = i, .w = w});
+    }
+    costs.comm_uniform = (rng() % 3 == 0) ? 0 : time(rng) / 4;
+    SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " M=", m));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", p, m, costs));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult one, Search("zb-1p", p, m, costs));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult two, Search("zb-2p", p, m, costs));
+    EXPECT_LE(PeakLive(one), std::min(p, m));
+    EXPECT_LE(PeakLive(two), std::min(2 * p, m));
+    EXPECT_LE(one.makespan, h1.makespan);
+    EXPECT_LE(two.makespan, one.makespan);
+    gains_1p += one.makespan < h1.makespan;
+    gains_2p += two.makespan < one.makespan;
+  }
+  EXPECT_GT(gains_1p, 0);
+  EXPECT_GT(gains_2p, 0);
+}
+
+TEST(ZbSearchTest, SearchedForTheCostsItIsGiven) {
+  // The same shape searched for two cost models gives two orders, each at least as fast
+  // under its own costs as the other's.
+  const CostModel comm = Uniform(1, 1, 1, 0.5);
+  const CostModel cheap_w = Uniform(1, 1, 0.25, 0);
+  PS_ASSERT_OK_AND_ASSIGN(
+      Schedule for_comm,
+      GenerateSchedule("zb-2p", {.num_ranks = 4, .num_microbatches = 8, .costs = &comm}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      Schedule for_w,
+      GenerateSchedule("zb-2p", {.num_ranks = 4, .num_microbatches = 8, .costs = &cheap_w}));
+  EXPECT_NE(for_comm.programs, for_w.programs);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult own, Simulate(for_comm, comm));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult other, Simulate(for_w, comm));
+  EXPECT_LE(own.makespan, other.makespan);
+  PS_ASSERT_OK_AND_ASSIGN(own, Simulate(for_w, cheap_w));
+  PS_ASSERT_OK_AND_ASSIGN(other, Simulate(for_comm, cheap_w));
+  EXPECT_LE(own.makespan, other.makespan);
+}
+
+TEST(ZbSearchTest, ActionGapsAndZeroCostsStillGiveValidSchedules) {
+  CostModel costs = Uniform(1, 0, 0, 0);  // free backward: everything else waits on F
+  costs.action_gap = 0.1;
+  for (const char* name : {"zb-1p", "zb-2p"}) {
+    for (int p : {1, 3, 5}) {
+      SCOPED_TRACE(absl::StrCat(name, " P=", p));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult sim, Search(name, p, 7, costs));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", p, 7, costs));
+      EXPECT_LE(sim.makespan, h1.makespan);
+    }
+  }
+  PS_ASSERT_OK_AND_ASSIGN(SimResult zero, Search("zb-2p", 3, 5, Uniform(0, 0, 0, 0)));
+  EXPECT_EQ(zero.makespan, 0);
+}
+
+TEST(ZbSearchTest, RefusesOtherChunkCounts) {
+  EXPECT_THAT(
+      GenerateSchedule("zb-1p", {.num_ranks = 4, .num_microbatches = 8, .num_chunks = 2}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("zb-1p runs exactly 1 chunk per rank (got V=2); use --virtual=1")));
+  EXPECT_THAT(GenerateSchedule("zb-2p", {.num_ranks = 0, .num_microbatches = 8}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("zb-2p needs at least one pipeline rank")));
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
