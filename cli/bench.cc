@@ -59,6 +59,7 @@ struct Sweep {
   std::vector<int> stages, microbatches;
   int virtual_stages = 0;
   int warmup = 2, steps = kBenchSteps;
+  int search_steps = 3;  // --search-steps
   int slow_rank = -1;
   double slow_factor = 1;
   stages::TrainerConfig base;
@@ -140,6 +141,7 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(sweep.microbatches,
                       IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
   sweep.virtual_stages = absl::GetFlag(FLAGS_virtual);
+  PS_ASSIGN_OR_RETURN(sweep.search_steps, SearchStepsFromFlags());
   sweep.warmup = absl::GetFlag(FLAGS_warmup);
   if (sweep.warmup < 0 || sweep.warmup > 1000) {
     return absl::InvalidArgumentError(
@@ -215,6 +217,11 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
+  // zb-1p, zb-2p: searched for this machine's costs, measured in a few steps first.
+  std::string search_note;
+  PS_ASSIGN_OR_RETURN(std::optional<scheduler::Schedule> searched,
+                      SearchForMeasuredCosts(config, sweep.search_steps, &search_note));
+  if (searched.has_value()) config.schedule_override = *std::move(searched);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
   row.v = trainer->schedule().num_chunks();
   const int p = row.p, total = sweep.warmup + sweep.steps;

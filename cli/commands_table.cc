@@ -79,15 +79,15 @@ const std::vector<Command>& AllCommands() {
        "[--init=F.safetensors]\n"
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
-       "      [--save-costs=COSTS.json]",
+       "      [--save-costs=COSTS.json] [--search-steps=3]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
-                 "save_costs"}),
+                 "save_costs", "search_steps"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
-       "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5]\n"
+       "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5] [--search-steps=3]\n"
        "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
        "      [--traces=DIR]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
@@ -95,7 +95,7 @@ const std::vector<Command>& AllCommands() {
        "sweep schedules x P x M: bubble closed form, simulated, replayed and measured; idle "
        "decomposed",
        Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches"},
-                {"warmup", "slow_stage", "csv", "json", "md", "svg", "traces"}),
+                {"warmup", "search_steps", "slow_stage", "csv", "json", "md", "svg", "traces"}),
        &RunBench},
       {"version", "version", "print the version", {}, &RunVersion},
   };

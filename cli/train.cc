@@ -148,6 +148,11 @@ absl::Status Train(const CommandContext& ctx) {
     return absl::InvalidArgumentError(
         "--resume restores the parameters already; drop --init (or --resume)");
   }
+  PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
+  std::string search_note;
+  PS_ASSIGN_OR_RETURN(std::optional<scheduler::Schedule> searched,
+                      SearchForMeasuredCosts(config, search_steps, &search_note));
+  if (searched.has_value()) config.schedule_override = *std::move(searched);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
   if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
     PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
@@ -170,6 +175,7 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
+  out << search_note;
   if (!resume.empty()) {
     out << "resumed from " << resume << " after step " << resumed_at << "\n";
   }

@@ -1,14 +1,19 @@
 #include "cli/training.h"
 
 #include <cmath>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/flags.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
+#include "stages/bubble_analysis.h"
 
 namespace pipesched::cli {
 namespace {
@@ -93,6 +98,47 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);
   return config;
+}
+
+absl::StatusOr<int> SearchStepsFromFlags() {
+  const int steps = absl::GetFlag(FLAGS_search_steps);
+  if (steps < 0 || steps > 100) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--search-steps=", steps, " is out of range: use 0 (keep the unit-cost order) to 100"));
+  }
+  return steps;
+}
+
+absl::StatusOr<std::optional<scheduler::Schedule>> SearchForMeasuredCosts(
+    const stages::TrainerConfig& config, int steps, std::string* note) {
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config.schedule);
+  if (config.schedule_override || info == nullptr || !info->uses_costs || steps <= 0) {
+    return std::nullopt;
+  }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
+  stages::StepResult last;
+  for (int step = 0; step < steps; ++step) {
+    PS_ASSIGN_OR_RETURN(last, trainer->Step());
+  }
+  const scheduler::Schedule& unit = trainer->schedule();
+  PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
+                      stages::AnalyzeIdle(last.timeline, last.issue_micros, unit.num_ranks()));
+  scheduler::CostModel costs =
+      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
+  costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched,
+                      info->generate({.num_ranks = unit.num_ranks(),
+                                      .num_microbatches = unit.num_microbatches,
+                                      .num_chunks = unit.num_chunks(),
+                                      .costs = &costs}));
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));
+  *note = absl::StrFormat(
+      "%s: searched for the costs measured in %d step%s of its unit-cost order (zb-h1's): "
+      "planned makespan %.3f ms against %.3f ms%s\n",
+      searched.name, steps, steps == 1 ? "" : "s", after.makespan / 1000, before.makespan / 1000,
+      searched.programs == unit.programs ? " (the same order)" : "");
+  return searched;
 }
 
 }  // namespace pipesched::cli

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
@@ -31,5 +33,17 @@ inline int SpreadDraws(const scheduler::Schedule& schedule) {
 
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
+
+// --search-steps, 0 to 100.
+absl::StatusOr<int> SearchStepsFromFlags();
+
+// For a schedule searched for its costs (zb-1p, zb-2p) named by `config.schedule`: trains
+// `steps` steps of its unit-cost order (zb-h1's) on a trainer of its own and returns the
+// order searched for the costs measured in them -- the trainer's median action times,
+// with the last step's hand-off latencies and stream gap, as `train --save-costs` writes
+// them. `note` gets one line saying so, with both orders' makespans planned for those
+// costs. nullopt, and no steps, for other schedules, a schedule_override, or steps = 0.
+absl::StatusOr<std::optional<scheduler::Schedule>> SearchForMeasuredCosts(
+    const stages::TrainerConfig& config, int steps, std::string* note);
 
 }  // namespace pipesched::cli

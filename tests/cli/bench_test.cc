@@ -160,6 +160,20 @@ TEST(BenchTest, NotesWhenHostDevicesOutnumberTheCores) {
   EXPECT_THAT(fits.out, Not(HasSubstr("note:")));
 }
 
+TEST(BenchTest, SearchedSchedulesRunTheirSearchedOrder) {
+  const std::string json = TempPath("searched.json");
+  RunResult r = RunCli(Tiny({"--schedules=zb-1p,zb-2p", "--stages=2", "--microbatches=4",
+                             "--search-steps=2", "--json=" + json}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2 of 2 configurations ran"));
+  const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
+  ASSERT_EQ(rows.size(), 2u);
+  for (const nlohmann::json& row : rows) EXPECT_EQ(row["status"], "ok") << row.dump();
+  r = RunCli(Tiny({"--schedules=zb-1p", "--stages=2", "--microbatches=4", "--search-steps=101"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--search-steps=101 is out of range"));
+}
+
 TEST(BenchTest, WhatDoesNotApplyIsNullNotMinusOne) {
   const std::string csv = TempPath("p1.csv"), json = TempPath("p1.json");
   RunResult r = RunCli(Tiny(

@@ -113,8 +113,10 @@ TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
 // most P = 4 (48 GiB, fits); without activation sizes there is nothing to check.
 TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
   auto run = [](const std::string& schedule, const std::vector<std::string>& more) {
-    std::vector<std::string> args = {"simulate", "--schedule=" + schedule, "--stages=4",
-                                     "--microbatches=8", "--nogrid"};
+    std::vector<std::string> args = {"simulate", "--nogrid"};
+    if (!schedule.empty()) {
+      args.insert(args.end(), {"--schedule=" + schedule, "--stages=4", "--microbatches=8"});
+    }
     args.insert(args.end(), more.begin(), more.end());
     return RunCli(args);
   };
@@ -336,6 +338,37 @@ TEST(CliTest, SimulateWithAnActionGap) {
               "--cost-action-gap=-1", "--nogrid"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cost-action-gap=-1 is not a valid time; use a number in [0, "));
+}
+
+// zb-1p and zb-2p are searched for the costs the flags give: with transfers of 0.5 zb-2p
+// reaches the one-step bound 3 x 1.5 + 8 x 3 = 28.5 where zb-h1 takes 33; with unit
+// costs both are zb-h1's order (27).
+TEST(CliTest, SearchedSchedulesUseTheFlagsCosts) {
+  auto makespan = [](const std::string& schedule, std::vector<std::string> more) {
+    std::vector<std::string> args = {"simulate", "--nogrid"};
+    if (!schedule.empty()) {
+      args.insert(args.end(), {"--schedule=" + schedule, "--stages=4", "--microbatches=8"});
+    }
+    args.insert(args.end(), more.begin(), more.end());
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    const std::size_t at = r.out.find("makespan ");
+    return at == std::string::npos ? std::string("?")
+                                   : r.out.substr(at, r.out.find(' ', at + 9) - at);
+  };
+  EXPECT_EQ(makespan("zb-2p", {"--cost-comm=0.5"}), "makespan 28.5");
+  EXPECT_EQ(makespan("zb-1p", {"--cost-comm=0.5"}), "makespan 33");
+  EXPECT_EQ(makespan("zb-h1", {"--cost-comm=0.5"}), "makespan 33");
+  EXPECT_EQ(makespan("zb-2p", {}), "makespan 27");
+  // --csv writes the searched order (rank 0 runs all eight forwards first), which
+  // simulate --from and train --from then run as it is.
+  const std::string csv = TempPath("zb2p.csv");
+  ASSERT_EQ(RunCli({"simulate", "--schedule=zb-2p", "--stages=4", "--microbatches=8",
+                    "--cost-comm=0.5", "--nogrid", "--csv=" + csv})
+                .code,
+            0);
+  EXPECT_THAT(Slurp(csv), ::testing::StartsWith("0F0,0F1,0F2,0F3,0F4,0F5,0F6,0F7,0I0,"));
+  EXPECT_EQ(makespan("", {"--from=" + csv, "--cost-comm=0.5"}), "makespan 28.5");
 }
 
 // GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of
@@ -682,6 +715,34 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
 // A schedule file -- PyTorch's own CSV for 2 ranks x 2 chunks x 8 micro-batches, with
 // split backwards -- trains as its generator would: the same losses as plain
 // single-stage training on the same global batch and micro-batch split.
+// train --schedule=zb-2p first measures a few steps of its unit-cost order and runs the
+// order searched for those costs; --search-steps=0 keeps the unit-cost order.
+TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
+  const std::vector<std::string> tiny = {
+      "train",         "--schedule=zb-2p", "--stages=2", "--microbatches=4", "--microbatch-size=4",
+      "--layers=3",    "--hidden=16",      "--inputs=8", "--classes=4",      "--steps=2",
+      "--backend=host"};
+  RunResult r = RunCli(tiny);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zb-2p: searched for the costs measured in 3 steps of its "
+                               "unit-cost order (zb-h1's): planned makespan "));
+  std::vector<std::string> args = tiny;
+  args.push_back("--search-steps=1");
+  r = RunCli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("measured in 1 step of its unit-cost order"));
+  args.back() = "--search-steps=0";
+  r = RunCli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("searched for")));
+  args.back() = "--search-steps=-1";
+  r = RunCli(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --search-steps=-1 is out of range: use 0 (keep the unit-cost "
+            "order) to 100\n");
+}
+
 TEST(CliTrainTest, TrainsAScheduleFileLikePlainTraining) {
   const std::vector<std::string> model = {
       "--layers=4",          "--hidden=16", "--inputs=8",     "--classes=4",
