@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the schedule gallery of docs/schedules.md: one SVG per built-in schedule
-# at P=4, M=8 (V=2 where the schedule interleaves), unit costs F=1, B=2 (I=W=1).
+# at P=4, M=8 (V=2 where the schedule interleaves), unit costs F=1, B=2 (I=W=1), and
+# zb-h1, zb-1p and zb-2p side by side with transfers of 0.5.
 # Usage: scripts/gallery.sh [path/to/pipesched]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,3 +12,7 @@ for s in gpipe 1f1b interleaved-1f1b interleaved-zb looped-bfs zb-h1 zb-v; do
   "$bin" simulate --schedule=$s --stages=4 --microbatches=8 --nogrid --svg=docs/img/$s.svg >/dev/null
   echo "docs/img/$s.svg"
 done
+# The searched schedules differ from zb-h1 only where costs are not unit: transfers of 0.5.
+"$bin" compare --stages=4 --microbatches=8 --cost-comm=0.5 --schedules=zb-h1,zb-1p,zb-2p \
+  --svg=docs/img/zb-search.svg >/dev/null
+echo "docs/img/zb-search.svg"
