@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "base/status.h"
@@ -92,6 +93,8 @@ struct Row {
   bool peak_per_device = false;
   scheduler::CostModel costs;  // what the simulator was fed
   double loss = 0;
+  // zb-1p, zb-2p: how their order was searched (CreateTrainer's note), else empty.
+  std::string search_note;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;
   // Every measured step, in order (JSON only): how much the three bubbles move from step
@@ -218,11 +221,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
   // zb-1p, zb-2p: searched for this machine's costs, measured in a few steps first.
-  std::string search_note;
-  PS_ASSIGN_OR_RETURN(std::optional<scheduler::Schedule> searched,
-                      SearchForMeasuredCosts(config, sweep.search_steps, &search_note));
-  if (searched.has_value()) config.schedule_override = *std::move(searched);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
+                      CreateTrainer(config, sweep.search_steps, &row.search_note));
   row.v = trainer->schedule().num_chunks();
   const int p = row.p, total = sweep.warmup + sweep.steps;
   std::vector<stages::StepResult> results;
@@ -553,6 +553,8 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["slow_factor"] = sweep.slow_factor;
   j["status"] = r.skipped.empty() ? "ok" : (r.failed ? "failed" : "skipped");
   j["reason"] = r.skipped;
+  // zb-1p, zb-2p: how the order that ran was searched (one line per decision), else "".
+  j["search"] = std::string(absl::StripTrailingAsciiWhitespace(r.search_note));
   if (!r.skipped.empty()) return j;
   j["step_ms"] = r.step_ms;
   j["samples_per_s"] = r.samples_per_s;
@@ -832,6 +834,9 @@ int Bench(const CommandContext& ctx) {
         ran += st.ok();
         failed += row.failed;
         PrintRow(out, row);
+        for (absl::string_view line : absl::StrSplit(row.search_note, '\n', absl::SkipEmpty())) {
+          out << "  " << line << "\n";
+        }
         if (st.ok() && !sweep.traces_dir.empty()) {
           if (absl::Status w = WriteTraces(sweep, row, out); !w.ok()) return ReportError(ctx, w);
           row.measured_tl = {};

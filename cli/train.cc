@@ -150,10 +150,8 @@ absl::Status Train(const CommandContext& ctx) {
   }
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
   std::string search_note;
-  PS_ASSIGN_OR_RETURN(std::optional<scheduler::Schedule> searched,
-                      SearchForMeasuredCosts(config, search_steps, &search_note));
-  if (searched.has_value()) config.schedule_override = *std::move(searched);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
+                      CreateTrainer(config, search_steps, &search_note));
   if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
     PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
   }

@@ -109,36 +109,67 @@ absl::StatusOr<int> SearchStepsFromFlags() {
   return steps;
 }
 
-absl::StatusOr<std::optional<scheduler::Schedule>> SearchForMeasuredCosts(
-    const stages::TrainerConfig& config, int steps, std::string* note) {
-  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config.schedule);
-  if (config.schedule_override || info == nullptr || !info->uses_costs || steps <= 0) {
-    return std::nullopt;
-  }
+namespace {
+
+// The order of `info` searched for the costs measured in `steps` steps of its unit-cost
+// order (CreateTrainer), and the note saying so.
+absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::ScheduleInfo& info,
+                                                           const stages::TrainerConfig& config,
+                                                           int steps, std::string* note) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
   stages::StepResult last;
   for (int step = 0; step < steps; ++step) {
     PS_ASSIGN_OR_RETURN(last, trainer->Step());
   }
-  const scheduler::Schedule& unit = trainer->schedule();
+  const scheduler::Schedule& run = trainer->schedule();  // with its ALLREDUCEs when D > 1
+  const scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
+                                         .num_microbatches = run.num_microbatches,
+                                         .num_chunks = run.num_chunks()};
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
-                      stages::AnalyzeIdle(last.timeline, last.issue_micros, unit.num_ranks()));
+                      stages::AnalyzeIdle(last.timeline, last.issue_micros, run.num_ranks()));
   scheduler::CostModel costs =
       stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
   costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
-  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched,
-                      info->generate({.num_ranks = unit.num_ranks(),
-                                      .num_microbatches = unit.num_microbatches,
-                                      .num_chunks = unit.num_chunks(),
-                                      .costs = &costs}));
+  scheduler::GeneratorParams searched_shape = shape;
+  searched_shape.costs = &costs;
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(searched_shape));
+  // Both as generated (no all-reduces), so that the two plans compare like for like.
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));
-  *note = absl::StrFormat(
+  *note += absl::StrFormat(
       "%s: searched for the costs measured in %d step%s of its unit-cost order (zb-h1's): "
       "planned makespan %.3f ms against %.3f ms%s\n",
       searched.name, steps, steps == 1 ? "" : "s", after.makespan / 1000, before.makespan / 1000,
       searched.programs == unit.programs ? " (the same order)" : "");
   return searched;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(const stages::TrainerConfig& config,
+                                                               int search_steps,
+                                                               std::string* note) {
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config.schedule);
+  if (config.schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
+    return stages::Trainer::Create(config);
+  }
+  absl::StatusOr<scheduler::Schedule> searched =
+      SearchForMeasuredCosts(*info, config, search_steps, note);
+  if (!searched.ok()) {
+    return absl::Status(
+        searched.status().code(),
+        absl::StrCat("measuring the costs to search ", config.schedule, " for (", search_steps,
+                     " steps; --search-steps=0 skips it): ", searched.status().message()));
+  }
+  stages::TrainerConfig with_order = config;
+  with_order.schedule_override = *std::move(searched);
+  absl::StatusOr<std::unique_ptr<stages::Trainer>> trainer = stages::Trainer::Create(with_order);
+  if (trainer.status().code() != absl::StatusCode::kResourceExhausted) return trainer;
+  *note += absl::StrCat(config.schedule,
+                        ": the searched order's activations do not fit the devices' memory; "
+                        "running its unit-cost order (zb-h1's), which does\n");
+  return stages::Trainer::Create(config);
 }
 
 }  // namespace pipesched::cli

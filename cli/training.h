@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,13 +37,16 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
 // --search-steps, 0 to 100.
 absl::StatusOr<int> SearchStepsFromFlags();
 
-// For a schedule searched for its costs (zb-1p, zb-2p) named by `config.schedule`: trains
-// `steps` steps of its unit-cost order (zb-h1's) on a trainer of its own and returns the
-// order searched for the costs measured in them -- the trainer's median action times,
-// with the last step's hand-off latencies and stream gap, as `train --save-costs` writes
-// them. `note` gets one line saying so, with both orders' makespans planned for those
-// costs. nullopt, and no steps, for other schedules, a schedule_override, or steps = 0.
-absl::StatusOr<std::optional<scheduler::Schedule>> SearchForMeasuredCosts(
-    const stages::TrainerConfig& config, int steps, std::string* note);
+// The trainer for `config`. For a schedule searched for its costs (zb-1p, zb-2p) named by
+// `config.schedule`, it first trains `search_steps` steps of the unit-cost order (zb-h1's)
+// on a trainer of its own and runs the order searched for the costs measured there --
+// the median action times with the last step's hand-off latencies and stream gap, as
+// `train --save-costs` writes them -- or, when that order's activations do not fit the
+// devices' memory, the unit-cost order. `note` gets one line per decision (with both
+// orders' makespans planned for the measured costs); errors of the measuring steps say
+// that they come from them. Any other schedule, a schedule_override or search_steps = 0:
+// Trainer::Create(config), no note.
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(const stages::TrainerConfig& config,
+                                                               int search_steps, std::string* note);
 
 }  // namespace pipesched::cli

@@ -33,7 +33,8 @@ absl::StatusOr<Schedule> GenerateZbH1(const GeneratorParams& params);
 absl::StatusOr<Schedule> GenerateZbV(const GeneratorParams& params);
 // ZB-1p and ZB-2p (Qi et al. 2023, section 3): I and W split, one chunk per rank, the
 // order searched for GeneratorParams::costs (unit costs without them) with at most P,
-// or 2P, live activations on any rank; never longer than zb-h1 under those costs. V = 1.
+// or 2P, live activations on any rank; its simulated step is never longer than zb-h1's
+// under those costs. InvalidArgument for costs it cannot time. V = 1.
 absl::StatusOr<Schedule> GenerateZb1p(const GeneratorParams& params);
 absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params);
 

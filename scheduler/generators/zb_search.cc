@@ -11,15 +11,18 @@
 // its I's than before it) and how large a gap must be before a W goes into it (a W that
 // starts just before an I arrives delays that I and every rank above it). Each variant,
 // and zb-h1's fixed order where it fits the limit, is timed with the costs exactly as
-// the simulator times a program (an action starts when its rank is free, after the
-// cost model's gap, and its inputs have arrived); the shortest wins, ties going to the
-// smaller activation peak and then to the earlier variant (zb-h1 first).
+// the simulator times a program (an action starts when its rank is free -- after its
+// zero-grads, then after the cost model's gap -- and its inputs have arrived); the one
+// with the shortest step (zero-grads, actions, optimizer steps: Simulate's step_time,
+// the makespan when those cost nothing) wins, ties going to the shorter makespan, the
+// smaller activation peak and then the earlier variant (zb-h1 first).
 //
 // Without a cost model the costs are unit (F = I = W = 1). There zb-h1 already meets the
 // one-step lower bound 3M + P - 1, so both searches return zb-h1's order; they differ
 // from it for uneven stages, T_W unlike T_F and T_I, or transfers that cost.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <queue>
 #include <string>
 #include <utility>
@@ -27,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "scheduler/generators/generators.h"
 #include "scheduler/generators/util.h"
@@ -43,10 +47,51 @@ struct Policy {
 };
 
 struct Outcome {
-  double makespan = 0;
-  int peak = 0;  // the largest live activation count on any rank
+  double step_time = 0;  // as SimResult::step_time
+  double makespan = 0;   // as SimResult::makespan
+  int peak = 0;          // the largest live activation count on any rank
   std::vector<std::vector<Action>> programs;
+
+  bool BetterThan(const Outcome& other) const {
+    if (step_time != other.step_time) return step_time < other.step_time;
+    if (makespan != other.makespan) return makespan < other.makespan;
+    return peak < other.peak;
+  }
 };
+
+// InvalidArgument naming the first cost the search cannot time (negative, not a number,
+// above kMaxCostTime): the parser and the --cost-* flags refuse them, a library caller
+// may not have.
+absl::Status CheckSearchCosts(const CostModel& costs) {
+  auto check = [](const std::string& what, double t) -> absl::Status {
+    if (t >= 0 && t <= kMaxCostTime) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot search a schedule for these costs: %s is %g; give a number in [0, %g]", what, t,
+        kMaxCostTime));
+  };
+  for (int s = -1; s < static_cast<int>(costs.stages.size()); ++s) {
+    const StageCosts& c = s < 0 ? costs.uniform : costs.stages[s];
+    const std::string stage = s < 0 ? "the default" : absl::StrCat("stage ", s, "'s");
+    for (const auto& [name, t] :
+         {std::pair{"f", c.f}, std::pair{"i", c.i}, std::pair{"w", c.w},
+          std::pair{"zero_grad", c.zero_grad}, std::pair{"optimizer", c.optimizer}}) {
+      PS_RETURN_IF_ERROR(check(absl::StrCat(stage, " ", name), t));
+    }
+  }
+  PS_RETURN_IF_ERROR(check("the transfer time", costs.comm_uniform));
+  for (std::size_t k = 0; k < costs.comm.size(); ++k) {
+    PS_RETURN_IF_ERROR(check(absl::StrCat("boundary ", k, "'s transfer time"), costs.comm[k]));
+  }
+  PS_RETURN_IF_ERROR(check("the action gap", costs.action_gap));
+  for (const auto* overrides : {&costs.actions, &costs.transfers, &costs.gaps}) {
+    for (const auto& [key, t] : *overrides) {
+      const auto& [stage, op, microbatch] = key;
+      PS_RETURN_IF_ERROR(
+          check(absl::StrCat("a time of ", ToString(Action{stage, microbatch, op})), t));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // Lists one schedule's actions in simulated time, either by a Policy or by replaying
 // fixed programs. Both time each action as scheduler::Simulate does.
@@ -110,12 +155,14 @@ class ListScheduler {
 
   void Issue(int r, const Action& a, double ready, double now) {
     Rank& rank = ranks_[r];
-    double start = std::max(ready, 0.0);
-    if (rank.started) start = std::max(start, rank.last_end + costs_.GapBefore(a));
+    // Before the first action last_end is where the rank's zero-grads end, with no gap.
+    const double start =
+        std::max(ready, rank.started ? rank.last_end + costs_.GapBefore(a) : rank.last_end);
     const double end = start + costs_.Duration(a);
+    if (!rank.started) first_start_ = std::min(first_start_, start);
     rank.started = true;
     rank.last_end = end;
-    makespan_ = std::max(makespan_, end);
+    last_end_ = std::max(last_end_, end);
     out_.programs[r].push_back(a);
     switch (a.op) {
       case Op::kF:
@@ -134,7 +181,11 @@ class ListScheduler {
         ++rank.next_w;
         break;
     }
-    queue_.push({end + costs_.action_gap, r});
+    if (Done(r)) {
+      --remaining_;
+    } else {
+      queue_.push({end + costs_.action_gap, r});
+    }
   }
 
   void Wake(int r, double now) {
@@ -214,12 +265,17 @@ class ListScheduler {
     out_ = Outcome{};
     out_.programs.resize(p_);
     for (auto& program : out_.programs) program.reserve(3 * static_cast<std::size_t>(m_));
-    makespan_ = 0;
     now_ = 0;
+    first_start_ = std::numeric_limits<double>::infinity();
+    last_end_ = 0;
+    remaining_ = p_;
     queue_ = {};
-    for (int r = 0; r < p_; ++r) queue_.push({0.0, r});
-    int remaining = p_;
-    while (remaining > 0) {
+    for (int r = 0; r < p_; ++r) {
+      // Rank r (stage r) zeroes its gradients first: its lane is free after that.
+      ranks_[r].last_end = costs_.Stage(r).zero_grad;
+      queue_.push({ranks_[r].last_end, r});
+    }
+    while (remaining_ > 0) {
       if (queue_.empty()) {
         // Every rank waits for another: a policy may then only start a W (its own
         // gradients need nothing from anyone). Replaying a valid program never gets here.
@@ -233,7 +289,7 @@ class ListScheduler {
         }
         if (!moved) {
           return absl::InternalError(absl::StrCat("the zero-bubble search stalled at time ", now_,
-                                                  " with ", remaining, " ranks unfinished"));
+                                                  " with ", remaining_, " ranks unfinished"));
         }
         continue;
       }
@@ -246,10 +302,19 @@ class ListScheduler {
       } else {
         DecidePolicy(r, now_, *policy, /*force_w=*/false);
       }
-      if (Done(r)) --remaining;
     }
-    out_.makespan = makespan_;
-    for (const Rank& rank : ranks_) out_.peak = std::max(out_.peak, rank.peak);
+    // As Simulate: the makespan from the first action, the step from the first zero-grad
+    // (time 0) to the last optimizer step, which follows the rank's last action and gap.
+    out_.makespan = last_end_ - first_start_;
+    out_.step_time = last_end_;
+    for (int r = 0; r < p_; ++r) {
+      const double optimizer = costs_.Stage(r).optimizer;
+      if (optimizer > 0) {
+        out_.step_time =
+            std::max(out_.step_time, ranks_[r].last_end + costs_.action_gap + optimizer);
+      }
+      out_.peak = std::max(out_.peak, ranks_[r].peak);
+    }
     return std::move(out_);
   }
 
@@ -261,7 +326,9 @@ class ListScheduler {
   std::vector<Rank> ranks_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   double now_ = 0;
-  double makespan_ = 0;
+  double first_start_ = 0;  // the first action's start
+  double last_end_ = 0;     // the last action's end
+  int remaining_ = 0;       // ranks with actions left
   Outcome out_;
 };
 
@@ -274,6 +341,7 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   const int m = params.num_microbatches;
   const CostModel unit;
   const CostModel& costs = params.costs != nullptr ? *params.costs : unit;
+  PS_RETURN_IF_ERROR(CheckSearchCosts(costs));
   const int limit = std::min(limit_per_rank, m);
 
   ListScheduler lister(p, m, costs);
@@ -282,9 +350,7 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   auto offer = [&](absl::StatusOr<Outcome> candidate) -> absl::Status {
     PS_RETURN_IF_ERROR(candidate.status());
     if (candidate->peak > limit) return absl::OkStatus();
-    const bool better = !have_best || candidate->makespan < best.makespan ||
-                        (candidate->makespan == best.makespan && candidate->peak < best.peak);
-    if (better) {
+    if (!have_best || candidate->BetterThan(best)) {
       best = *std::move(candidate);
       have_best = true;
     }

@@ -166,9 +166,22 @@ TEST(BenchTest, SearchedSchedulesRunTheirSearchedOrder) {
                              "--search-steps=2", "--json=" + json}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("2 of 2 configurations ran"));
+  EXPECT_THAT(r.out, HasSubstr("\n  zb-1p: searched for the costs measured in 2 steps of its "
+                               "unit-cost order (zb-h1's): planned makespan "));
   const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
   ASSERT_EQ(rows.size(), 2u);
-  for (const nlohmann::json& row : rows) EXPECT_EQ(row["status"], "ok") << row.dump();
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row["status"], "ok") << row.dump();
+    EXPECT_THAT(row["search"].get<std::string>(),
+                ::testing::StartsWith(row["schedule"].get<std::string>() +
+                                      ": searched for the costs measured in 2 steps"));
+  }
+  r = RunCli(Tiny({"--schedules=zb-1p,1f1b", "--stages=2", "--microbatches=4", "--search-steps=0",
+                   "--json=" + json}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  for (const nlohmann::json& row : nlohmann::json::parse(Slurp(json))["configurations"]) {
+    EXPECT_EQ(row["search"], "") << row.dump();
+  }
   r = RunCli(Tiny({"--schedules=zb-1p", "--stages=2", "--microbatches=4", "--search-steps=101"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--search-steps=101 is out of range"));

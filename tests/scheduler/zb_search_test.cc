@@ -4,6 +4,7 @@
 // order when costs are unit, and it reaches the one-step lower bound where that is
 // reachable with 2P activations.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -68,6 +69,8 @@ TEST(ZbSearchTest, ReachesTheOneStepBoundWithTwicePActivations) {
   EXPECT_DOUBLE_EQ(cheap_w.makespan, 23);
   PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", 4, 8, Uniform(1, 1, 0.5, 0)));
   EXPECT_DOUBLE_EQ(h1.makespan, 24.5);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult one, Search("zb-1p", 4, 8, Uniform(1, 1, 0.5, 0)));
+  EXPECT_DOUBLE_EQ(one.makespan, 24.5);  // within P activations zb-h1's is as short
   // Transfers of 0.5: 3 x (1 + 0.5) + 8 x 3 = 28.5 (zb-h1: 33).
   PS_ASSERT_OK_AND_ASSIGN(SimResult comm, Search("zb-2p", 4, 8, Uniform(1, 1, 1, 0.5)));
   EXPECT_DOUBLE_EQ(comm.makespan, 28.5);
@@ -136,8 +139,65 @@ TEST(ZbSearchTest, ActionGapsAndZeroCostsStillGiveValidSchedules) {
       EXPECT_LE(sim.makespan, h1.makespan);
     }
   }
-  PS_ASSERT_OK_AND_ASSIGN(SimResult zero, Search("zb-2p", 3, 5, Uniform(0, 0, 0, 0)));
-  EXPECT_EQ(zero.makespan, 0);
+  // Nothing to order by: the search must still finish (no stall) with a valid schedule.
+  PS_EXPECT_OK(Search("zb-2p", 3, 5, Uniform(0, 0, 0, 0)));
+  // Per-action gaps, which the search's own clock does not see until it starts an action.
+  CostModel gaps = Uniform(1, 1, 0.5, 0.2);
+  for (int mb = 0; mb < 6; ++mb) gaps.gaps[{1, Op::kI, mb}] = 0.7;
+  gaps.gaps[{2, Op::kF, 3}] = 2;
+  PS_ASSERT_OK_AND_ASSIGN(SimResult with_gaps, Search("zb-2p", 3, 6, gaps));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult h1_gaps, Search("zb-h1", 3, 6, gaps));
+  EXPECT_LE(with_gaps.makespan, h1_gaps.makespan);
+}
+
+TEST(ZbSearchTest, ZeroGradsAndOptimizerStepsCountAsSimulateCountsThem) {
+  // Rank 1 zeroes its gradients for 4 before its first action: the search must see its
+  // lane start there, as Simulate does, or it picks an order that only looks shorter.
+  CostModel late;
+  late.stages = {{.f = 2, .b = 2, .i = 1.5, .w = 0.5},
+                 {.f = 0.5, .b = 2.5, .i = 0.5, .w = 2, .zero_grad = 4}};
+  late.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", 2, 2, late));
+  for (const char* name : {"zb-1p", "zb-2p"}) {
+    PS_ASSERT_OK_AND_ASSIGN(SimResult searched, Search(name, 2, 2, late));
+    EXPECT_LE(searched.step_time, h1.step_time) << name;
+  }
+  // Random zero-grads and optimizer steps: the whole step is never longer than zb-h1's.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int p = 2 + static_cast<int>(rng() % 5);
+    const int m = 1 + static_cast<int>(rng() % 12);
+    CostModel costs;
+    for (int s = 0; s < p; ++s) {
+      const double i = time(rng), w = time(rng);
+      costs.stages.push_back({.f = time(rng),
+                              .b = i + w,
+                              .i = i,
+                              .w = w,
+                              .zero_grad = rng() % 2 ? 2 * time(rng) : 0,
+                              .optimizer = rng() % 2 ? 2 * time(rng) : 0});
+    }
+    costs.comm_uniform = time(rng) / 4;
+    costs.action_gap = time(rng) / 10;
+    SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " M=", m));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult base, Search("zb-h1", p, m, costs));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult two, Search("zb-2p", p, m, costs));
+    EXPECT_LE(two.step_time, base.step_time);
+  }
+}
+
+TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {
+  CostModel negative = Uniform(1, 1, 1, 0);
+  negative.stages = {{}, {.f = -1}};
+  EXPECT_THAT(
+      GenerateSchedule("zb-1p", {.num_ranks = 2, .num_microbatches = 4, .costs = &negative}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("cannot search a schedule for these costs: stage 1's f is -1")));
+  CostModel nan_gap = Uniform(1, 1, 1, 0);
+  nan_gap.action_gap = std::nan("");
+  EXPECT_THAT(GenerateSchedule("zb-2p", {.num_ranks = 2, .num_microbatches = 4, .costs = &nan_gap}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the action gap is nan")));
 }
 
 TEST(ZbSearchTest, RefusesOtherChunkCounts) {
