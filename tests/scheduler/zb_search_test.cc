@@ -38,6 +38,25 @@ int PeakLive(const SimResult& sim) {
   return peak;
 }
 
+// P stages with F, I, W drawn from [0.2, 2), B = I + W; with `phases`, each stage zeroes
+// its gradients and steps its optimizer for a time in [0.4, 4) half the time.
+CostModel RandomStages(std::mt19937& rng, int p, bool phases) {
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  CostModel costs;
+  for (int s = 0; s < p; ++s) {
+    StageCosts& c = costs.stages.emplace_back();
+    c.f = time(rng);
+    c.i = time(rng);
+    c.w = time(rng);
+    c.b = c.i + c.w;
+    if (phases) {
+      c.zero_grad = rng() % 2 ? 2 * time(rng) : 0;
+      c.optimizer = rng() % 2 ? 2 * time(rng) : 0;
+    }
+  }
+  return costs;
+}
+
 CostModel Uniform(double f, double i, double w, double comm) {
   CostModel costs;
   costs.uniform = {.f = f, .b = i + w, .i = i, .w = w};
@@ -87,11 +106,7 @@ TEST(ZbSearchTest, NeverSlowerThanZbH1AndKeepsItsMemoryLimit) {
   for (int trial = 0; trial < 60; ++trial) {
     const int p = 1 + static_cast<int>(rng() % 8);
     const int m = 1 + static_cast<int>(rng() % 24);
-    CostModel costs;
-    for (int s = 0; s < p; ++s) {
-      const double i = time(rng), w = time(rng);
-      costs.stages.push_back({.f = time(rng), .b = i + w, .i = i, .w = w});
-    }
+    CostModel costs = RandomStages(rng, p, /*phases=*/false);
     costs.comm_uniform = (rng() % 3 == 0) ? 0 : time(rng) / 4;
     SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " M=", m));
     PS_ASSERT_OK_AND_ASSIGN(SimResult h1, Search("zb-h1", p, m, costs));
@@ -168,16 +183,7 @@ TEST(ZbSearchTest, ZeroGradsAndOptimizerStepsCountAsSimulateCountsThem) {
   for (int trial = 0; trial < 40; ++trial) {
     const int p = 2 + static_cast<int>(rng() % 5);
     const int m = 1 + static_cast<int>(rng() % 12);
-    CostModel costs;
-    for (int s = 0; s < p; ++s) {
-      const double i = time(rng), w = time(rng);
-      costs.stages.push_back({.f = time(rng),
-                              .b = i + w,
-                              .i = i,
-                              .w = w,
-                              .zero_grad = rng() % 2 ? 2 * time(rng) : 0,
-                              .optimizer = rng() % 2 ? 2 * time(rng) : 0});
-    }
+    CostModel costs = RandomStages(rng, p, /*phases=*/true);
     costs.comm_uniform = time(rng) / 4;
     costs.action_gap = time(rng) / 10;
     SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " M=", m));
