@@ -32,6 +32,8 @@ const std::vector<ScheduleInfo>& AllSchedules() {
        "P >= 1, M >= 1, V = 1", 1, &GenerateZb1p, /*uses_costs=*/true},
       {"zb-2p", "zero bubble searched for the costs, at most 2P live activations",
        "P >= 1, M >= 1, V = 1", 1, &GenerateZb2p, /*uses_costs=*/true},
+      {"zb-v-1p", "zb-v's placement and memory, the order searched for the costs",
+       "P >= 1, M >= 1, V = 2", 2, &GenerateZbV1p, /*uses_costs=*/true},
   };
   return *kSchedules;
 }

@@ -37,5 +37,9 @@ absl::StatusOr<Schedule> GenerateZbV(const GeneratorParams& params);
 // under those costs. InvalidArgument for costs it cannot time. V = 1.
 absl::StatusOr<Schedule> GenerateZb1p(const GeneratorParams& params);
 absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params);
+// zb-v-1p: zb-v's placement (two chunks per rank in a V) and peak (2P chunk activations),
+// the order searched for GeneratorParams::costs like zb-1p's; never a longer simulated
+// step than zb-v's under those costs. V = 2.
+absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params);
 
 }  // namespace pipesched::scheduler

@@ -22,6 +22,7 @@
 // from it for uneven stages, T_W unlike T_F and T_I, or transfers that cost.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <queue>
 #include <string>
@@ -32,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "scheduler/generators/generators.h"
 #include "scheduler/generators/util.h"
 
@@ -44,6 +46,7 @@ struct Policy {
   int limit = 1;            // live activations per rank: F started, its W not yet
   bool steady_cap = false;  // after the first I, F's ahead of I's <= the warm-up's
   double fill = 0;          // a W fills a gap when nothing can start for fill x T_W
+  bool deep_first = true;   // of two ready F's (V = 2), the later stage's first
 };
 
 struct Outcome {
@@ -94,11 +97,20 @@ absl::Status CheckSearchCosts(const CostModel& costs) {
 }
 
 // Lists one schedule's actions in simulated time, either by a Policy or by replaying
-// fixed programs. Both time each action as scheduler::Simulate does.
+// fixed programs. Both time each action as scheduler::Simulate does. Stages sit on ranks
+// by the placement (one per rank, or zb-v's two in a V); a transfer costs only between
+// ranks.
 class ListScheduler {
  public:
-  ListScheduler(int num_ranks, int num_microbatches, const CostModel& costs)
-      : p_(num_ranks), m_(num_microbatches), costs_(costs) {}
+  ListScheduler(const Placement& placement, int num_microbatches, const CostModel& costs)
+      : p_(placement.num_ranks), s_(placement.num_stages()), m_(num_microbatches), costs_(costs) {
+    rank_of_.resize(s_);
+    stages_of_.resize(p_);
+    for (int s = 0; s < s_; ++s) {
+      rank_of_[s] = placement.RankOf(s);
+      stages_of_[rank_of_[s]].push_back(s);
+    }
+  }
 
   absl::StatusOr<Outcome> Run(const Policy& policy) { return RunImpl(&policy, nullptr); }
   absl::StatusOr<Outcome> Replay(const std::vector<std::vector<Action>>& programs) {
@@ -107,49 +119,50 @@ class ListScheduler {
 
  private:
   struct Rank {
-    int next_f = 0, next_i = 0, next_w = 0;
-    int warmup = -1;  // F's issued before the first I; -1 before it
-    int pos = 0;      // replay: next position in the fixed program
+    int f = 0, i = 0, w = 0;     // F's, I's and W's issued, over the rank's stages
+    int warmup = -1;             // F's issued before the first I; -1 before it
+    std::deque<Action> w_queue;  // W's whose I is issued, in I order
     bool started = false;
     double last_end = 0;
-    bool blocked = false;  // waiting for a neighbour to issue the producer of its next input
+    bool blocked = false;  // waiting for a neighbour to issue the producer of an input
     int peak = 0;
   };
 
-  std::size_t Index(int r, int mb) const {
-    return static_cast<std::size_t>(r) * static_cast<std::size_t>(m_) + mb;
+  std::size_t Index(int stage, int mb) const {
+    return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m_) + mb;
   }
-
-  // When F(r, mb)'s input has arrived; kUnknown while its producer is not issued.
-  double FReady(int r, int mb) const {
-    if (r == 0) return 0;
-    const double end = f_end_[Index(r - 1, mb)];
-    return end < 0 ? kUnknown : end + costs_.TransferInto({r, mb, Op::kF}, r - 1);
+  // The transfer into `consumer` across `boundary`, when producer and consumer differ in rank.
+  double Transfer(const Action& consumer, int boundary) const {
+    return rank_of_[boundary] == rank_of_[boundary + 1] ? 0
+                                                        : costs_.TransferInto(consumer, boundary);
   }
-  // When I(r, mb)'s inputs (its F, the gradient from stage r+1) are there.
-  double IReady(int r, int mb) const {
-    const double f = f_end_[Index(r, mb)];
-    if (f < 0 || r == p_ - 1) return f;
-    const double end = i_end_[Index(r + 1, mb)];
+  // When F(s, mb)'s input has arrived; kUnknown while its producer is not issued.
+  double FReady(int s, int mb) const {
+    if (s == 0) return 0;
+    const double end = f_end_[Index(s - 1, mb)];
+    return end < 0 ? kUnknown : end + Transfer({s, mb, Op::kF}, s - 1);
+  }
+  // When I(s, mb)'s inputs (its F, the gradient from stage s+1) are there.
+  double IReady(int s, int mb) const {
+    const double f = f_end_[Index(s, mb)];
+    if (f < 0 || s == s_ - 1) return f;
+    const double end = i_end_[Index(s + 1, mb)];
     if (end < 0) return kUnknown;
-    return std::max(f, end + costs_.TransferInto({r, mb, Op::kI}, r));
+    return std::max(f, end + Transfer({s, mb, Op::kI}, s));
   }
-  // A time before which the still unissued producer of rank r's next `op` cannot end.
-  double EarliestUnknown(int r, Op op, int mb, double now) const {
-    if (op == Op::kF) {
-      return now + costs_.Duration({r - 1, mb, Op::kF}) +
-             costs_.TransferInto({r, mb, Op::kF}, r - 1);
-    }
-    return now + costs_.Duration({r + 1, mb, Op::kI}) + costs_.TransferInto({r, mb, Op::kI}, r);
+  // A time before which the still unissued producer of `a`'s input cannot end.
+  double EarliestUnknown(const Action& a, double now) const {
+    const int from = a.op == Op::kF ? a.stage - 1 : a.stage + 1;
+    return now + costs_.Duration({from, a.microbatch, a.op}) + Transfer(a, std::min(from, a.stage));
   }
-  double ReadyOf(int r, const Action& a) const {
+  double ReadyOf(const Action& a) const {
     switch (a.op) {
       case Op::kF:
-        return FReady(r, a.microbatch);
+        return FReady(a.stage, a.microbatch);
       case Op::kI:
-        return IReady(r, a.microbatch);
+        return IReady(a.stage, a.microbatch);
       default:
-        return i_end_[Index(r, a.microbatch)];
+        return i_end_[Index(a.stage, a.microbatch)];
     }
   }
 
@@ -166,19 +179,23 @@ class ListScheduler {
     out_.programs[r].push_back(a);
     switch (a.op) {
       case Op::kF:
-        f_end_[Index(r, a.microbatch)] = end;
-        ++rank.next_f;
-        rank.peak = std::max(rank.peak, rank.next_f - rank.next_w);
-        if (r + 1 < p_) Wake(r + 1, now);
+        f_end_[Index(a.stage, a.microbatch)] = end;
+        ++next_f_[a.stage];
+        ++rank.f;
+        rank.peak = std::max(rank.peak, rank.f - rank.w);
+        if (a.stage + 1 < s_) Wake(rank_of_[a.stage + 1], now);
         break;
       case Op::kI:
-        i_end_[Index(r, a.microbatch)] = end;
-        if (rank.warmup < 0) rank.warmup = rank.next_f;
-        ++rank.next_i;
-        if (r > 0) Wake(r - 1, now);
+        i_end_[Index(a.stage, a.microbatch)] = end;
+        ++next_i_[a.stage];
+        if (rank.warmup < 0) rank.warmup = rank.f;
+        ++rank.i;
+        rank.w_queue.push_back({a.stage, a.microbatch, Op::kW});
+        if (a.stage > 0) Wake(rank_of_[a.stage - 1], now);
         break;
       default:
-        ++rank.next_w;
+        ++rank.w;
+        if (!rank.w_queue.empty() && rank.w_queue.front() == a) rank.w_queue.pop_front();
         break;
     }
     if (Done(r)) {
@@ -196,52 +213,64 @@ class ListScheduler {
 
   // Replay: issue the rank's next fixed action as soon as its inputs' times are known.
   void DecideFixed(int r, double now, const std::vector<Action>& program) {
-    Rank& rank = ranks_[r];
-    if (rank.pos >= static_cast<int>(program.size())) return;
-    const Action& a = program[rank.pos];
-    const double ready = ReadyOf(r, a);
+    const Action& a = program[out_.programs[r].size()];
+    const double ready = ReadyOf(a);
     if (ready < 0) {
-      rank.blocked = true;
+      ranks_[r].blocked = true;
       return;
     }
-    ++rank.pos;
     Issue(r, a, ready, now);
   }
 
   // Policy: at time `now` rank r is free; start what the policy picks or wait.
   void DecidePolicy(int r, double now, const Policy& policy, bool force_w) {
     Rank& rank = ranks_[r];
-    const bool i_ok = rank.next_i < rank.next_f;
-    const bool f_memory = rank.next_f - rank.next_w < policy.limit;
-    const bool f_rhythm =
-        !policy.steady_cap || rank.warmup < 0 || rank.next_f - rank.next_i < rank.warmup;
-    const bool f_ok = rank.next_f < m_ && f_memory && f_rhythm;
-    const bool w_ok = rank.next_w < rank.next_i;
-    const double i_ready = i_ok ? IReady(r, rank.next_i) : kUnknown;
-    const double f_ready = f_ok ? FReady(r, rank.next_f) : kUnknown;
-    if (i_ok && i_ready >= 0 && i_ready <= now) {
-      return Issue(r, {r, rank.next_i, Op::kI}, i_ready, now);
-    }
-    if (f_ok && f_ready >= 0 && f_ready <= now) {
-      return Issue(r, {r, rank.next_f, Op::kF}, f_ready, now);
-    }
-    // Nothing on the critical path can start now: when might something?
+    const std::vector<int>& stages = stages_of_[r];
+    // A micro-batch that enters the rank (its first stage there) comes back for its other
+    // stages (zb-v's chunk 1) before any of its activations can go, so entering reserves
+    // a place for each: the limit and 1F1B's rhythm hold back only entries, and an F of a
+    // later stage always has the place its entry reserved. (Without the reservation a
+    // rank full of first-stage activations would wait for itself.)
+    const int entry = stages.front();
+    const int reserved = next_f_[entry] - next_f_[stages.back()];  // 0 for one stage
+    const int places = static_cast<int>(stages.size());
+    const bool f_memory = rank.f - rank.w + reserved + places <= policy.limit;
+    const bool f_rhythm = !policy.steady_cap || rank.warmup < 0 || rank.f - rank.i < rank.warmup;
+    // The candidates: each stage's next I and next F; ready ones start now, the latest
+    // stage's I first (every stage below waits for it), then F's in the policy's order.
     double next_known = -1;
-    double earliest = -1;  // lower bound over known and unknown next inputs
-    auto consider = [&](bool ok, double ready, Op op, int mb) {
-      if (!ok) return;
-      const double bound = ready >= 0 ? ready : EarliestUnknown(r, op, mb, now);
+    double earliest = -1;  // lower bound over the next inputs, known and not yet
+    auto consider = [&](const Action& a, double ready) {
+      const double bound = ready >= 0 ? ready : EarliestUnknown(a, now);
       if (ready >= 0 && (next_known < 0 || ready < next_known)) next_known = ready;
       if (earliest < 0 || bound < earliest) earliest = bound;
     };
-    consider(i_ok, i_ready, Op::kI, rank.next_i);
-    consider(f_ok, f_ready, Op::kF, rank.next_f);
-    if (w_ok) {
-      const Action w{r, rank.next_w, Op::kW};
-      const bool memory_bound = rank.next_f < m_ && !f_memory;
-      if (force_w || policy.fill <= 0 || memory_bound || earliest < 0 ||
+    for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
+      const int s = *it;
+      if (next_i_[s] >= next_f_[s]) continue;
+      const Action a{s, next_i_[s], Op::kI};
+      const double ready = IReady(s, a.microbatch);
+      if (ready >= 0 && ready <= now) return Issue(r, a, ready, now);
+      consider(a, ready);
+    }
+    bool f_wanted = false;  // an F is left that only the memory limit holds back
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      const int s = policy.deep_first ? stages[stages.size() - 1 - k] : stages[k];
+      if (next_f_[s] >= m_) continue;
+      if (s == entry) {
+        f_wanted |= !f_memory;
+        if (!f_memory || !f_rhythm) continue;
+      }
+      const Action a{s, next_f_[s], Op::kF};
+      const double ready = FReady(s, a.microbatch);
+      if (ready >= 0 && ready <= now) return Issue(r, a, ready, now);
+      consider(a, ready);
+    }
+    if (!rank.w_queue.empty()) {
+      const Action w = rank.w_queue.front();
+      if (force_w || policy.fill <= 0 || f_wanted || earliest < 0 ||
           earliest >= now + policy.fill * costs_.Duration(w)) {
-        return Issue(r, w, i_end_[Index(r, rank.next_w)], now);
+        return Issue(r, w, i_end_[Index(w.stage, w.microbatch)], now);
       }
     }
     if (next_known >= 0) {
@@ -253,26 +282,31 @@ class ListScheduler {
 
   bool Done(int r) const {
     const Rank& rank = ranks_[r];
-    return rank.next_w == m_ && rank.next_i == m_;
+    const int per_op = static_cast<int>(stages_of_[r].size()) * m_;
+    return rank.f == per_op && rank.i == per_op && rank.w == per_op;
   }
 
   absl::StatusOr<Outcome> RunImpl(const Policy* policy,
                                   const std::vector<std::vector<Action>>* fixed) {
-    const std::size_t cells = static_cast<std::size_t>(p_) * static_cast<std::size_t>(m_);
+    const std::size_t cells = static_cast<std::size_t>(s_) * static_cast<std::size_t>(m_);
     f_end_.assign(cells, kUnknown);
     i_end_.assign(cells, kUnknown);
+    next_f_.assign(s_, 0);
+    next_i_.assign(s_, 0);
     ranks_.assign(p_, Rank{});
     out_ = Outcome{};
     out_.programs.resize(p_);
-    for (auto& program : out_.programs) program.reserve(3 * static_cast<std::size_t>(m_));
+    for (int r = 0; r < p_; ++r) {
+      out_.programs[r].reserve(3 * stages_of_[r].size() * static_cast<std::size_t>(m_));
+    }
     now_ = 0;
     first_start_ = std::numeric_limits<double>::infinity();
     last_end_ = 0;
     remaining_ = p_;
     queue_ = {};
     for (int r = 0; r < p_; ++r) {
-      // Rank r (stage r) zeroes its gradients first: its lane is free after that.
-      ranks_[r].last_end = costs_.Stage(r).zero_grad;
+      // The rank zeroes its stages' gradients first: its lane is free after that.
+      for (int s : stages_of_[r]) ranks_[r].last_end += costs_.Stage(s).zero_grad;
       queue_.push({ranks_[r].last_end, r});
     }
     while (remaining_ > 0) {
@@ -281,7 +315,7 @@ class ListScheduler {
         // gradients need nothing from anyone). Replaying a valid program never gets here.
         bool moved = false;
         for (int r = 0; r < p_ && policy != nullptr && !moved; ++r) {
-          if (!Done(r) && ranks_[r].next_w < ranks_[r].next_i) {
+          if (!Done(r) && !ranks_[r].w_queue.empty()) {
             ranks_[r].blocked = false;
             DecidePolicy(r, now_, *policy, /*force_w=*/true);
             moved = true;
@@ -308,7 +342,8 @@ class ListScheduler {
     out_.makespan = last_end_ - first_start_;
     out_.step_time = last_end_;
     for (int r = 0; r < p_; ++r) {
-      const double optimizer = costs_.Stage(r).optimizer;
+      double optimizer = 0;
+      for (int s : stages_of_[r]) optimizer += costs_.Stage(s).optimizer;
       if (optimizer > 0) {
         out_.step_time =
             std::max(out_.step_time, ranks_[r].last_end + costs_.action_gap + optimizer);
@@ -319,10 +354,14 @@ class ListScheduler {
   }
 
   using Entry = std::pair<double, int>;  // (decision time, rank), earliest first
-  const int p_;
-  const int m_;
+  const int p_;                          // ranks
+  const int s_;                          // stages
+  const int m_;                          // micro-batches
   const CostModel& costs_;
-  std::vector<double> f_end_, i_end_;
+  std::vector<int> rank_of_;                 // [stage]
+  std::vector<std::vector<int>> stages_of_;  // [rank], in stage order
+  std::vector<double> f_end_, i_end_;        // [stage x M + mb]
+  std::vector<int> next_f_, next_i_;         // [stage]: F's and I's issued, in mb order
   std::vector<Rank> ranks_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   double now_ = 0;
@@ -332,19 +371,33 @@ class ListScheduler {
   Outcome out_;
 };
 
+// The shape a search runs on: one chunk per rank on a loop (zb-1p, zb-2p) or zb-v's two in
+// a V (zb-v-1p), the handcrafted order that is its first candidate, and the limit on live
+// activations per rank (chunk activations when V = 2).
+struct SearchShape {
+  PlacementKind kind;
+  int chunks;
+  GeneratorFn handcrafted;
+  int limit;
+};
+
 absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const GeneratorParams& params,
-                                          int limit_per_rank) {
-  PS_ASSIGN_OR_RETURN(const int chunks, generators_internal::CheckParams(name, params, 1));
+                                          const SearchShape& shape) {
+  PS_ASSIGN_OR_RETURN(const int chunks,
+                      generators_internal::CheckParams(name, params, shape.chunks));
   PS_RETURN_IF_ERROR(generators_internal::RequireChunks(
-      name, chunks, 1, ", or zb-v for a zero-bubble schedule with two chunks"));
+      name, chunks, shape.chunks,
+      shape.chunks == 1 ? ", or zb-v-1p for a searched schedule with two chunks"
+                        : ", or zb-1p for a searched schedule with one chunk"));
   const int p = params.num_ranks;
   const int m = params.num_microbatches;
   const CostModel unit;
   const CostModel& costs = params.costs != nullptr ? *params.costs : unit;
   PS_RETURN_IF_ERROR(CheckSearchCosts(costs));
-  const int limit = std::min(limit_per_rank, m);
+  const int limit = std::min(shape.limit, chunks * m);
 
-  ListScheduler lister(p, m, costs);
+  Schedule schedule = generators_internal::EmptySchedule(name, shape.kind, p, chunks, m);
+  ListScheduler lister(schedule.placement, m, costs);
   Outcome best;
   bool have_best = false;
   auto offer = [&](absl::StatusOr<Outcome> candidate) -> absl::Status {
@@ -356,19 +409,29 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     }
     return absl::OkStatus();
   };
-  // zb-h1 holds min(P, M) activations on every rank: within both limits.
-  PS_ASSIGN_OR_RETURN(Schedule h1, GenerateZbH1({.num_ranks = p, .num_microbatches = m}));
-  PS_RETURN_IF_ERROR(offer(lister.Replay(h1.programs)));
+  PS_ASSIGN_OR_RETURN(Schedule handcrafted,
+                      shape.handcrafted({.num_ranks = p, .num_microbatches = m}));
+  PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs)));
+  // Every limit between the handcrafted order's peak (1F1B's) and the shape's is worth a
+  // try: more forwards in flight fill more of the wait for the first gradient, but also
+  // delay the gradients behind them.
   std::vector<int> limits = {limit};
-  if (std::min(p, m) < limit) limits.push_back(std::min(p, m));
+  if (const int base = std::min(chunks * p, chunks * m); base < limit) limits.push_back(base);
   for (int l : limits) {
     for (bool steady_cap : {false, true}) {
       for (double fill : {0.0, 0.5, 1.0}) {
-        PS_RETURN_IF_ERROR(offer(lister.Run({.limit = l, .steady_cap = steady_cap, .fill = fill})));
+        for (bool deep_first :
+             chunks > 1 ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+          PS_RETURN_IF_ERROR(offer(lister.Run(
+              {.limit = l, .steady_cap = steady_cap, .fill = fill, .deep_first = deep_first})));
+        }
       }
     }
   }
-  Schedule schedule = generators_internal::EmptySchedule(name, PlacementKind::kLoop, p, 1, m);
+  if (!have_best) {
+    return absl::InternalError(
+        absl::StrCat(Absl(name), " found no order within ", limit, " live activations per rank"));
+  }
   schedule.programs = std::move(best.programs);
   return schedule;
 }
@@ -376,11 +439,19 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
 }  // namespace
 
 absl::StatusOr<Schedule> GenerateZb1p(const GeneratorParams& params) {
-  return SearchZeroBubble("zb-1p", params, params.num_ranks);
+  return SearchZeroBubble("zb-1p", params,
+                          {PlacementKind::kLoop, 1, &GenerateZbH1, params.num_ranks});
 }
 
 absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params) {
-  return SearchZeroBubble("zb-2p", params, 2 * params.num_ranks);
+  return SearchZeroBubble("zb-2p", params,
+                          {PlacementKind::kLoop, 1, &GenerateZbH1, 2 * params.num_ranks});
+}
+
+absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params) {
+  // 2P chunk activations: zb-v's peak, P stages' worth, as 1F1B's rank 0.
+  return SearchZeroBubble("zb-v-1p", params,
+                          {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks});
 }
 
 }  // namespace pipesched::scheduler

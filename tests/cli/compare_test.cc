@@ -47,10 +47,11 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   RunResult r = RunCli({"compare", "--stages=4", "--microbatches=8"});
   ASSERT_EQ(r.code, 0) << r.err;
   // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that
-  // (the searched zb-1p and zb-2p find nothing shorter: zb-h1's order, after it in the registry's
-  // order), interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b tie, 1f1b first for its memory.
+  // (the searched zb-1p and zb-2p find nothing shorter: zb-h1's order, after it in the
+  // registry's order; zb-v-1p likewise keeps zb-v's), interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b
+  // tie, 1f1b first for its memory.
   EXPECT_THAT(Ranking(r.out),
-              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-h1", "zb-1p", "zb-2p",
+              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-v-1p", "zb-h1", "zb-1p", "zb-2p",
                                      "interleaved-1f1b", "looped-bfs", "1f1b", "gpipe"));
   EXPECT_THAT(r.out, HasSubstr("interleaved-zb     2        25.5        25.5    1.000    5.88%    "
                                "5.88%        4.0\n"));
@@ -58,7 +59,8 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
                                "15.79%        5.5\n"));
   EXPECT_THAT(r.out, HasSubstr("gpipe              1          33          33    1.294   27.27%   "
                                "27.27%        8.0\n"));
-  EXPECT_THAT(r.out, HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2)\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2), zb-v-1p (V=2)\n"));
 }
 
 TEST(CompareTest, EqualStepsTieAndRankByMemory) {
@@ -99,8 +101,9 @@ TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {
                                "     -        5.5  352.00 MiB    no\n"));
   EXPECT_THAT(r.out, HasSubstr("zb-v               2       26.15       26.15    1.000    8.22%   "
                                "     -        4.0  256.00 MiB   yes\n"));
-  EXPECT_THAT(r.out, HasSubstr("fastest: zb-v (V=2); fastest that fits in "
-                               "--device-memory=300MiB: zb-v (V=2), 1.000 x the fastest's step"));
+  EXPECT_THAT(r.out,
+              HasSubstr("fastest: zb-v (V=2), tied with zb-v-1p (V=2); fastest that fits "
+                        "in --device-memory=300MiB: zb-v (V=2), 1.000 x the fastest's step"));
   RunResult tight = RunCli({"compare", "--stages=4", "--microbatches=8",
                             "--activation-bytes=67108864", "--device-memory=100MiB"});
   ASSERT_EQ(tight.code, 0) << tight.err;
