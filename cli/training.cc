@@ -138,9 +138,10 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));
   *note += absl::StrFormat(
-      "%s: searched for the costs measured in %d step%s of its unit-cost order (zb-h1's): "
+      "%s: searched for the costs measured in %d step%s of its unit-cost order (%s's): "
       "planned makespan %.3f ms against %.3f ms%s\n",
-      searched.name, steps, steps == 1 ? "" : "s", after.makespan / 1000, before.makespan / 1000,
+      searched.name, steps, steps == 1 ? "" : "s", unit.num_chunks() > 1 ? "zb-v" : "zb-h1",
+      after.makespan / 1000, before.makespan / 1000,
       searched.programs == unit.programs ? " (the same order)" : "");
   return searched;
 }
@@ -168,7 +169,7 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(const stages::Tra
   if (trainer.status().code() != absl::StatusCode::kResourceExhausted) return trainer;
   *note += absl::StrCat(config.schedule,
                         ": the searched order's activations do not fit the devices' memory; "
-                        "running its unit-cost order (zb-h1's), which does\n");
+                        "running its unit-cost order, which does\n");
   return stages::Trainer::Create(config);
 }
 

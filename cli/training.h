@@ -37,9 +37,9 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
 // --search-steps, 0 to 100.
 absl::StatusOr<int> SearchStepsFromFlags();
 
-// The trainer for `config`. For a schedule searched for its costs (zb-1p, zb-2p) named by
-// `config.schedule`, it first trains `search_steps` steps of the unit-cost order (zb-h1's)
-// on a trainer of its own and runs the order searched for the costs measured there --
+// The trainer for `config`. For a schedule searched for its costs (zb-1p, zb-2p, zb-v-1p) named by
+// `config.schedule`, it first trains `search_steps` steps of the unit-cost order (zb-h1's; zb-v's
+// for zb-v-1p) on a trainer of its own and runs the order searched for the costs measured there --
 // the median action times with the last step's hand-off latencies and stream gap, as
 // `train --save-costs` writes them -- or, when that order's activations do not fit the
 // devices' memory, the unit-cost order. `note` gets one line per decision (with both

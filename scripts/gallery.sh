@@ -16,3 +16,6 @@ done
 "$bin" compare --stages=4 --microbatches=8 --cost-comm=0.5 --schedules=zb-h1,zb-1p,zb-2p \
   --svg=docs/img/zb-search.svg >/dev/null
 echo "docs/img/zb-search.svg"
+# zb-v-1p against zb-v where zb-v's steady state is not reached: P=8, M=8.
+"$bin" compare --stages=8 --microbatches=8 --schedules=zb-v,zb-v-1p --svg=docs/img/zb-v-search.svg >/dev/null
+echo "docs/img/zb-v-search.svg"

@@ -1,25 +1,28 @@
 // ZB-1p and ZB-2p (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3): the
 // zero-bubble schedules found for a cost model and a memory limit rather than drawn by
 // hand. One chunk per rank, backward split into I and W, at most P (zb-1p: 1F1B's peak
-// on rank 0) or 2P (zb-2p) live activations on any rank.
+// on rank 0) or 2P (zb-2p) live activations on any rank. zb-v-1p does the same on zb-v's
+// placement (two chunks per rank in a V) within zb-v's peak, 2P chunk activations.
 //
 // The paper's heuristic, as a list scheduler over simulated time: each rank, whenever it
-// is free, starts the ready I (on the critical path: every upstream rank waits for it),
-// else a ready F that the memory limit allows (warm-up fills the wait for the first I
-// with as many forwards as fit), else a W into the gap, else waits. Variants differ in
-// two knobs: whether a rank keeps 1F1B's rhythm after its first I (no more F's ahead of
-// its I's than before it) and how large a gap must be before a W goes into it (a W that
-// starts just before an I arrives delays that I and every rank above it). Each variant,
-// and zb-h1's fixed order where it fits the limit, is timed with the costs exactly as
+// is free, starts a ready I (on the critical path: every upstream rank waits for it; of
+// two, the later stage's), else a ready F that the memory limit allows (warm-up fills
+// the wait for the first I with as many forwards as fit), else a W into the gap, else
+// waits. Variants differ in three knobs: whether a rank keeps 1F1B's rhythm after its
+// first I (no more F's ahead of its I's than before it), how large a gap must be before
+// a W goes into it (a W that starts just before an I arrives delays that I and every
+// rank above it), and, with two chunks, which chunk's F goes first. Each variant, and
+// the handcrafted order of the shape (zb-h1, zb-v), is timed with the costs exactly as
 // the simulator times a program (an action starts when its rank is free -- after its
 // zero-grads, then after the cost model's gap -- and its inputs have arrived); the one
 // with the shortest step (zero-grads, actions, optimizer steps: Simulate's step_time,
 // the makespan when those cost nothing) wins, ties going to the shorter makespan, the
-// smaller activation peak and then the earlier variant (zb-h1 first).
+// smaller activation peak and then the earlier variant (the handcrafted order first).
 //
 // Without a cost model the costs are unit (F = I = W = 1). There zb-h1 already meets the
-// one-step lower bound 3M + P - 1, so both searches return zb-h1's order; they differ
-// from it for uneven stages, T_W unlike T_F and T_I, or transfers that cost.
+// one-step lower bound 3M + P - 1, so zb-1p and zb-2p return zb-h1's order, and zb-v-1p
+// keeps zb-v's wherever zb-v's steady state is reached (M >= 2P); they differ for uneven
+// stages, T_W unlike T_F and T_I, transfers that cost, or (zb-v-1p) few micro-batches.
 #include <algorithm>
 #include <cstdint>
 #include <deque>
