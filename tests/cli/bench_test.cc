@@ -179,9 +179,8 @@ TEST(BenchTest, SearchedSchedulesRunTheirSearchedOrder) {
   r = RunCli(Tiny({"--schedules=zb-1p,1f1b", "--stages=2", "--microbatches=4", "--search-steps=0",
                    "--json=" + json}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
-  for (const nlohmann::json& row : nlohmann::json::parse(Slurp(json))["configurations"]) {
-    EXPECT_EQ(row["search"], "") << row.dump();
-  }
+  const nlohmann::json unsearched = nlohmann::json::parse(Slurp(json))["configurations"];
+  for (const nlohmann::json& row : unsearched) EXPECT_EQ(row["search"], "") << row.dump();
   r = RunCli(Tiny({"--schedules=zb-1p", "--stages=2", "--microbatches=4", "--search-steps=101"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--search-steps=101 is out of range"));
