@@ -193,7 +193,7 @@ class ListScheduler {
         ++next_i_[a.stage];
         if (rank.warmup < 0) rank.warmup = rank.f;
         ++rank.i;
-        rank.w_queue.push_back({a.stage, a.microbatch, Op::kW});
+        if (policy_mode_) rank.w_queue.push_back({a.stage, a.microbatch, Op::kW});
         if (a.stage > 0) Wake(rank_of_[a.stage - 1], now);
         break;
       default:
@@ -215,7 +215,9 @@ class ListScheduler {
   }
 
   // Replay: issue the rank's next fixed action as soon as its inputs' times are known.
+  // (A program that ends early leaves its rank unfinished: the loop reports a stall.)
   void DecideFixed(int r, double now, const std::vector<Action>& program) {
+    if (out_.programs[r].size() >= program.size()) return;
     const Action& a = program[out_.programs[r].size()];
     const double ready = ReadyOf(a);
     if (ready < 0) {
@@ -235,7 +237,8 @@ class ListScheduler {
     // later stage always has the place its entry reserved. (Without the reservation a
     // rank full of first-stage activations would wait for itself.)
     const int entry = stages.front();
-    const int reserved = next_f_[entry] - next_f_[stages.back()];  // 0 for one stage
+    int reserved = 0;  // returns still to come: 0 with one stage per rank
+    for (int s : stages) reserved += next_f_[entry] - next_f_[s];
     const int places = static_cast<int>(stages.size());
     const bool f_memory = rank.f - rank.w + reserved + places <= policy.limit;
     const bool f_rhythm = !policy.steady_cap || rank.warmup < 0 || rank.f - rank.i < rank.warmup;
@@ -244,6 +247,9 @@ class ListScheduler {
     double next_known = -1;
     double earliest = -1;  // lower bound over the next inputs, known and not yet
     auto consider = [&](const Action& a, double ready) {
+      // An input from this rank's own stage waits for nobody else: no reason to wait.
+      const int from = a.op == Op::kF ? a.stage - 1 : a.stage + 1;
+      if (ready < 0 && from >= 0 && from < s_ && rank_of_[from] == r) return;
       const double bound = ready >= 0 ? ready : EarliestUnknown(a, now);
       if (ready >= 0 && (next_known < 0 || ready < next_known)) next_known = ready;
       if (earliest < 0 || bound < earliest) earliest = bound;
@@ -291,6 +297,7 @@ class ListScheduler {
 
   absl::StatusOr<Outcome> RunImpl(const Policy* policy,
                                   const std::vector<std::vector<Action>>* fixed) {
+    policy_mode_ = policy != nullptr;
     const std::size_t cells = static_cast<std::size_t>(s_) * static_cast<std::size_t>(m_);
     f_end_.assign(cells, kUnknown);
     i_end_.assign(cells, kUnknown);
@@ -345,11 +352,13 @@ class ListScheduler {
     out_.makespan = last_end_ - first_start_;
     out_.step_time = last_end_;
     for (int r = 0; r < p_; ++r) {
-      double optimizer = 0;
-      for (int s : stages_of_[r]) optimizer += costs_.Stage(s).optimizer;
-      if (optimizer > 0) {
-        out_.step_time =
-            std::max(out_.step_time, ranks_[r].last_end + costs_.action_gap + optimizer);
+      bool any = false;
+      for (int s : stages_of_[r]) any |= costs_.Stage(s).optimizer > 0;
+      if (any) {
+        // Summed in Simulate's order, so that the two agree to the last bit.
+        double t = ranks_[r].last_end + costs_.action_gap;
+        for (int s : stages_of_[r]) t += costs_.Stage(s).optimizer;
+        out_.step_time = std::max(out_.step_time, t);
       }
       out_.peak = std::max(out_.peak, ranks_[r].peak);
     }
@@ -371,6 +380,7 @@ class ListScheduler {
   double first_start_ = 0;  // the first action's start
   double last_end_ = 0;     // the last action's end
   int remaining_ = 0;       // ranks with actions left
+  bool policy_mode_ = false;  // Run (keeps the W queues), not Replay
   Outcome out_;
 };
 
@@ -415,9 +425,9 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   PS_ASSIGN_OR_RETURN(Schedule handcrafted,
                       shape.handcrafted({.num_ranks = p, .num_microbatches = m}));
   PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs)));
-  // Every limit between the handcrafted order's peak (1F1B's) and the shape's is worth a
-  // try: more forwards in flight fill more of the wait for the first gradient, but also
-  // delay the gradients behind them.
+  // zb-2p also tries 1F1B's peak: more forwards in flight fill more of the wait for the
+  // first gradient, but also delay the gradients behind them. (zb-1p's and zb-v-1p's
+  // limits are that peak already.)
   std::vector<int> limits = {limit};
   if (const int base = std::min(chunks * p, chunks * m); base < limit) limits.push_back(base);
   for (int l : limits) {
