@@ -1,9 +1,10 @@
 // libFuzzer target: cost-model JSON -> ParseCostModelJson -> Simulate of 1f1b (P=4, M=8)
-// and interleaved-1f1b (P=2, V=2, M=4) with it, and zb-2p (P=3, M=5) searched for it.
+// and interleaved-1f1b (P=2, V=2, M=4) with it, and zb-2p (P=3, M=5) and zb-v-1p (P=2,
+// V=2, M=3) searched for it.
 // Holds the library to: no crash; simulating a valid generated schedule succeeds under
 // any cost model the parser accepts and CheckCostsFit finds fitting (what the command
-// line checks before it simulates); and the search succeeds for any such model, with a
-// step no longer than zb-h1's under it.
+// line checks before it simulates); and the searches succeed for any such model, with a
+// step no longer than zb-h1's (zb-v's) under it.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,24 @@ const std::vector<Schedule>& Schedules() {
   return *schedules;
 }
 
+// `searched` searched for `costs` (when they fit the shape) succeeds, and its step is no
+// longer than the handcrafted order's under them: both are timed the same way (up to the
+// rounding of sums taken in another order).
+void CheckSearch(const CostModel& costs, const char* searched, const char* handcrafted,
+                 GeneratorParams params) {
+  if (!CheckCostsFit(costs, params.num_ranks, params.num_chunks).ok()) return;
+  params.costs = &costs;
+  absl::StatusOr<Schedule> found = GenerateSchedule(searched, params);
+  PS_FUZZ_CHECK(found.ok(), found.status());
+  absl::StatusOr<Schedule> base = GenerateSchedule(handcrafted, params);
+  PS_FUZZ_CHECK(base.ok(), base.status());
+  absl::StatusOr<SimResult> sim = Simulate(*found, costs);
+  absl::StatusOr<SimResult> sim_base = Simulate(*base, costs);
+  PS_FUZZ_CHECK(sim.ok() && sim_base.ok(), sim.ok() ? sim_base.status() : sim.status());
+  PS_FUZZ_CHECK(sim->step_time <= sim_base->step_time * (1 + 1e-12),
+                "a searched schedule takes a longer step than the handcrafted one");
+}
+
 void FuzzOne(std::string_view text) {
   absl::StatusOr<CostModel> costs = ParseCostModelJson(text);
   if (!costs.ok()) return;
@@ -45,19 +64,8 @@ void FuzzOne(std::string_view text) {
     PS_FUZZ_CHECK(std::isfinite(sim->step_time) && sim->step_time >= sim->makespan,
                   "a step shorter than its makespan");
   }
-  if (!CheckCostsFit(*costs, 3, 1).ok()) return;
-  const GeneratorParams params{.num_ranks = 3, .num_microbatches = 5, .costs = &*costs};
-  absl::StatusOr<Schedule> searched = GenerateSchedule("zb-2p", params);
-  PS_FUZZ_CHECK(searched.ok(), searched.status());
-  absl::StatusOr<Schedule> h1 = GenerateSchedule("zb-h1", params);
-  PS_FUZZ_CHECK(h1.ok(), h1.status());
-  absl::StatusOr<SimResult> sim = Simulate(*searched, *costs);
-  absl::StatusOr<SimResult> sim_h1 = Simulate(*h1, *costs);
-  PS_FUZZ_CHECK(sim.ok() && sim_h1.ok(), sim.ok() ? sim_h1.status() : sim.status());
-  // Both are timed the same way, so the search's pick never takes the longer step (up to
-  // the rounding of sums taken in another order).
-  PS_FUZZ_CHECK(sim->step_time <= sim_h1->step_time * (1 + 1e-12),
-                "zb-2p searched for these costs takes a longer step than zb-h1");
+  CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
+  CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
 }
 
 }  // namespace
