@@ -377,9 +377,9 @@ class ListScheduler {
   std::vector<Rank> ranks_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   double now_ = 0;
-  double first_start_ = 0;  // the first action's start
-  double last_end_ = 0;     // the last action's end
-  int remaining_ = 0;       // ranks with actions left
+  double first_start_ = 0;    // the first action's start
+  double last_end_ = 0;       // the last action's end
+  int remaining_ = 0;         // ranks with actions left
   bool policy_mode_ = false;  // Run (keeps the W queues), not Replay
   Outcome out_;
 };
