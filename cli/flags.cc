@@ -164,8 +164,7 @@ ABSL_FLAG(std::string, partition, "",
 ABSL_FLAG(int32_t, steps, 10, "training steps");
 ABSL_FLAG(int32_t, search_steps, 3,
           "zb-1p, zb-2p, zb-v-1p: steps of their unit-cost order (zb-h1's, zb-v's) whose "
-          "measured costs they "
-          "are searched for before the run; 0 = keep the unit-cost order");
+          "measured costs they are searched for before the run; 0 = keep the unit-cost order");
 ABSL_FLAG(double, lr, 0.05, "learning rate");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd|adamw");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");

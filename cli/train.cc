@@ -230,10 +230,8 @@ absl::Status Train(const CommandContext& ctx) {
   // really cost on this machine (stages/bubble_analysis.h).
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
-  scheduler::CostModel handoff_costs =
-      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
-  const double measured_gap = stages::MedianGap({&idle});  // -1: no sample
-  handoff_costs.action_gap = std::max(measured_gap, 0.0);
+  const scheduler::CostModel handoff_costs = HandoffCosts(*trainer, idle);
+  const double measured_gap = stages::MedianGap({&idle});  // -1: no sample (JSON: null)
   PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
                       scheduler::Simulate(trainer->schedule(), handoff_costs));
   // The same costs, with every action's duration, hand-off and gap drawn from the last

@@ -100,6 +100,14 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   return config;
 }
 
+scheduler::CostModel HandoffCosts(const stages::Trainer& trainer,
+                                  const stages::IdleAnalysis& idle) {
+  scheduler::CostModel costs =
+      stages::WithHandoffLatency(trainer.MeasuredCosts(), stages::MedianHandoff({&idle}));
+  costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);  // -1: no sample
+  return costs;
+}
+
 absl::StatusOr<int> SearchStepsFromFlags() {
   const int steps = absl::GetFlag(FLAGS_search_steps);
   if (steps < 0 || steps > 100) {
@@ -122,18 +130,15 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
     PS_ASSIGN_OR_RETURN(last, trainer->Step());
   }
   const scheduler::Schedule& run = trainer->schedule();  // with its ALLREDUCEs when D > 1
-  const scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
-                                         .num_microbatches = run.num_microbatches,
-                                         .num_chunks = run.num_chunks()};
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, run.num_ranks()));
-  scheduler::CostModel costs =
-      stages::WithHandoffLatency(trainer->MeasuredCosts(), stages::MedianHandoff({&idle}));
-  costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);
-  scheduler::GeneratorParams searched_shape = shape;
-  searched_shape.costs = &costs;
+  const scheduler::CostModel costs = HandoffCosts(*trainer, idle);
+  scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
+                                   .num_microbatches = run.num_microbatches,
+                                   .num_chunks = run.num_chunks()};
   PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
-  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(searched_shape));
+  shape.costs = &costs;
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(shape));
   // Both as generated (no all-reduces), so that the two plans compare like for like.
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "cli/command.h"
 #include "scheduler/schedule.h"
+#include "stages/bubble_analysis.h"
 #include "stages/trainer.h"
 
 namespace pipesched::cli {
@@ -33,6 +34,11 @@ inline int SpreadDraws(const scheduler::Schedule& schedule) {
 
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
+
+// The trainer's measured plan on this machine: MeasuredCosts() with each boundary's
+// effective hand-off latency and the stream's gap between actions from `idle` (one step's
+// stages::AnalyzeIdle), as `train --save-costs` writes it.
+scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::IdleAnalysis& idle);
 
 // --search-steps, 0 to 100.
 absl::StatusOr<int> SearchStepsFromFlags();

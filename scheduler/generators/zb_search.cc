@@ -153,9 +153,11 @@ class ListScheduler {
     if (end < 0) return kUnknown;
     return std::max(f, end + Transfer({s, mb, Op::kI}, s));
   }
+  // The stage whose F (for an F) or I (for an I) `a` needs; outside [0, S) for none.
+  static int Producer(const Action& a) { return a.op == Op::kF ? a.stage - 1 : a.stage + 1; }
   // A time before which the still unissued producer of `a`'s input cannot end.
   double EarliestUnknown(const Action& a, double now) const {
-    const int from = a.op == Op::kF ? a.stage - 1 : a.stage + 1;
+    const int from = Producer(a);
     return now + costs_.Duration({from, a.microbatch, a.op}) + Transfer(a, std::min(from, a.stage));
   }
   double ReadyOf(const Action& a) const {
@@ -248,7 +250,7 @@ class ListScheduler {
     double earliest = -1;  // lower bound over the next inputs, known and not yet
     auto consider = [&](const Action& a, double ready) {
       // An input from this rank's own stage waits for nobody else: no reason to wait.
-      const int from = a.op == Op::kF ? a.stage - 1 : a.stage + 1;
+      const int from = Producer(a);
       if (ready < 0 && from >= 0 && from < s_ && rank_of_[from] == r) return;
       const double bound = ready >= 0 ? ready : EarliestUnknown(a, now);
       if (ready >= 0 && (next_known < 0 || ready < next_known)) next_known = ready;
