@@ -1,10 +1,10 @@
 // libFuzzer target: cost-model JSON -> ParseCostModelJson -> Simulate of 1f1b (P=4, M=8)
-// and interleaved-1f1b (P=2, V=2, M=4) with it, and zb-2p (P=3, M=5) and zb-v-1p (P=2,
-// V=2, M=3) searched for it.
+// and interleaved-1f1b (P=2, V=2, M=4) with it, and zb-2p (P=3, M=5), zb-v-1p (P=2,
+// V=2, M=3) and zb-v-min (P=3, V=2, M=5) searched for it.
 // Holds the library to: no crash; simulating a valid generated schedule succeeds under
 // any cost model the parser accepts and CheckCostsFit finds fitting (what the command
 // line checks before it simulates); and the searches succeed for any such model, with a
-// step no longer than zb-h1's (zb-v's) under it.
+// step no longer than zb-h1's (zb-v's) under it, and zb-v-min valid within its memory.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -14,8 +14,10 @@
 
 #include "fuzz/fuzz_check.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/generators/generators.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
+#include "scheduler/validate.h"
 
 namespace pipesched::scheduler {
 namespace {
@@ -52,6 +54,22 @@ void CheckSearch(const CostModel& costs, const char* searched, const char* handc
                 "a searched schedule takes a longer step than the handcrafted one");
 }
 
+// zb-v-min searched for `costs` (when they fit the shape) is valid and keeps its limit.
+void CheckMin(const CostModel& costs, GeneratorParams params) {
+  if (!CheckCostsFit(costs, params.num_ranks, params.num_chunks).ok()) return;
+  params.costs = &costs;
+  absl::StatusOr<Schedule> found = GenerateSchedule("zb-v-min", params);
+  PS_FUZZ_CHECK(found.ok(), found.status());
+  const absl::Status valid = Validate(*found);
+  PS_FUZZ_CHECK(valid.ok(), valid);
+  absl::StatusOr<SimResult> sim = Simulate(*found, costs);
+  PS_FUZZ_CHECK(sim.ok(), sim.status());
+  for (const RankStats& rank : sim->ranks) {
+    PS_FUZZ_CHECK(rank.peak_live_microbatches <= ZbVMinLimit(params.num_ranks),
+                  "zb-v-min above its activation limit");
+  }
+}
+
 void FuzzOne(std::string_view text) {
   absl::StatusOr<CostModel> costs = ParseCostModelJson(text);
   if (!costs.ok()) return;
@@ -66,6 +84,7 @@ void FuzzOne(std::string_view text) {
   }
   CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
+  CheckMin(*costs, {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 2});
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ const std::vector<ScheduleInfo>& AllSchedules() {
        "P >= 1, M >= 1, V = 1", 1, &GenerateZb2p, /*uses_costs=*/true},
       {"zb-v-1p", "zb-v's placement and memory, the order searched for the costs",
        "P >= 1, M >= 1, V = 2", 2, &GenerateZbV1p, /*uses_costs=*/true},
+      {"zb-v-half", "V-Half: zb-v's placement in half of 1F1B's memory, searched for the costs",
+       "P >= 1, M >= 1, V = 2", 2, &GenerateZbVHalf, /*uses_costs=*/true},
+      {"zb-v-min", "V-Min: zb-v's placement in a third of 1F1B's memory, searched for the costs",
+       "P >= 1, M >= 1, V = 2", 2, &GenerateZbVMin, /*uses_costs=*/true},
   };
   return *kSchedules;
 }

@@ -41,5 +41,15 @@ absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params);
 // the order searched for GeneratorParams::costs like zb-1p's; never a longer simulated
 // step than zb-v's under those costs. V = 2.
 absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params);
+// zb-v-half and zb-v-min: zb-v's placement within V-Half's and V-Min's memory (Qi et al.
+// 2024, "Pipeline Parallelism with Controllable Memory"): at most ZbVHalfLimit(P) and
+// ZbVMinLimit(P) chunk activations on any rank (capped at 2M), the order searched for
+// GeneratorParams::costs like zb-v-1p's. V = 2.
+absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params);
+absl::StatusOr<Schedule> GenerateZbVMin(const GeneratorParams& params);
+// 2 x floor((P+2)/2) and 2 x floor((P+4)/3) chunk activations: the paper's (P+2)/2 and
+// (P+4)/3 micro-batches of 1F1B-sized activations, about 1/2 and 1/3 of 1F1B's P.
+int ZbVHalfLimit(int num_ranks);
+int ZbVMinLimit(int num_ranks);
 
 }  // namespace pipesched::scheduler

@@ -1,30 +1,40 @@
 // ZB-1p and ZB-2p (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3): the
 // zero-bubble schedules found for a cost model and a memory limit rather than drawn by
 // hand. One chunk per rank, backward split into I and W, at most P (zb-1p: 1F1B's peak
-// on rank 0) or 2P (zb-2p) live activations on any rank. zb-v-1p does the same on zb-v's
-// placement (two chunks per rank in a V) within zb-v's peak, 2P chunk activations.
+// on rank 0) or 2P (zb-2p) live activations on any rank. The V-shaped ones search zb-v's
+// placement (two chunks per rank in a V): zb-v-1p within zb-v's peak, 2P chunk
+// activations (P stages' worth, as 1F1B's rank 0), and, after Qi et al. 2024 ("Pipeline
+// Parallelism with Controllable Memory"), zb-v-half within V-Half's (P+2)/2 stages' worth
+// and zb-v-min within V-Min's (P+4)/3.
 //
 // The paper's heuristic, as a list scheduler over simulated time: each rank, whenever it
 // is free, starts a ready I (on the critical path: every upstream rank waits for it; of
 // two, the later stage's), else a ready F that the memory limit allows (warm-up fills
 // the wait for the first I with as many forwards as fit), else a W into the gap, else
-// waits. Variants differ in three knobs: whether a rank keeps 1F1B's rhythm after its
-// first I (no more F's ahead of its I's than before it), how large a gap must be before
-// a W goes into it (a W that starts just before an I arrives delays that I and every
-// rank above it), and, with two chunks, which chunk's F goes first. Each variant, and
-// the handcrafted order of the shape (zb-h1, zb-v), is timed with the costs exactly as
-// the simulator times a program (an action starts when its rank is free -- after its
-// zero-grads, then after the cost model's gap -- and its inputs have arrived); the one
-// with the shortest step (zero-grads, actions, optimizer steps: Simulate's step_time,
-// the makespan when those cost nothing) wins, ties going to the shorter makespan, the
-// smaller activation peak and then the earlier variant (the handcrafted order first).
+// waits. Variants differ in knobs: whether a rank keeps 1F1B's rhythm after its first I
+// (no more F's ahead of its I's than before it), how large a gap must be before a W goes
+// into it (a W that starts just before an I arrives delays that I and every rank above
+// it), and, with two chunks, which chunk's F goes first and how an entering micro-batch
+// keeps room for the returns. Tight limits (zb-v-min) want more than greed: the 2024
+// paper's building block -- one micro-batch's passes laid out so that, repeated every
+// period, no two collide on a rank -- is a candidate too, laid out for unit costs and
+// for the costs given. Each candidate, and the handcrafted order of the shape (zb-h1,
+// zb-v), is timed with the costs exactly as the simulator times a program (an action
+// starts when its rank is free -- after its zero-grads, then after the cost model's gap
+// -- and its inputs have arrived); of those within the limit, the one with the shortest
+// step (zero-grads, actions, optimizer steps: Simulate's step_time, the makespan when
+// those cost nothing) wins, ties going to the shorter makespan, the smaller activation
+// peak and then the earlier candidate (the handcrafted order first).
 //
 // Without a cost model the costs are unit (F = I = W = 1). There zb-h1 already meets the
 // one-step lower bound 3M + P - 1, so zb-1p and zb-2p return zb-h1's order, and zb-v-1p
 // keeps zb-v's wherever zb-v's steady state is reached (M >= 2P); they differ for uneven
 // stages, T_W unlike T_F and T_I, transfers that cost, or (zb-v-1p) few micro-batches.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <queue>
@@ -50,6 +60,10 @@ struct Policy {
   bool steady_cap = false;  // after the first I, F's ahead of I's <= the warm-up's
   double fill = 0;          // a W fills a gap when nothing can start for fill x T_W
   bool deep_first = true;   // of two ready F's (V = 2), the later stage's first
+  // With two stages per rank: an entering micro-batch needs one place kept free for any
+  // return (a return's chunk soon frees its place, the returns ahead of it first), not a
+  // place reserved for its own return; more micro-batches in flight for the same memory.
+  bool spare_only = false;
 };
 
 struct Outcome {
@@ -237,12 +251,18 @@ class ListScheduler {
     // stages (zb-v's chunk 1) before any of its activations can go, so entering reserves
     // a place for each: the limit and 1F1B's rhythm hold back only entries, and an F of a
     // later stage always has the place its entry reserved. (Without the reservation a
-    // rank full of first-stage activations would wait for itself.)
+    // rank full of first-stage activations would wait for itself.) Or, spare_only, an
+    // entry leaves one place free for whichever return comes first: a return's place
+    // frees once the stages after it (on ranks with returns of their own, earlier
+    // micro-batches first) send its gradient back, and its W runs.
     const int entry = stages.front();
     int reserved = 0;  // returns still to come: 0 with one stage per rank
     for (int s : stages) reserved += next_f_[entry] - next_f_[s];
     const int places = static_cast<int>(stages.size());
-    const bool f_memory = rank.f - rank.w + reserved + places <= policy.limit;
+    const int live = rank.f - rank.w;
+    const bool f_memory = policy.spare_only ? live + std::min(places, 2) <= policy.limit
+                                            : live + reserved + places <= policy.limit;
+    const bool return_memory = !policy.spare_only || live < policy.limit;
     const bool f_rhythm = !policy.steady_cap || rank.warmup < 0 || rank.f - rank.i < rank.warmup;
     // The candidates: each stage's next I and next F; ready ones start now, the latest
     // stage's I first (every stage below waits for it), then F's in the policy's order.
@@ -271,6 +291,9 @@ class ListScheduler {
       if (s == entry) {
         f_wanted |= !f_memory;
         if (!f_memory || !f_rhythm) continue;
+      } else if (!return_memory) {
+        f_wanted = true;
+        continue;
       }
       const Action a{s, next_f_[s], Op::kF};
       const double ready = FReady(s, a.microbatch);
@@ -386,6 +409,119 @@ class ListScheduler {
   Outcome out_;
 };
 
+// The repeated building block (Qi et al. 2024, "Pipeline Parallelism with Controllable
+// Memory"): one micro-batch's passes laid out in time, each as early as its input allows
+// (its producer's end plus the transfer) where it overlaps no other pass of the block on
+// its rank modulo the period, the busiest rank's work per micro-batch; the block then
+// repeats every period, and each rank's program is its passes in time order. So each
+// rank's passes of one period fit together without collision, and the activations live
+// no longer than the block's chain needs: the least memory at which the steady state has
+// no bubble. The I's, on the critical path, take their places before the W's, which go
+// into what is left. Where no gap fits a pass (uneven stages), it takes its earliest time
+// anyway: only the order is kept, and the caller's replay times it.
+class BlockBuilder {
+ public:
+  BlockBuilder(const Placement& placement, const CostModel& costs)
+      : placement_(placement), costs_(costs), taken_(placement.num_ranks) {
+    std::vector<double> work(placement.num_ranks, 0);
+    for (int s = 0; s < placement.num_stages(); ++s) {
+      for (Op op : {Op::kF, Op::kI, Op::kW})
+        work[placement.RankOf(s)] += costs.Duration({s, 0, op});
+    }
+    period_ = *std::max_element(work.begin(), work.end());
+  }
+
+  std::vector<std::vector<Action>> Programs(int num_microbatches) {
+    const int stages = placement_.num_stages();
+    const int p = placement_.num_ranks;
+    std::vector<std::vector<std::pair<double, Action>>> block(p);  // [rank]: (start, action)
+    auto place = [&](const Action& a, double earliest) {
+      const int r = placement_.RankOf(a.stage);
+      const double start = Fit(r, earliest, costs_.Duration(a));
+      block[r].push_back({start, a});
+      return start + costs_.Duration(a);
+    };
+    std::vector<double> f_end(stages), i_end(stages);
+    double ready = 0;
+    for (int s = 0; s < stages; ++s) {
+      if (s > 0) ready = f_end[s - 1] + Transfer({s, 0, Op::kF}, s - 1);
+      f_end[s] = place({s, 0, Op::kF}, ready);
+    }
+    for (int s = stages - 1; s >= 0; --s) {
+      ready = s + 1 < stages ? std::max(f_end[s], i_end[s + 1] + Transfer({s, 0, Op::kI}, s))
+                             : f_end[s];
+      i_end[s] = place({s, 0, Op::kI}, ready);
+    }
+    for (int s = stages - 1; s >= 0; --s) place({s, 0, Op::kW}, i_end[s]);
+    std::vector<std::vector<Action>> programs(p);
+    for (int r = 0; r < p; ++r) {
+      std::vector<std::pair<double, Action>> timed;
+      timed.reserve(block[r].size() * static_cast<std::size_t>(num_microbatches));
+      for (int mb = 0; mb < num_microbatches; ++mb) {
+        for (const auto& [t, a] : block[r])
+          timed.push_back({t + mb * period_, {a.stage, mb, a.op}});
+      }
+      // Stable: passes that start together (zero-length ones) keep the block's order,
+      // which follows the dependencies.
+      std::stable_sort(timed.begin(), timed.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      programs[r].reserve(timed.size());
+      for (const auto& [t, a] : timed) programs[r].push_back(a);
+    }
+    return programs;
+  }
+
+ private:
+  double Transfer(const Action& consumer, int boundary) const {
+    return placement_.RankOf(boundary) == placement_.RankOf(boundary + 1)
+               ? 0
+               : costs_.TransferInto(consumer, boundary);
+  }
+  // Whether [start, start + length) overlaps a pass taken on rank r, modulo the period.
+  bool Collides(int r, double start, double length) const {
+    if (period_ <= 0 || length <= 0) return false;
+    const double a = std::fmod(start, period_);
+    for (const auto& [s, len] : taken_[r]) {
+      for (double shift : {-period_, 0.0, period_}) {
+        const double lo = std::max(a, s + shift);
+        const double hi = std::min(a + length, s + shift + len);
+        if (hi - lo > kEpsilon * period_) return true;
+      }
+    }
+    return false;
+  }
+  // The earliest start at or after `earliest` where a pass of `length` collides with
+  // nothing on rank r (within one period of it), or `earliest` when none does; taken.
+  double Fit(int r, double earliest, double length) {
+    double start = earliest;
+    if (Collides(r, earliest, length)) {
+      std::vector<double> candidates;  // right after each taken pass, within a period
+      const double base = earliest - std::fmod(earliest, period_);
+      for (const auto& [s, len] : taken_[r]) {
+        for (double shift : {0.0, period_, 2 * period_}) {
+          const double t = base + s + len + shift;
+          if (t > earliest && t < earliest + period_) candidates.push_back(t);
+        }
+      }
+      std::sort(candidates.begin(), candidates.end());
+      for (double t : candidates) {
+        if (!Collides(r, t, length)) {
+          start = t;
+          break;
+        }
+      }
+    }
+    if (period_ > 0) taken_[r].push_back({std::fmod(start, period_), length});
+    return start;
+  }
+
+  static constexpr double kEpsilon = 1e-9;
+  const Placement& placement_;
+  const CostModel& costs_;
+  double period_ = 0;
+  std::vector<std::vector<std::pair<double, double>>> taken_;  // [rank]: (start mod period, length)
+};
+
 // The shape a search runs on: one chunk per rank on a loop (zb-1p, zb-2p) or zb-v's two in
 // a V (zb-v-1p), the handcrafted order that is its first candidate, and the limit on live
 // activations per rank (chunk activations when V = 2).
@@ -427,18 +563,33 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   PS_ASSIGN_OR_RETURN(Schedule handcrafted,
                       shape.handcrafted({.num_ranks = p, .num_microbatches = m}));
   PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs)));
+  if (chunks > 1) {
+    for (const CostModel* block_costs : {&unit, &costs}) {
+      PS_RETURN_IF_ERROR(
+          offer(lister.Replay(BlockBuilder(schedule.placement, *block_costs).Programs(m))));
+    }
+  }
   // zb-2p also tries 1F1B's peak: more forwards in flight fill more of the wait for the
   // first gradient, but also delay the gradients behind them. (zb-1p's and zb-v-1p's
   // limits are that peak already.)
   std::vector<int> limits = {limit};
   if (const int base = std::min(chunks * p, chunks * m); base < limit) limits.push_back(base);
+  // The knobs that only two stages per rank have: their first value is the one-stage case.
+  const std::vector<bool> deep_firsts =
+      chunks > 1 ? std::vector<bool>{true, false} : std::vector<bool>{true};
+  const std::vector<bool> spare_onlys =
+      chunks > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
   for (int l : limits) {
     for (bool steady_cap : {false, true}) {
       for (double fill : {0.0, 0.5, 1.0}) {
-        for (bool deep_first :
-             chunks > 1 ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
-          PS_RETURN_IF_ERROR(offer(lister.Run(
-              {.limit = l, .steady_cap = steady_cap, .fill = fill, .deep_first = deep_first})));
+        for (bool deep_first : deep_firsts) {
+          for (bool spare_only : spare_onlys) {
+            PS_RETURN_IF_ERROR(offer(lister.Run({.limit = l,
+                                                 .steady_cap = steady_cap,
+                                                 .fill = fill,
+                                                 .deep_first = deep_first,
+                                                 .spare_only = spare_only})));
+          }
         }
       }
     }
@@ -468,5 +619,18 @@ absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params) {
   return SearchZeroBubble("zb-v-1p", params,
                           {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks});
 }
+
+absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params) {
+  return SearchZeroBubble("zb-v-half", params,
+                          {PlacementKind::kV, 2, &GenerateZbV, ZbVHalfLimit(params.num_ranks)});
+}
+
+absl::StatusOr<Schedule> GenerateZbVMin(const GeneratorParams& params) {
+  return SearchZeroBubble("zb-v-min", params,
+                          {PlacementKind::kV, 2, &GenerateZbV, ZbVMinLimit(params.num_ranks)});
+}
+
+int ZbVHalfLimit(int num_ranks) { return 2 * ((num_ranks + 2) / 2); }
+int ZbVMinLimit(int num_ranks) { return 2 * ((num_ranks + 4) / 3); }
 
 }  // namespace pipesched::scheduler

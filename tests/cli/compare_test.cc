@@ -49,10 +49,16 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that
   // (the searched zb-1p and zb-2p find nothing shorter: zb-h1's order, after it in the
   // registry's order; zb-v-1p likewise keeps zb-v's), interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b
-  // tie, 1f1b first for its memory.
+  // tie, 1f1b first for its memory. zb-v-half and zb-v-min trade time for memory: 3 and 2
+  // stages' activations against 1F1B's 4, both still shorter than 1F1B.
   EXPECT_THAT(Ranking(r.out),
               ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-v-1p", "zb-h1", "zb-1p", "zb-2p",
-                                     "interleaved-1f1b", "looped-bfs", "1f1b", "gpipe"));
+                                     "zb-v-half", "interleaved-1f1b", "looped-bfs", "zb-v-min",
+                                     "1f1b", "gpipe"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v-half          2          28          28    1.098   14.29%   "
+                               "     -        3.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v-min           2        29.5        29.5    1.157   18.64%   "
+                               "     -        2.0\n"));
   EXPECT_THAT(r.out, HasSubstr("interleaved-zb     2        25.5        25.5    1.000    5.88%    "
                                "5.88%        4.0\n"));
   EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        28.5        28.5    1.118   15.79%   "

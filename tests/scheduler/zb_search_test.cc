@@ -1,8 +1,7 @@
-// zb-1p and zb-2p: schedules searched for a cost model under a memory limit. What a user
-// relies on: the result is a valid schedule for the costs given, it keeps its memory
-// limit, it is never slower than zb-h1 (zb-2p never slower than zb-1p), it is zb-h1's
-// order when costs are unit, and it reaches the one-step lower bound where that is
-// reachable with 2P activations.
+// zb-1p, zb-2p and the zb-v-* ones: schedules searched for a cost model under a memory limit. What
+// a user relies on: the result is a valid schedule for the costs given, it keeps its memory limit,
+// it is never slower than zb-h1 (zb-2p never slower than zb-1p), it is zb-h1's order when costs are
+// unit, and it reaches the one-step lower bound where that is reachable with 2P activations.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/generators/generators.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
@@ -249,6 +249,67 @@ TEST(ZbSearchTest, VShapedSearchNeverSlowerThanZbV) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("zb-v-1p runs exactly 2 chunks per rank (got V=1); use "
                                  "--virtual=2, or zb-1p for a searched schedule with one chunk")));
+}
+
+// zb-v-half and zb-v-min (V-Half, V-Min of Qi et al. 2024): zb-v's placement within
+// 2 floor((P+2)/2) and 2 floor((P+4)/3) chunk activations. What a user relies on: the
+// limit holds for any costs, the memory buys time against 1F1B at equal work, and with
+// unit costs the steady state has no bubble (the makespan grows by exactly the work).
+TEST(ZbSearchTest, VHalfAndVMinKeepTheirMemoryAndBeat1F1B) {
+  EXPECT_EQ(ZbVHalfLimit(8), 10);  // 5 stages' worth against 1F1B's 8
+  EXPECT_EQ(ZbVMinLimit(8), 8);    // 4
+  EXPECT_EQ(ZbVMinLimit(16), 12);  // 6 against 16
+  std::mt19937 rng(3);
+  for (int p = 1; p <= 8; ++p) {
+    for (int m : {1, p, 2 * p, 4 * p + 3}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        CostModel costs;
+        if (trial > 0) {
+          costs = RandomStages(rng, 2 * p, /*phases=*/trial == 2);
+          costs.comm_uniform = (rng() % 3) * 0.25;
+        }
+        SCOPED_TRACE(absl::StrCat("P=", p, " M=", m, " trial ", trial));
+        for (const auto& [name, limit] :
+             {std::pair{"zb-v-half", ZbVHalfLimit(p)}, std::pair{"zb-v-min", ZbVMinLimit(p)}}) {
+          PS_ASSERT_OK_AND_ASSIGN(SimResult sim, Search(name, p, m, costs));
+          EXPECT_LE(PeakLive(sim), std::min(limit, 2 * m)) << name;
+        }
+      }
+    }
+  }
+  // Equal work: a chunk costs half a stage. P=8, M=32: 107.5 and 109.5 against 1F1B's 117
+  // and zb-v's 99.5, with 5 and 4 stages' activations against their 8.
+  const CostModel half_stage = Uniform(0.5, 0.5, 0.5, 0);
+  for (int p : {4, 8, 16}) {
+    SCOPED_TRACE(absl::StrCat("P=", p));
+    const int m = 4 * p;
+    PS_ASSERT_OK_AND_ASSIGN(SimResult one_f_one_b, Search("1f1b", p, m, Uniform(1, 1, 1, 0)));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult v_1p, Search("zb-v-1p", p, m, half_stage));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult v_half, Search("zb-v-half", p, m, half_stage));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult v_min, Search("zb-v-min", p, m, half_stage));
+    EXPECT_LE(v_1p.makespan, v_half.makespan);
+    EXPECT_LE(v_half.makespan, v_min.makespan);
+    EXPECT_LT(v_min.makespan, one_f_one_b.makespan);
+    if (p == 8) {
+      EXPECT_DOUBLE_EQ(v_half.makespan, 107.5);
+      EXPECT_DOUBLE_EQ(v_min.makespan, 109.5);
+      EXPECT_DOUBLE_EQ(one_f_one_b.makespan, 117);
+    }
+  }
+  // Unit costs per chunk: 6 per micro-batch on each rank, and no more in steady state.
+  const CostModel unit;
+  for (int p : {2, 4, 8}) {
+    for (const char* name : {"zb-v-half", "zb-v-min"}) {
+      SCOPED_TRACE(absl::StrCat(name, " P=", p));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult short_run, Search(name, p, 50, unit));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult long_run, Search(name, p, 200, unit));
+      EXPECT_DOUBLE_EQ(long_run.makespan - 6 * 200, short_run.makespan - 6 * 50);
+    }
+  }
+  EXPECT_THAT(
+      GenerateSchedule("zb-v-min", {.num_ranks = 4, .num_microbatches = 8, .num_chunks = 3}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("zb-v-min runs exactly 2 chunks per rank (got V=3)")));
 }
 
 TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {

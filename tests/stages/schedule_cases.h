@@ -1,7 +1,7 @@
 // The configurations the executor tests sweep: every schedule x P in {1,2,4} x V in {1,2}
 // x D in {1,2} x M in {1,4,8} that the schedule's generator accepts. Schedules searched
-// for their costs (zb-1p, zb-2p, zb-v-1p) are searched for SearchCosts(), so that they run
-// orders of their own rather than the handcrafted ones (zb-h1's, zb-v's) unit costs give.
+// for their costs (zb-1p, zb-2p and the zb-v-* ones) are searched for SearchCosts(), so that
+// they run orders of their own rather than the ones unit costs give (zb-h1's, zb-v's).
 #pragma once
 
 #include <string>
