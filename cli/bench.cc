@@ -222,7 +222,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.slow_factor = sweep.slow_factor;
   // zb-1p, zb-2p, zb-v-1p: searched for this machine's costs, measured in a few steps first.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
-                      CreateTrainer(config, sweep.search_steps, &row.search_note));
+                      CreateTrainer(&config, sweep.search_steps, &row.search_note));
   row.v = trainer->schedule().num_chunks();
   const int p = row.p, total = sweep.warmup + sweep.steps;
   std::vector<stages::StepResult> results;

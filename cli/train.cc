@@ -151,7 +151,7 @@ absl::Status Train(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
   std::string search_note;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
-                      CreateTrainer(config, search_steps, &search_note));
+                      CreateTrainer(&config, search_steps, &search_note));
   if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
     PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
   }

@@ -164,29 +164,33 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(const stages::TrainerConfig& config,
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerConfig* config,
                                                                int search_steps,
                                                                std::string* note) {
-  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config.schedule);
-  if (config.schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
-    return stages::Trainer::Create(config);
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config->schedule);
+  if (config->schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
+    return stages::Trainer::Create(*config);
   }
   absl::StatusOr<scheduler::Schedule> searched =
-      SearchForMeasuredCosts(*info, config, search_steps, note);
+      SearchForMeasuredCosts(*info, *config, search_steps, note);
   if (!searched.ok()) {
     return absl::Status(
         searched.status().code(),
-        absl::StrCat("measuring the costs to search ", config.schedule, " for (", search_steps,
+        absl::StrCat("measuring the costs to search ", config->schedule, " for (", search_steps,
                      " steps; --search-steps=0 skips it): ", searched.status().message()));
   }
-  stages::TrainerConfig with_order = config;
+  stages::TrainerConfig with_order = *config;
   with_order.schedule_override = *std::move(searched);
   absl::StatusOr<std::unique_ptr<stages::Trainer>> trainer = stages::Trainer::Create(with_order);
+  if (trainer.ok()) {
+    config->schedule_override = std::move(with_order.schedule_override);
+    return trainer;
+  }
   if (trainer.status().code() != absl::StatusCode::kResourceExhausted) return trainer;
-  *note += absl::StrCat(config.schedule,
+  *note += absl::StrCat(config->schedule,
                         ": the searched order's activations do not fit the devices' memory; "
                         "running its unit-cost order, which does\n");
-  return stages::Trainer::Create(config);
+  return stages::Trainer::Create(*config);
 }
 
 }  // namespace pipesched::cli

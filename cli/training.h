@@ -43,16 +43,19 @@ scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::
 // --search-steps, 0 to 100.
 absl::StatusOr<int> SearchStepsFromFlags();
 
-// The trainer for `config`. For a schedule searched for its costs (zb-1p, zb-2p, zb-v-1p,
-// zb-v-half, zb-v-min) named by `config.schedule`, it first trains `search_steps` steps of
-// its unit-cost order (zb-h1's for zb-1p and zb-2p) on a trainer of its own and runs the order
-// searched for the costs measured there -- the median action times with the last step's hand-off
-// latencies and stream gap, as `train --save-costs` writes them -- or, when that order's
-// activations do not fit the devices' memory, the unit-cost order. `note` gets one line per
-// decision (with both orders' makespans planned for the measured costs); errors of the measuring
-// steps say that they come from them. Any other schedule, a schedule_override or search_steps = 0:
-// Trainer::Create(config), no note.
-absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(const stages::TrainerConfig& config,
+// The trainer for `*config`. For a schedule searched for its costs (zb-1p, zb-2p, zb-v-1p,
+// zb-v-half, zb-v-min) named by `config->schedule`, it first trains `search_steps` steps of
+// its unit-cost order (zb-h1's for zb-1p and zb-2p) on a trainer of its own and runs the
+// order searched for the costs measured there -- the median action times with the last
+// step's hand-off latencies and stream gap, as `train --save-costs` writes them -- and
+// leaves that order in `config->schedule_override`, so that a trainer made from `*config`
+// later (bench's step with exact memory accounting) runs the same order. When the searched
+// order's activations do not fit the devices' memory it runs the unit-cost order instead.
+// `note` gets one line per decision (with both orders' makespans planned for the measured
+// costs); errors of the measuring steps say that they come from them. Any other schedule,
+// a schedule_override or search_steps = 0: Trainer::Create(*config), no note, `*config`
+// unchanged.
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerConfig* config,
                                                                int search_steps, std::string* note);
 
 }  // namespace pipesched::cli

@@ -14,10 +14,12 @@
 #include "base/host_memory.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
+#include "cli/training.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/synthetic.h"
 #include "nlohmann/json.hpp"
+#include "testing/status_matchers.h"
 
 namespace pipesched::cli {
 namespace {
@@ -715,8 +717,8 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
 // A schedule file -- PyTorch's own CSV for 2 ranks x 2 chunks x 8 micro-batches, with
 // split backwards -- trains as its generator would: the same losses as plain
 // single-stage training on the same global batch and micro-batch split.
-// train --schedule=zb-2p first measures a few steps of its unit-cost order and runs the
-// order searched for those costs; --search-steps=0 keeps the unit-cost order.
+// train --schedule=zb-2p (or zb-v-min) first measures a few steps of its unit-cost order
+// and runs the order searched for those costs; --search-steps=0 keeps the unit-cost order.
 TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
   const std::vector<std::string> tiny = {
       "train",         "--schedule=zb-2p", "--stages=2", "--microbatches=4", "--microbatch-size=4",
@@ -726,6 +728,13 @@ TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("zb-2p: searched for the costs measured in 3 steps of its "
                                "unit-cost order (zb-h1's): planned makespan "));
+  // zb-v-min's unit-cost order is its own at P=4: zb-v's 8 chunk activations exceed its 4.
+  RunResult min = RunCli({"train", "--schedule=zb-v-min", "--stages=4", "--microbatches=8",
+                          "--microbatch-size=4", "--layers=8", "--hidden=16", "--inputs=8",
+                          "--classes=4", "--steps=2", "--backend=host"});
+  ASSERT_EQ(min.code, 0) << min.err;
+  EXPECT_THAT(min.out, HasSubstr("zb-v-min: searched for the costs measured in 3 steps of its "
+                                 "unit-cost order: planned makespan "));
   std::vector<std::string> args = tiny;
   args.push_back("--search-steps=1");
   r = RunCli(args);
@@ -741,6 +750,31 @@ TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
   EXPECT_EQ(r.err,
             "pipesched: --search-steps=-1 is out of range: use 0 (keep the unit-cost "
             "order) to 100\n");
+}
+
+// CreateTrainer leaves the order it runs in the config: bench makes a second trainer from
+// that config to measure the peak memory exactly, and it must run the same order (it ran
+// the unit-cost one, whose peak differs, until 2026-12-02).
+TEST(CliTrainTest, CreateTrainerLeavesTheSearchedOrderInTheConfig) {
+  stages::TrainerConfig config;
+  config.schedule = "zb-v-min";
+  config.stages = 4;
+  config.microbatches = 8;
+  config.microbatch_size = 4;
+  config.model = {.d_in = 8, .d_hidden = 16, .num_classes = 4, .num_layers = 8};
+  config.backend = "host";
+  std::string note;
+  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<stages::Trainer> trainer,
+                          CreateTrainer(&config, 2, &note));
+  EXPECT_THAT(note, HasSubstr("zb-v-min: searched for the costs measured in 2 steps"));
+  ASSERT_TRUE(config.schedule_override.has_value());
+  EXPECT_EQ(config.schedule_override->programs, trainer->schedule().programs);
+  // Not searched: the config stays as it was.
+  stages::TrainerConfig fixed = config;
+  fixed.schedule = "zb-v";
+  fixed.schedule_override.reset();
+  PS_ASSERT_OK(CreateTrainer(&fixed, 2, &note).status());
+  EXPECT_FALSE(fixed.schedule_override.has_value());
 }
 
 TEST(CliTrainTest, TrainsAScheduleFileLikePlainTraining) {
