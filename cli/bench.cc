@@ -93,7 +93,7 @@ struct Row {
   bool peak_per_device = false;
   scheduler::CostModel costs;  // what the simulator was fed
   double loss = 0;
-  // zb-1p, zb-2p, zb-v-1p: how their order was searched (CreateTrainer's note), else empty.
+  // The searched schedules (zb-1p, zb-2p, zb-v-*): how their order was searched (CreateTrainer's note), else empty.
   std::string search_note;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;
@@ -220,7 +220,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
-  // zb-1p, zb-2p, zb-v-1p: searched for this machine's costs, measured in a few steps first.
+  // The searched schedules: searched for this machine's costs, measured in a few steps first.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
                       CreateTrainer(&config, sweep.search_steps, &row.search_note));
   row.v = trainer->schedule().num_chunks();
@@ -553,7 +553,7 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["slow_factor"] = sweep.slow_factor;
   j["status"] = r.skipped.empty() ? "ok" : (r.failed ? "failed" : "skipped");
   j["reason"] = r.skipped;
-  // zb-1p, zb-2p, zb-v-1p: how the order that ran was searched (one line per decision), else "".
+  // The searched schedules: how the order that ran was searched (one line per decision), else "".
   j["search"] = std::string(absl::StripTrailingAsciiWhitespace(r.search_note));
   if (!r.skipped.empty()) return j;
   j["step_ms"] = r.step_ms;
