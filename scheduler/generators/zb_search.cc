@@ -33,8 +33,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <queue>
@@ -66,7 +64,15 @@ struct Policy {
   bool spare_only = false;
 };
 
+// What a candidate must beat to be worth finishing: a run stops (Outcome::cut) once its
+// step can no longer be within `step_time` or its peak is above `peak`.
+struct Bounds {
+  double step_time = std::numeric_limits<double>::infinity();
+  int peak = std::numeric_limits<int>::max();
+};
+
 struct Outcome {
+  bool cut = false;      // stopped early: worse than Bounds, the rest is unset
   double step_time = 0;  // as SimResult::step_time
   double makespan = 0;   // as SimResult::makespan
   int peak = 0;          // the largest live activation count on any rank
@@ -127,11 +133,20 @@ class ListScheduler {
       rank_of_[s] = placement.RankOf(s);
       stages_of_[rank_of_[s]].push_back(s);
     }
+    work_.assign(p_, 0);
+    for (int s = 0; s < s_; ++s) {
+      for (int mb = 0; mb < m_; ++mb) {
+        for (Op op : {Op::kF, Op::kI, Op::kW}) work_[rank_of_[s]] += costs_.Duration({s, mb, op});
+      }
+    }
   }
 
-  absl::StatusOr<Outcome> Run(const Policy& policy) { return RunImpl(&policy, nullptr); }
-  absl::StatusOr<Outcome> Replay(const std::vector<std::vector<Action>>& programs) {
-    return RunImpl(nullptr, &programs);
+  absl::StatusOr<Outcome> Run(const Policy& policy, const Bounds& bounds) {
+    return RunImpl(&policy, nullptr, bounds);
+  }
+  absl::StatusOr<Outcome> Replay(const std::vector<std::vector<Action>>& programs,
+                                 const Bounds& bounds) {
+    return RunImpl(nullptr, &programs, bounds);
   }
 
  private:
@@ -143,6 +158,7 @@ class ListScheduler {
     double last_end = 0;
     bool blocked = false;  // waiting for a neighbour to issue the producer of an input
     int peak = 0;
+    double left = 0;  // the durations of the actions not yet issued
   };
 
   std::size_t Index(int stage, int mb) const {
@@ -194,6 +210,9 @@ class ListScheduler {
     if (!rank.started) first_start_ = std::min(first_start_, start);
     rank.started = true;
     rank.last_end = end;
+    rank.left -= costs_.Duration(a);
+    // Its later actions start no earlier than this one ends (gaps only add).
+    cut_ |= rank.last_end + rank.left > cut_after_;
     last_end_ = std::max(last_end_, end);
     out_.programs[r].push_back(a);
     switch (a.op) {
@@ -202,6 +221,7 @@ class ListScheduler {
         ++next_f_[a.stage];
         ++rank.f;
         rank.peak = std::max(rank.peak, rank.f - rank.w);
+        cut_ |= rank.peak > peak_bound_;
         if (a.stage + 1 < s_) Wake(rank_of_[a.stage + 1], now);
         break;
       case Op::kI:
@@ -321,8 +341,13 @@ class ListScheduler {
   }
 
   absl::StatusOr<Outcome> RunImpl(const Policy* policy,
-                                  const std::vector<std::vector<Action>>* fixed) {
+                                  const std::vector<std::vector<Action>>* fixed,
+                                  const Bounds& bounds) {
     policy_mode_ = policy != nullptr;
+    peak_bound_ = bounds.peak;
+    // The margin keeps the rounding of the running sums Rank::left from cutting a tie.
+    cut_after_ = bounds.step_time + 1e-7 * std::max(1.0, std::abs(bounds.step_time));
+    cut_ = false;
     const std::size_t cells = static_cast<std::size_t>(s_) * static_cast<std::size_t>(m_);
     f_end_.assign(cells, kUnknown);
     i_end_.assign(cells, kUnknown);
@@ -342,6 +367,7 @@ class ListScheduler {
     for (int r = 0; r < p_; ++r) {
       // The rank zeroes its stages' gradients first: its lane is free after that.
       for (int s : stages_of_[r]) ranks_[r].last_end += costs_.Stage(s).zero_grad;
+      ranks_[r].left = work_[r];
       queue_.push({ranks_[r].last_end, r});
     }
     while (remaining_ > 0) {
@@ -371,6 +397,7 @@ class ListScheduler {
       } else {
         DecidePolicy(r, now_, *policy, /*force_w=*/false);
       }
+      if (cut_) return Outcome{.cut = true};
     }
     // As Simulate: the makespan from the first action, the step from the first zero-grad
     // (time 0) to the last optimizer step, which follows the rank's last action and gap.
@@ -406,6 +433,10 @@ class ListScheduler {
   double last_end_ = 0;       // the last action's end
   int remaining_ = 0;         // ranks with actions left
   bool policy_mode_ = false;  // Run (keeps the W queues), not Replay
+  std::vector<double> work_;  // [rank]: the durations of all its actions
+  int peak_bound_ = 0;        // Bounds of the run: the peak,
+  double cut_after_ = 0;      // and the time past which a rank's end rules it out
+  bool cut_ = false;          // the run is out of its Bounds
   Outcome out_;
 };
 
@@ -422,7 +453,7 @@ class ListScheduler {
 class BlockBuilder {
  public:
   BlockBuilder(const Placement& placement, const CostModel& costs)
-      : placement_(placement), costs_(costs), taken_(placement.num_ranks) {
+      : placement_(placement), costs_(costs) {
     std::vector<double> work(placement.num_ranks, 0);
     for (int s = 0; s < placement.num_stages(); ++s) {
       for (Op op : {Op::kF, Op::kI, Op::kW})
@@ -434,6 +465,7 @@ class BlockBuilder {
   std::vector<std::vector<Action>> Programs(int num_microbatches) {
     const int stages = placement_.num_stages();
     const int p = placement_.num_ranks;
+    taken_.assign(p, {});
     std::vector<std::vector<std::pair<double, Action>>> block(p);  // [rank]: (start, action)
     auto place = [&](const Action& a, double earliest) {
       const int r = placement_.RankOf(a.stage);
@@ -551,9 +583,14 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   ListScheduler lister(schedule.placement, m, costs);
   Outcome best;
   bool have_best = false;
+  // What the next candidate must beat: the best so far, within the limit.
+  auto bounds = [&] {
+    return Bounds{.step_time = have_best ? best.step_time : std::numeric_limits<double>::infinity(),
+                  .peak = limit};
+  };
   auto offer = [&](absl::StatusOr<Outcome> candidate) -> absl::Status {
     PS_RETURN_IF_ERROR(candidate.status());
-    if (candidate->peak > limit) return absl::OkStatus();
+    if (candidate->cut || candidate->peak > limit) return absl::OkStatus();
     if (!have_best || candidate->BetterThan(best)) {
       best = *std::move(candidate);
       have_best = true;
@@ -562,11 +599,11 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   };
   PS_ASSIGN_OR_RETURN(Schedule handcrafted,
                       shape.handcrafted({.num_ranks = p, .num_microbatches = m}));
-  PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs)));
+  PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs, bounds())));
   if (chunks > 1) {
     for (const CostModel* block_costs : {&unit, &costs}) {
-      PS_RETURN_IF_ERROR(
-          offer(lister.Replay(BlockBuilder(schedule.placement, *block_costs).Programs(m))));
+      PS_RETURN_IF_ERROR(offer(
+          lister.Replay(BlockBuilder(schedule.placement, *block_costs).Programs(m), bounds())));
     }
   }
   // zb-2p also tries 1F1B's peak: more forwards in flight fill more of the wait for the
@@ -588,7 +625,8 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
                                                  .steady_cap = steady_cap,
                                                  .fill = fill,
                                                  .deep_first = deep_first,
-                                                 .spare_only = spare_only})));
+                                                 .spare_only = spare_only},
+                                                bounds())));
           }
         }
       }
