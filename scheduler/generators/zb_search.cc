@@ -24,7 +24,9 @@
 // -- and its inputs have arrived); of those within the limit, the one with the shortest
 // step (zero-grads, actions, optimizer steps: Simulate's step_time, the makespan when
 // those cost nothing) wins, ties going to the shorter makespan, the smaller activation
-// peak and then the earlier candidate (the handcrafted order first).
+// peak and then the earlier candidate (the handcrafted order first). A candidate stops
+// as soon as it cannot win (Bounds): the search's cost is mostly the candidates that come
+// close.
 //
 // Without a cost model the costs are unit (F = I = W = 1). There zb-h1 already meets the
 // one-step lower bound 3M + P - 1, so zb-1p and zb-2p return zb-h1's order, and zb-v-1p
