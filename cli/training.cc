@@ -121,12 +121,11 @@ absl::StatusOr<int> SearchStepsFromFlags() {
 
 namespace {
 
-// The order of `info` searched for the costs measured in `steps` steps of its unit-cost
-// order (CreateTrainer), and the note saying so.
+// The order of `info` searched for the costs measured in `steps` steps of `trainer`, which
+// runs its unit-cost order (CreateTrainer) and is gone on return, and the note saying so.
 absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::ScheduleInfo& info,
-                                                           const stages::TrainerConfig& config,
+                                                           std::unique_ptr<stages::Trainer> trainer,
                                                            int steps, std::string* note) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer, stages::Trainer::Create(config));
   stages::StepResult last;
   for (int step = 0; step < steps; ++step) {
     PS_ASSIGN_OR_RETURN(last, trainer->Step());
@@ -171,8 +170,12 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerCo
   if (config->schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
     return stages::Trainer::Create(*config);
   }
+  // The trainer of the unit-cost order, for the measuring steps. A configuration that
+  // cannot run fails here with its own message, as it would without the search.
+  absl::StatusOr<std::unique_ptr<stages::Trainer>> measuring = stages::Trainer::Create(*config);
+  if (!measuring.ok()) return measuring.status();
   absl::StatusOr<scheduler::Schedule> searched =
-      SearchForMeasuredCosts(*info, *config, search_steps, note);
+      SearchForMeasuredCosts(*info, *std::move(measuring), search_steps, note);
   if (!searched.ok()) {
     return absl::Status(
         searched.status().code(),

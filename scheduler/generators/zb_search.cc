@@ -274,9 +274,10 @@ class ListScheduler {
     // a place for each: the limit and 1F1B's rhythm hold back only entries, and an F of a
     // later stage always has the place its entry reserved. (Without the reservation a
     // rank full of first-stage activations would wait for itself.) Or, spare_only, an
-    // entry leaves one place free for whichever return comes first: a return's place
-    // frees once the stages after it (on ranks with returns of their own, earlier
-    // micro-batches first) send its gradient back, and its W runs.
+    // entry leaves one place free for whichever return comes first. Nothing then waits
+    // for itself: entries hold at most limit - 1 places, and the earliest unfinished
+    // micro-batch always has room -- every earlier one has freed its places, so it
+    // enters an empty rank or returns to one with at most limit - 1 live.
     const int entry = stages.front();
     int reserved = 0;  // returns still to come: 0 with one stage per rank
     for (int s : stages) reserved += next_f_[entry] - next_f_[s];
@@ -529,10 +530,12 @@ class BlockBuilder {
   double Fit(int r, double earliest, double length) {
     double start = earliest;
     if (Collides(r, earliest, length)) {
-      std::vector<double> candidates;  // right after each taken pass, within a period
+      // Right after each taken pass, within a period (a pass that wraps past the period's
+      // end ends early in the next one: the shift -period).
+      std::vector<double> candidates;
       const double base = earliest - std::fmod(earliest, period_);
       for (const auto& [s, len] : taken_[r]) {
-        for (double shift : {0.0, period_, 2 * period_}) {
+        for (double shift : {-period_, 0.0, period_, 2 * period_}) {
           const double t = base + s + len + shift;
           if (t > earliest && t < earliest + period_) candidates.push_back(t);
         }

@@ -735,6 +735,14 @@ TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
   ASSERT_EQ(min.code, 0) << min.err;
   EXPECT_THAT(min.out, HasSubstr("zb-v-min: searched for the costs measured in 3 steps of its "
                                  "unit-cost order: planned makespan "));
+  // A configuration that cannot run says so as it would without the search.
+  RunResult bad = RunCli(
+      {"train", "--schedule=zb-v-half", "--stages=4", "--layers=3", "--steps=1", "--backend=host"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "pipesched: 3 blocks + head = 4 layers cannot fill 8 chunks (stages x virtual "
+            "stages): every chunk needs at least one layer; use at least 7 blocks or fewer "
+            "chunks\n");
   std::vector<std::string> args = tiny;
   args.push_back("--search-steps=1");
   r = RunCli(args);
