@@ -1,10 +1,11 @@
 // libFuzzer target: cost-model JSON -> ParseCostModelJson -> Simulate of 1f1b (P=4, M=8)
 // and interleaved-1f1b (P=2, V=2, M=4) with it, and zb-2p (P=3, M=5), zb-v-1p (P=2,
-// V=2, M=3) and zb-v-min (P=3, V=2, M=5) searched for it.
+// V=2, M=3), zb-v-min (P=3, V=2, M=5) and interleaved-zb-1p (P=2, V=2, M=4) searched for it.
 // Holds the library to: no crash; simulating a valid generated schedule succeeds under
 // any cost model the parser accepts and CheckCostsFit finds fitting (what the command
 // line checks before it simulates); and the searches succeed for any such model, with a
-// step no longer than zb-h1's (zb-v's) under it, and zb-v-min valid within its memory.
+// step no longer than zb-h1's (zb-v's, interleaved-zb's) under it, and zb-v-min valid
+// within its memory.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -85,6 +86,9 @@ void FuzzOne(std::string_view text) {
   CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
   CheckMin(*costs, {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 2});
+  // interleaved-zb's P=2, M=4 order fits interleaved-zb-1p's limit (4 chunk activations).
+  CheckSearch(*costs, "interleaved-zb-1p", "interleaved-zb",
+              {.num_ranks = 2, .num_microbatches = 4, .num_chunks = 2});
 }
 
 }  // namespace

@@ -41,6 +41,11 @@ absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params);
 // the order searched for GeneratorParams::costs like zb-1p's; never a longer simulated
 // step than zb-v's under those costs. V = 2.
 absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params);
+// interleaved-zb-1p: interleaved-zb's placement (loop, V >= 2 chunks per rank, default 2)
+// within V P chunk activations (P stages' worth, 1F1B's peak), any M, the order searched
+// for GeneratorParams::costs like zb-v-1p's; interleaved-zb's own order is a candidate
+// where it exists and fits. V >= 2.
+absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params);
 // zb-v-half and zb-v-min: zb-v's placement within V-Half's and V-Min's memory (Qi et al.
 // 2024, "Pipeline Parallelism with Controllable Memory"): at most ZbVHalfLimit(P) and
 // ZbVMinLimit(P) chunk activations on any rank (capped at 2M), the order searched for

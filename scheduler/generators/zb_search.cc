@@ -564,19 +564,26 @@ class BlockBuilder {
 // activations per rank (chunk activations when V = 2).
 struct SearchShape {
   PlacementKind kind;
-  int chunks;
-  GeneratorFn handcrafted;
+  int chunks;               // V: exactly this many, or any V >= 2 (default 2) when 0
+  GeneratorFn handcrafted;  // when `chunks` is 0 it may refuse the shape (then not a candidate)
   int limit;
 };
 
 absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const GeneratorParams& params,
                                           const SearchShape& shape) {
-  PS_ASSIGN_OR_RETURN(const int chunks,
-                      generators_internal::CheckParams(name, params, shape.chunks));
-  PS_RETURN_IF_ERROR(generators_internal::RequireChunks(
-      name, chunks, shape.chunks,
-      shape.chunks == 1 ? ", or zb-v-1p for a searched schedule with two chunks"
-                        : ", or zb-1p for a searched schedule with one chunk"));
+  PS_ASSIGN_OR_RETURN(const int chunks, generators_internal::CheckParams(
+                                            name, params, shape.chunks == 0 ? 2 : shape.chunks));
+  if (shape.chunks == 0 && chunks < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Absl(name), " needs V >= 2 chunks per rank (got V=", chunks,
+        "); use --virtual=2 or more, or zb-1p for a searched schedule with one chunk"));
+  }
+  if (shape.chunks > 0) {
+    PS_RETURN_IF_ERROR(generators_internal::RequireChunks(
+        name, chunks, shape.chunks,
+        shape.chunks == 1 ? ", or zb-v-1p for a searched schedule with two chunks"
+                          : ", or zb-1p for a searched schedule with one chunk"));
+  }
   const int p = params.num_ranks;
   const int m = params.num_microbatches;
   const CostModel unit;
@@ -602,9 +609,13 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     }
     return absl::OkStatus();
   };
-  PS_ASSIGN_OR_RETURN(Schedule handcrafted,
-                      shape.handcrafted({.num_ranks = p, .num_microbatches = m}));
-  PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted.programs, bounds())));
+  absl::StatusOr<Schedule> handcrafted =
+      shape.handcrafted({.num_ranks = p, .num_microbatches = m, .num_chunks = chunks});
+  if (handcrafted.ok()) {
+    PS_RETURN_IF_ERROR(offer(lister.Replay(handcrafted->programs, bounds())));
+  } else if (shape.chunks != 0) {
+    return handcrafted.status();
+  }
   if (chunks > 1) {
     for (const CostModel* block_costs : {&unit, &costs}) {
       PS_RETURN_IF_ERROR(offer(
@@ -616,11 +627,13 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   // limits are that peak already.)
   std::vector<int> limits = {limit};
   if (const int base = std::min(chunks * p, chunks * m); base < limit) limits.push_back(base);
-  // The knobs that only two stages per rank have: their first value is the one-stage case.
+  // The knobs that only several stages per rank have: their first value is the one-stage
+  // case. (One spare place is enough for two stages per rank, not for more: a micro-batch
+  // would hold it and need another for its next return.)
   const std::vector<bool> deep_firsts =
       chunks > 1 ? std::vector<bool>{true, false} : std::vector<bool>{true};
   const std::vector<bool> spare_onlys =
-      chunks > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+      chunks == 2 ? std::vector<bool>{false, true} : std::vector<bool>{false};
   for (int l : limits) {
     for (bool steady_cap : {false, true}) {
       for (double fill : {0.0, 0.5, 1.0}) {
@@ -661,6 +674,15 @@ absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params) {
   // 2P chunk activations: zb-v's peak, P stages' worth, as 1F1B's rank 0.
   return SearchZeroBubble("zb-v-1p", params,
                           {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks});
+}
+
+absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params) {
+  // V P chunk activations: P stages' worth, as 1F1B's rank 0. interleaved-zb, the first
+  // candidate, needs M in whole rounds and then holds more where M is not a multiple of P.
+  const int chunks = params.num_chunks == 0 ? 2 : params.num_chunks;
+  return SearchZeroBubble(
+      "interleaved-zb-1p", params,
+      {PlacementKind::kLoop, 0, &GenerateInterleavedZb, chunks * params.num_ranks});
 }
 
 absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params) {

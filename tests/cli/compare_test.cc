@@ -48,13 +48,14 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   ASSERT_EQ(r.code, 0) << r.err;
   // Unit costs per stage: the zero-bubble pair idles (P-1)(F+I-W)/V, ZB-H1 V times that
   // (the searched zb-1p and zb-2p find nothing shorter: zb-h1's order, after it in the
-  // registry's order; zb-v-1p likewise keeps zb-v's), interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b
+  // registry's order; zb-v-1p and interleaved-zb-1p likewise keep zb-v's and interleaved-zb's),
+  // interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b
   // tie, 1f1b first for its memory. zb-v-half and zb-v-min trade time for memory: 3 and 2
   // stages' activations against 1F1B's 4, both still shorter than 1F1B.
   EXPECT_THAT(Ranking(r.out),
-              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-v-1p", "zb-h1", "zb-1p", "zb-2p",
-                                     "zb-v-half", "interleaved-1f1b", "looped-bfs", "zb-v-min",
-                                     "1f1b", "gpipe"));
+              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-v-1p", "interleaved-zb-1p",
+                                     "zb-h1", "zb-1p", "zb-2p", "zb-v-half", "interleaved-1f1b",
+                                     "looped-bfs", "zb-v-min", "1f1b", "gpipe"));
   EXPECT_THAT(r.out, HasSubstr("zb-v-half          2          28          28    1.098   14.29%   "
                                "     -        3.0\n"));
   EXPECT_THAT(r.out, HasSubstr("zb-v-min           2        29.5        29.5    1.157   18.64%   "
@@ -66,7 +67,8 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   EXPECT_THAT(r.out, HasSubstr("gpipe              1          33          33    1.294   27.27%   "
                                "27.27%        8.0\n"));
   EXPECT_THAT(r.out,
-              HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2), zb-v-1p (V=2)\n"));
+              HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2), zb-v-1p (V=2), "
+                        "interleaved-zb-1p (V=2)\n"));
 }
 
 TEST(CompareTest, EqualStepsTieAndRankByMemory) {

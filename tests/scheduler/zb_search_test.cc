@@ -312,6 +312,62 @@ TEST(ZbSearchTest, VHalfAndVMinKeepTheirMemoryAndBeat1F1B) {
                HasSubstr("zb-v-min runs exactly 2 chunks per rank (got V=3)")));
 }
 
+// interleaved-zb-1p: interleaved-zb's loop placement (V >= 2) within V P chunk
+// activations, any M. It is never slower than interleaved-zb where that order exists and
+// fits the limit, and with unit costs it is as fast; where M is not a multiple of P
+// interleaved-zb holds more (P=4, M=6, V=2: 10 chunk activations) and the search stays
+// within 8.
+TEST(ZbSearchTest, InterleavedSearchKeepsItsMemoryAndNeverLosesToInterleavedZb) {
+  std::mt19937 rng(13);
+  int gains = 0, compared = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 6);
+    const int v = 2 + static_cast<int>(rng() % 2);
+    const int m = 1 + static_cast<int>(rng() % 16);
+    CostModel costs;
+    if (trial % 4 != 0) {
+      costs = RandomStages(rng, v * p, /*phases=*/trial % 4 == 3);
+      costs.comm_uniform = (rng() % 3) * 0.25;
+    }
+    SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " V=", v, " M=", m));
+    PS_ASSERT_OK_AND_ASSIGN(
+        Schedule schedule,
+        GenerateSchedule(
+            "interleaved-zb-1p",
+            {.num_ranks = p, .num_microbatches = m, .num_chunks = v, .costs = &costs}));
+    PS_ASSERT_OK(Validate(schedule));
+    EXPECT_EQ(schedule.num_chunks(), v);
+    EXPECT_EQ(schedule.placement.kind, PlacementKind::kLoop);
+    PS_ASSERT_OK_AND_ASSIGN(SimResult searched, Simulate(schedule, costs));
+    EXPECT_LE(PeakLive(searched), std::min(v * p, v * m));
+    absl::StatusOr<Schedule> izb = GenerateSchedule(
+        "interleaved-zb", {.num_ranks = p, .num_microbatches = m, .num_chunks = v});
+    if (!izb.ok()) continue;  // M not in whole rounds: only the search runs it
+    PS_ASSERT_OK_AND_ASSIGN(SimResult handcrafted, Simulate(*izb, costs));
+    if (PeakLive(handcrafted) > v * p) continue;
+    ++compared;
+    EXPECT_LE(searched.step_time, handcrafted.step_time);
+    if (trial % 4 == 0) {  // unit costs
+      EXPECT_DOUBLE_EQ(searched.makespan, handcrafted.makespan);
+    }
+    gains += searched.step_time < handcrafted.step_time;
+  }
+  EXPECT_GT(compared, 20);
+  EXPECT_GT(gains, 0);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult six, Search("interleaved-zb-1p", 4, 6, CostModel{}));
+  EXPECT_EQ(PeakLive(six), 8);
+  PS_ASSERT_OK_AND_ASSIGN(Schedule izb_six, GenerateSchedule("interleaved-zb", {4, 6, 2}));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult izb_six_sim, Simulate(izb_six, CostModel{}));
+  EXPECT_EQ(PeakLive(izb_six_sim), 10);
+  EXPECT_DOUBLE_EQ(six.makespan, izb_six_sim.makespan);
+  EXPECT_THAT(GenerateSchedule("interleaved-zb-1p",
+                               {.num_ranks = 4, .num_microbatches = 8, .num_chunks = 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("interleaved-zb-1p needs V >= 2 chunks per rank (got V=1); use "
+                                 "--virtual=2 or more, or zb-1p for a searched schedule with one "
+                                 "chunk")));
+}
+
 TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {
   CostModel negative = Uniform(1, 1, 1, 0);
   negative.stages = {{}, {.f = -1}};
