@@ -93,7 +93,8 @@ struct Row {
   bool peak_per_device = false;
   scheduler::CostModel costs;  // what the simulator was fed
   double loss = 0;
-  // The searched schedules (zb-1p, zb-2p, zb-v-*): how their order was searched (CreateTrainer's note), else empty.
+  // The searched schedules (ScheduleInfo::uses_costs): how their order was searched
+  // (CreateTrainer's note), else empty.
   std::string search_note;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;

@@ -163,7 +163,8 @@ ABSL_FLAG(std::string, partition, "",
           "blocks per chunk, e.g. 3,3,3 (the head counts); empty = balanced by FLOPs");
 ABSL_FLAG(int32_t, steps, 10, "training steps");
 ABSL_FLAG(int32_t, search_steps, 3,
-          "zb-1p, zb-2p, zb-v-1p, zb-v-half, zb-v-min: steps of their unit-cost order whose "
+          "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
+          "zb-v-min): steps of their unit-cost order whose "
           "measured costs they are searched for before the run; 0 = keep the unit-cost order");
 ABSL_FLAG(double, lr, 0.05, "learning rate");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd|adamw");

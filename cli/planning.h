@@ -25,7 +25,7 @@ inline constexpr int kMaxMicrobatches = 1 << 20;
 // flag and the accepted range.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
 
-// A schedule searched for its costs (ScheduleInfo::uses_costs: zb-1p, zb-2p, zb-v-*) generated
+// A schedule searched for its costs (ScheduleInfo::uses_costs) generated
 // again for `costs`, when `file` came from --schedule rather than --from; any other
 // schedule is left as it is. ScheduleFromFlags makes the unit-cost one, whose shape the
 // cost checks need first.

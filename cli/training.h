@@ -44,9 +44,9 @@ scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::
 absl::StatusOr<int> SearchStepsFromFlags();
 
 // The trainer for `*config`. For a schedule searched for its costs (zb-1p, zb-2p, zb-v-1p,
-// zb-v-half, zb-v-min) named by `config->schedule`, it first trains `search_steps` steps of
-// its unit-cost order (zb-h1's for zb-1p and zb-2p) on a trainer of its own and runs the
-// order searched for the costs measured there -- the median action times with the last
+// interleaved-zb-1p, zb-v-half, zb-v-min) named by `config->schedule`, it first trains
+// `search_steps` steps of its unit-cost order (zb-h1's for zb-1p and zb-2p) on a trainer of its own
+// and runs the order searched for the costs measured there -- the median action times with the last
 // step's hand-off latencies and stream gap, as `train --save-costs` writes them -- and
 // leaves that order in `config->schedule_override`, so that a trainer made from `*config`
 // later (bench's step with exact memory accounting) runs the same order. When the searched

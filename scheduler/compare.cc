@@ -111,7 +111,7 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     row.schedule = name;
     GeneratorParams params{
         .num_ranks = num_ranks, .num_microbatches = num_microbatches, .num_chunks = num_chunks};
-    // A schedule searched for its costs (zb-1p, zb-2p, zb-v-*) is searched for the ones it is
+    // A schedule searched for its costs (ScheduleInfo::uses_costs) is searched for the ones it is
     // ranked by; a refinement that fails fails again below, and is reported there.
     absl::StatusOr<CostModel> search_costs;
     if (const ScheduleInfo* info = FindSchedule(name); info != nullptr && info->uses_costs) {

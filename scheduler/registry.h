@@ -16,7 +16,8 @@ struct GeneratorParams {
   int num_ranks = 1;         // P
   int num_microbatches = 1;  // M
   int num_chunks = 0;        // V; 0 = the schedule's default
-  // The costs a cost-aware schedule (ScheduleInfo::uses_costs: zb-1p, zb-2p and the zb-v-* ones) is
+  // The costs a cost-aware schedule (ScheduleInfo::uses_costs: zb-1p, zb-2p, zb-v-1p,
+  // interleaved-zb-1p, zb-v-half, zb-v-min) is
   // searched for, per virtual stage as Simulate takes them; nullptr = unit costs. The
   // others ignore it. Not owned; read only during the call.
   const CostModel* costs = nullptr;
