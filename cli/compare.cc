@@ -40,6 +40,7 @@ struct Request {
   std::vector<std::string> schedules;
   int p = 0, m = 0, v = 0;
   std::optional<std::int64_t> capacity;  // --device-memory
+  double max_activations = 0;            // --max-activations, for the searched schedules
 };
 
 absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t lo,
@@ -51,6 +52,7 @@ absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t 
 
 absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
   Request r;
+  PS_ASSIGN_OR_RETURN(r.max_activations, MaxActivationsFromFlags());
   if (FlagGiven(ctx, "schedules") && absl::GetFlag(FLAGS_schedules) != "all") {
     std::set<std::string> seen;
     for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
@@ -252,7 +254,8 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   std::vector<scheduler::ComparedSchedule> compared = scheduler::CompareSchedules(
       r.schedules, r.p, r.m, r.v, costs,
-      /*keep_timelines=*/!absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty());
+      /*keep_timelines=*/!absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty(),
+      r.max_activations);
   std::vector<Row> rows;
   for (const scheduler::ComparedSchedule& c : compared) {
     if (c.status.ok()) rows.push_back(MakeRow(c));
@@ -296,6 +299,11 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   out << "peak act: the busiest rank's live activations in whole stages (chunk activations / "
          "V)\n";
+  if (r.max_activations > 0) {
+    out << absl::StrFormat(
+        "the searched schedules keep at most %g stages' worth per rank (--max-activations)\n",
+        r.max_activations);
+  }
   out << absl::StrFormat("fastest: %s (V=%d)", rows.front().c->schedule,
                          rows.front().c->num_chunks);
   for (std::size_t i = 1; i < rows.size() && rows[i].rank_key == rows.front().rank_key; ++i) {

@@ -162,6 +162,10 @@ ABSL_FLAG(int32_t, classes, 10, "output classes");
 ABSL_FLAG(std::string, partition, "",
           "blocks per chunk, e.g. 3,3,3 (the head counts); empty = balanced by FLOPs");
 ABSL_FLAG(int32_t, steps, 10, "training steps");
+ABSL_FLAG(double, max_activations, 0,
+          "the searched schedules: keep at most this many stages' worth of activations per "
+          "rank (chunk activations / V, as compare's peak act) instead of the schedule's own "
+          "limit; 0 = its own");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

@@ -54,6 +54,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
             absl::StrCat("--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
       }
     }
+    PS_RETURN_IF_ERROR(CheckMaxActivationsApplies("", /*from_file=*/true));
     return scheduler::LoadScheduleFile(from);
   }
   int p = absl::GetFlag(FLAGS_stages);
@@ -74,10 +75,36 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
                      " actions; the planner handles up to ", kMaxActions, " (P x V x M up to ",
                      kMaxActions / 3, "): lower --microbatches or --stages"));
   }
-  PS_ASSIGN_OR_RETURN(
-      scheduler::Schedule schedule,
-      scheduler::GenerateSchedule(name, {.num_ranks = p, .num_microbatches = m, .num_chunks = v}));
+  PS_ASSIGN_OR_RETURN(const double max_activations, MaxActivationsFromFlags());
+  PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(name, /*from_file=*/false));
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
+                      scheduler::GenerateSchedule(name, {.num_ranks = p,
+                                                         .num_microbatches = m,
+                                                         .num_chunks = v,
+                                                         .max_activations = max_activations}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
+}
+
+absl::StatusOr<double> MaxActivationsFromFlags() {
+  const double limit = absl::GetFlag(FLAGS_max_activations);
+  if (limit == 0 || (limit >= 1 && limit <= 65536)) return limit;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--max-activations=", limit,
+      " is out of range: use 0 (each searched schedule's own limit) or 1 to 65536 stages' "
+      "worth of activations per rank"));
+}
+
+absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file) {
+  if (absl::GetFlag(FLAGS_max_activations) == 0) return absl::OkStatus();
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule);
+  if (from_file || info == nullptr || !info->uses_costs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-activations applies to the searched schedules (zb-1p, zb-2p, zb-v-1p, "
+                     "interleaved-zb-1p, zb-v-half, zb-v-min), not to ",
+                     from_file ? std::string("a schedule file") : std::string(schedule),
+                     ", whose order fixes its memory; drop the flag or name a searched schedule"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs) {
@@ -88,7 +115,8 @@ absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::Cost
                       info->generate({.num_ranks = file.schedule.num_ranks(),
                                       .num_microbatches = file.schedule.num_microbatches,
                                       .num_chunks = file.schedule.num_chunks(),
-                                      .costs = &costs}));
+                                      .costs = &costs,
+                                      .max_activations = absl::GetFlag(FLAGS_max_activations)}));
   return absl::OkStatus();
 }
 

@@ -25,6 +25,13 @@ inline constexpr int kMaxMicrobatches = 1 << 20;
 // flag and the accepted range.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
 
+// --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
+absl::StatusOr<double> MaxActivationsFromFlags();
+// InvalidArgument when --max-activations is given for `schedule` (one schedule a command
+// runs as it is) and `schedule` is not searched (its order fixes its memory) or comes
+// from a file (`from_file`).
+absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file);
+
 // A schedule searched for its costs (ScheduleInfo::uses_costs) generated
 // again for `costs`, when `file` came from --schedule rather than --from; any other
 // schedule is left as it is. ScheduleFromFlags makes the unit-cost one, whose shape the

@@ -13,6 +13,7 @@
 #include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/flags.h"
+#include "cli/planning.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "stages/bubble_analysis.h"
@@ -97,6 +98,7 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
     }
     config.device_memory_bytes = *bytes;
   }
+  PS_ASSIGN_OR_RETURN(config.max_activations, MaxActivationsFromFlags());
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);
   return config;
@@ -136,7 +138,8 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   const scheduler::CostModel costs = HandoffCosts(*trainer, idle);
   scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
                                    .num_microbatches = run.num_microbatches,
-                                   .num_chunks = run.num_chunks()};
+                                   .num_chunks = run.num_chunks(),
+                                   .max_activations = trainer->config().max_activations};
   PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
   // Named when it is a handcrafted order (zb-h1's, zb-v's where that fits and the
   // search finds nothing shorter for unit costs).

@@ -104,13 +104,16 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
 
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
-                                               const CostModel& per_stage, bool keep_timelines) {
+                                               const CostModel& per_stage, bool keep_timelines,
+                                               double max_activations) {
   std::vector<ComparedSchedule> out;
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
     row.schedule = name;
-    GeneratorParams params{
-        .num_ranks = num_ranks, .num_microbatches = num_microbatches, .num_chunks = num_chunks};
+    GeneratorParams params{.num_ranks = num_ranks,
+                           .num_microbatches = num_microbatches,
+                           .num_chunks = num_chunks,
+                           .max_activations = max_activations};
     // A schedule searched for its costs (ScheduleInfo::uses_costs) is searched for the ones it is
     // ranked by; a refinement that fails fails again below, and is reported there.
     absl::StatusOr<CostModel> search_costs;

@@ -49,10 +49,12 @@ struct ComparedSchedule {
 // or that fails to simulate has its reason in `status`. Names are looked up in the
 // registry (unknown ones get NotFound listing the known schedules). Timelines take tens
 // of bytes per action, for every schedule at once: they are kept only with
-// `keep_timelines` (to draw them), and cleared otherwise.
+// `keep_timelines` (to draw them), and cleared otherwise. `max_activations` goes to the
+// searched schedules as GeneratorParams::max_activations (0: their own limits).
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
                                                const CostModel& per_stage,
-                                               bool keep_timelines = false);
+                                               bool keep_timelines = false,
+                                               double max_activations = 0);
 
 }  // namespace pipesched::scheduler

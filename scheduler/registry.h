@@ -21,6 +21,11 @@ struct GeneratorParams {
   // searched for, per virtual stage as Simulate takes them; nullptr = unit costs. The
   // others ignore it. Not owned; read only during the call.
   const CostModel* costs = nullptr;
+  // A cost-aware schedule's memory limit instead of its own: at most this many stages'
+  // worth of live activations per rank (chunk activations / V, as compare's "peak act"),
+  // at least 1; 0 = the schedule's own (zb-1p: P, zb-v-half: (P+2)/2, ...). The others
+  // ignore it: their order fixes their memory.
+  double max_activations = 0;
 };
 
 using GeneratorFn = absl::StatusOr<Schedule> (*)(const GeneratorParams&);

@@ -126,10 +126,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   if (config.schedule_override) {
     schedule = *config.schedule_override;
   } else {
-    PS_ASSIGN_OR_RETURN(schedule, scheduler::GenerateSchedule(
-                                      config.schedule, {.num_ranks = config.stages,
-                                                        .num_microbatches = config.microbatches,
-                                                        .num_chunks = config.virtual_stages}));
+    PS_ASSIGN_OR_RETURN(
+        schedule,
+        scheduler::GenerateSchedule(config.schedule, {.num_ranks = config.stages,
+                                                      .num_microbatches = config.microbatches,
+                                                      .num_chunks = config.virtual_stages,
+                                                      .max_activations = config.max_activations}));
   }
   const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
   t->config_.stages = P;

@@ -39,6 +39,9 @@ struct TrainerConfig {
   std::optional<scheduler::Schedule> schedule_override;
   int stages = 1;              // P
   int virtual_stages = 0;      // V; 0 = the schedule's default
+  // A searched schedule's memory limit instead of its own (GeneratorParams::
+  // max_activations); 0 = its own. Other schedules ignore it.
+  double max_activations = 0;
   int replicas = 1;            // D
   int microbatches = 1;        // M
   int microbatch_size = 4;     // B samples per micro-batch

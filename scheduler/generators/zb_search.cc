@@ -589,7 +589,20 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   const CostModel unit;
   const CostModel& costs = params.costs != nullptr ? *params.costs : unit;
   PS_RETURN_IF_ERROR(CheckSearchCosts(costs));
-  const int limit = std::min(shape.limit, chunks * m);
+  int own_limit = shape.limit;
+  if (params.max_activations != 0) {
+    // At least one stage's worth: a micro-batch keeps one activation on each chunk of a
+    // rank it passes, and an entry reserves them all.
+    constexpr int kMaxLimit = 1 << 16;  // stages' worth, as many as the generators' ranks
+    if (!(params.max_activations >= 1 && params.max_activations <= kMaxLimit)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s cannot keep %g stages' worth of activations per rank: a micro-batch holds one "
+          "on each of a rank's chunks; give a limit from 1 to %d, or 0 for %s's own",
+          Absl(name), params.max_activations, kMaxLimit, Absl(name)));
+    }
+    own_limit = static_cast<int>(std::floor(params.max_activations * chunks + 1e-9));
+  }
+  const int limit = std::min(own_limit, chunks * m);
 
   Schedule schedule = generators_internal::EmptySchedule(name, shape.kind, p, chunks, m);
   ListScheduler lister(schedule.placement, m, costs);

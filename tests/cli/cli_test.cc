@@ -373,6 +373,39 @@ TEST(CliTest, SearchedSchedulesUseTheFlagsCosts) {
   EXPECT_EQ(makespan("", {"--from=" + csv, "--cost-comm=0.5"}), "makespan 28.5");
 }
 
+// --max-activations holds the searched schedules to a memory of the user's choice, in
+// stages' worth per rank; it is refused where it cannot apply.
+TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
+  RunResult r = RunCli({"simulate", "--schedule=zb-v-1p", "--stages=4", "--microbatches=16",
+                        "--max-activations=3", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 104 "));  // zb-v-half's (52 at equal work)
+  r = RunCli({"compare", "--stages=4", "--microbatches=16", "--schedules=zb-v-1p,zb-v",
+              "--max-activations=3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zb-v-1p            2          52          52"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v               2        49.5        49.5"));
+  EXPECT_THAT(r.out, HasSubstr("the searched schedules keep at most 3 stages' worth per rank "
+                               "(--max-activations)\n"));
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8",
+              "--max-activations=2", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --max-activations applies to the searched schedules (zb-1p, zb-2p, "
+            "zb-v-1p, interleaved-zb-1p, zb-v-half, zb-v-min), not to 1f1b, whose order fixes its "
+            "memory; drop the flag or name a searched schedule\n");
+  r = RunCli({"simulate", "--schedule=zb-2p", "--stages=4", "--microbatches=8",
+              "--max-activations=0.5", "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --max-activations=0.5 is out of range: use 0 (each searched schedule's "
+            "own limit) or 1 to 65536 stages' worth of activations per rank\n");
+  r = RunCli({"train", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--max-activations=2",
+              "--steps=1", "--backend=host"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order fixes its memory"));
+}
+
 // GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of
 // 1.5 after make a step of 11; the bubble is the schedule's, closed form included.
 TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {

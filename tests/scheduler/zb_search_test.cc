@@ -368,6 +368,47 @@ TEST(ZbSearchTest, InterleavedSearchKeepsItsMemoryAndNeverLosesToInterleavedZb) 
                                  "chunk")));
 }
 
+// GeneratorParams::max_activations replaces a searched schedule's own limit, in stages'
+// worth (chunk activations / V): zb-v-1p held to 3 stages at P=4 is zb-v-half's search.
+TEST(ZbSearchTest, MaxActivationsReplacesTheOwnLimit) {
+  PS_ASSERT_OK_AND_ASSIGN(Schedule half, GenerateSchedule("zb-v-half", {4, 16, 2}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      Schedule held,
+      GenerateSchedule("zb-v-1p", {.num_ranks = 4, .num_microbatches = 16, .max_activations = 3}));
+  EXPECT_EQ(held.programs, half.programs);
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int p = 2 + static_cast<int>(rng() % 5);
+    const int m = 1 + static_cast<int>(rng() % 16);
+    const double stages_worth = 1 + (rng() % 8) * 0.25;
+    CostModel costs = RandomStages(rng, 2 * p, /*phases=*/false);
+    SCOPED_TRACE(absl::StrCat("P=", p, " M=", m, " limit ", stages_worth));
+    for (const char* name : {"zb-v-1p", "zb-v-min", "zb-2p"}) {
+      const int v = name[3] == 'v' ? 2 : 1;
+      PS_ASSERT_OK_AND_ASSIGN(Schedule schedule,
+                              GenerateSchedule(name, {.num_ranks = p,
+                                                      .num_microbatches = m,
+                                                      .costs = &costs,
+                                                      .max_activations = stages_worth}));
+      PS_ASSERT_OK(Validate(schedule));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(schedule, costs));
+      EXPECT_LE(PeakLive(sim), static_cast<int>(std::floor(stages_worth * v))) << name;
+    }
+  }
+  EXPECT_THAT(
+      GenerateSchedule("zb-v-min", {.num_ranks = 4, .num_microbatches = 8, .max_activations = 0.5}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("zb-v-min cannot keep 0.5 stages' worth of activations per rank: a "
+                         "micro-batch holds one on each of a rank's chunks; give a limit from 1 "
+                         "to 65536, or 0 for zb-v-min's own")));
+  // The others ignore it: their order fixes their memory.
+  PS_ASSERT_OK_AND_ASSIGN(Schedule zbv, GenerateSchedule("zb-v", {4, 8, 2}));
+  PS_ASSERT_OK_AND_ASSIGN(
+      Schedule zbv_held,
+      GenerateSchedule("zb-v", {.num_ranks = 4, .num_microbatches = 8, .max_activations = 1}));
+  EXPECT_EQ(zbv_held.programs, zbv.programs);
+}
+
 TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {
   CostModel negative = Uniform(1, 1, 1, 0);
   negative.stages = {{}, {.f = -1}};
