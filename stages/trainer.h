@@ -39,15 +39,15 @@ struct TrainerConfig {
   std::optional<scheduler::Schedule> schedule_override;
   int stages = 1;              // P
   int virtual_stages = 0;      // V; 0 = the schedule's default
-  // A searched schedule's memory limit instead of its own (GeneratorParams::
-  // max_activations); 0 = its own. Other schedules ignore it.
-  double max_activations = 0;
   int replicas = 1;            // D
   int microbatches = 1;        // M
   int microbatch_size = 4;     // B samples per micro-batch
   model::MlpConfig model;      // num_layers (L), d_hidden (H), d_in, num_classes
   std::vector<int> partition;  // layers per chunk (the head is the last layer); empty = balanced
   model::OptimizerConfig optimizer;
+  // A searched schedule's memory limit instead of its own (GeneratorParams::
+  // max_activations); 0 = its own. Other schedules ignore it.
+  double max_activations = 0;
   std::string backend = "auto";  // "auto", "host", "cuda"
   // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
   int num_devices = 0;
