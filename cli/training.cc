@@ -141,10 +141,10 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
                                    .num_chunks = run.num_chunks(),
                                    .max_activations = trainer->config().max_activations};
   PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
-  // Named when it is a handcrafted order (zb-h1's, zb-v's where that fits and the
-  // search finds nothing shorter for unit costs).
+  // Named when it is a handcrafted order (zb-h1's, zb-v's, interleaved-zb's where that
+  // fits and the search finds nothing shorter for unit costs).
   std::string unit_name;
-  for (const char* handcrafted : {"zb-h1", "zb-v"}) {
+  for (const char* handcrafted : {"zb-h1", "zb-v", "interleaved-zb"}) {
     absl::StatusOr<scheduler::Schedule> order = scheduler::GenerateSchedule(handcrafted, shape);
     if (order.ok() && order->placement.kind == unit.placement.kind &&
         order->programs == unit.programs) {

@@ -768,6 +768,13 @@ TEST(CliTrainTest, SearchedSchedulesAreSearchedForMeasuredCosts) {
   ASSERT_EQ(min.code, 0) << min.err;
   EXPECT_THAT(min.out, HasSubstr("zb-v-min: searched for the costs measured in 3 steps of its "
                                  "unit-cost order: planned makespan "));
+  // interleaved-zb-1p's unit-cost order at P=2, M=4 is interleaved-zb's.
+  RunResult loop = RunCli({"train", "--schedule=interleaved-zb-1p", "--stages=2",
+                           "--microbatches=4", "--microbatch-size=4", "--layers=5", "--hidden=16",
+                           "--inputs=8", "--classes=4", "--steps=1", "--backend=host"});
+  ASSERT_EQ(loop.code, 0) << loop.err;
+  EXPECT_THAT(loop.out, HasSubstr("interleaved-zb-1p: searched for the costs measured in 3 steps "
+                                  "of its unit-cost order (interleaved-zb's): planned makespan "));
   // A configuration that cannot run says so as it would without the search.
   RunResult bad = RunCli(
       {"train", "--schedule=zb-v-half", "--stages=4", "--layers=3", "--steps=1", "--backend=host"});
