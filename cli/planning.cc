@@ -2,10 +2,13 @@
 
 #include <iomanip>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
@@ -99,11 +102,14 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule);
   if (!from_file && info == nullptr) return absl::OkStatus();  // the generator names it
   if (from_file || !info->uses_costs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-activations applies to the searched schedules (zb-1p, zb-2p, zb-v-1p, "
-                     "interleaved-zb-1p, zb-v-half, zb-v-min), not to ",
-                     from_file ? std::string("a schedule file") : std::string(schedule),
-                     ", whose order fixes its memory; drop the flag or name a searched schedule"));
+    std::vector<std::string> searched;
+    for (const scheduler::ScheduleInfo& known : scheduler::AllSchedules()) {
+      if (known.uses_costs) searched.emplace_back(known.name);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-activations applies to the searched schedules (", absl::StrJoin(searched, ", "),
+        "), not to ", from_file ? std::string("a schedule file") : std::string(schedule),
+        ", whose order fixes its memory; drop the flag or name a searched schedule"));
   }
   return absl::OkStatus();
 }

@@ -121,6 +121,15 @@ absl::Status CheckSearchCosts(const CostModel& costs) {
   return absl::OkStatus();
 }
 
+// The time `consumer`'s input takes across `boundary`: nothing when the two stages share
+// a rank, as in Simulate.
+double TransferAcross(const CostModel& costs, const Placement& placement, const Action& consumer,
+                      int boundary) {
+  return placement.RankOf(boundary) == placement.RankOf(boundary + 1)
+             ? 0
+             : costs.TransferInto(consumer, boundary);
+}
+
 // Lists one schedule's actions in simulated time, either by a Policy or by replaying
 // fixed programs. Both time each action as scheduler::Simulate does. Stages sit on ranks
 // by the placement (one per rank, or zb-v's two in a V); a transfer costs only between
@@ -128,7 +137,11 @@ absl::Status CheckSearchCosts(const CostModel& costs) {
 class ListScheduler {
  public:
   ListScheduler(const Placement& placement, int num_microbatches, const CostModel& costs)
-      : p_(placement.num_ranks), s_(placement.num_stages()), m_(num_microbatches), costs_(costs) {
+      : p_(placement.num_ranks),
+        s_(placement.num_stages()),
+        m_(num_microbatches),
+        costs_(costs),
+        placement_(placement) {
     rank_of_.resize(s_);
     stages_of_.resize(p_);
     for (int s = 0; s < s_; ++s) {
@@ -168,8 +181,7 @@ class ListScheduler {
   }
   // The transfer into `consumer` across `boundary`, when producer and consumer differ in rank.
   double Transfer(const Action& consumer, int boundary) const {
-    return rank_of_[boundary] == rank_of_[boundary + 1] ? 0
-                                                        : costs_.TransferInto(consumer, boundary);
+    return TransferAcross(costs_, placement_, consumer, boundary);
   }
   // When F(s, mb)'s input has arrived; kUnknown while its producer is not issued.
   double FReady(int s, int mb) const {
@@ -425,6 +437,7 @@ class ListScheduler {
   const int s_;                          // stages
   const int m_;                          // micro-batches
   const CostModel& costs_;
+  const Placement placement_;
   std::vector<int> rank_of_;                 // [stage]
   std::vector<std::vector<int>> stages_of_;  // [rank], in stage order
   std::vector<double> f_end_, i_end_;        // [stage x M + mb]
@@ -508,9 +521,7 @@ class BlockBuilder {
 
  private:
   double Transfer(const Action& consumer, int boundary) const {
-    return placement_.RankOf(boundary) == placement_.RankOf(boundary + 1)
-               ? 0
-               : costs_.TransferInto(consumer, boundary);
+    return TransferAcross(costs_, placement_, consumer, boundary);
   }
   // Whether [start, start + length) overlaps a pass taken on rank r, modulo the period.
   bool Collides(int r, double start, double length) const {
