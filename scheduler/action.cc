@@ -97,6 +97,12 @@ absl::StatusOr<Action> ParseAction(std::string_view text) {
       break;
     }
   }
+  if (!known && (op_text == "UNSHARD" || op_text == "RESHARD")) {
+    return BadToken(token, absl::StrCat(Absl(op_text),
+                                        " is an FSDP action (parameter all-gather and release), "
+                                        "which pipesched does not model: drop the UNSHARD and "
+                                        "RESHARD cells, or write PyTorch's compute-only CSV"));
+  }
   if (!known) return BadToken(token, absl::StrCat("unknown op ", QuoteForMessage(op_text)));
   if (mb_digits.empty()) {
     return BadToken(token, absl::StrCat("op ", Absl(op_text), " needs a micro-batch number"));

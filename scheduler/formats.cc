@@ -79,6 +79,61 @@ std::string Where(const Located& a) {
                       ", rank ", a.line - 1, ")");
 }
 
+// One CSV cell's actions, starting at 1-based `column`: a single action ("2F0"), or
+// PyTorch's overlapped pair "(0F3;5B1)OVERLAP_F_B" (ScheduleDualPipeV writes a forward and
+// a full backward that it issues together), read as its sub-actions in order. The error
+// names the sub-action's own column.
+absl::Status ParseCell(std::string_view cell, int line, int column, std::vector<Located>* row) {
+  auto located_error = [&](int at, const auto& message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line, ", column ", at, ": ", std::string(message)));
+  };
+  std::size_t end = cell.size();
+  while (end > 0 && IsBlank(cell[end - 1])) --end;
+  cell = cell.substr(0, end);
+  if (cell.empty() || cell.front() != '(') {
+    absl::StatusOr<Action> action = ParseAction(cell);
+    if (!action.ok()) return located_error(column, action.status().message());
+    row->push_back({*action, line, column});
+    return absl::OkStatus();
+  }
+  constexpr std::string_view kOverlap = "OVERLAP_F_B";
+  const std::size_t close = cell.find(')');
+  if (close == std::string_view::npos || cell.substr(close + 1) != kOverlap) {
+    return located_error(
+        column, absl::StrCat("bad action ", QuoteForMessage(cell),
+                             ": a cell that starts with '(' must be PyTorch's overlapped pair "
+                             "such as \"(0F3;5B1)OVERLAP_F_B\""));
+  }
+  const std::string_view inner = cell.substr(1, close - 1);
+  const std::size_t first = row->size();
+  for (std::size_t begin = 0; begin <= inner.size();) {
+    std::size_t stop = inner.find(';', begin);
+    if (stop == std::string_view::npos) stop = inner.size();
+    const std::string_view token = inner.substr(begin, stop - begin);
+    std::size_t lead = 0;
+    while (lead < token.size() && IsBlank(token[lead])) ++lead;
+    const int at = column + 1 + static_cast<int>(begin + lead);
+    absl::StatusOr<Action> action = ParseAction(token);
+    if (!action.ok()) return located_error(at, action.status().message());
+    if (!IsCompute(action->op)) {
+      return located_error(at,
+                           absl::StrCat("\"", ToString(*action), "\" in ", QuoteForMessage(cell),
+                                        ": an overlapped pair holds compute actions (F, B, "
+                                        "I, W) only"));
+    }
+    row->push_back({*action, line, at});
+    begin = stop + 1;
+  }
+  if (row->size() - first < 2) {
+    return located_error(column, absl::StrCat(QuoteForMessage(cell),
+                                              " overlaps fewer than two actions; write the "
+                                              "action alone, or pair a forward with a backward "
+                                              "such as \"(0F3;5B1)OVERLAP_F_B\""));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view input) {
@@ -116,14 +171,12 @@ absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view input) {
       while (lead < cell.size() && IsBlank(cell[lead])) ++lead;
       if (lead < cell.size()) {  // empty cells are idle steps
         const int column = static_cast<int>(begin + lead) + 1;
-        absl::StatusOr<Action> action = ParseAction(cell);
-        if (!action.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ", column ", column,
-                                                         ": ", action.status().message()));
+        const std::size_t first = row.size();
+        PS_RETURN_IF_ERROR(ParseCell(cell.substr(lead), line_number, column, &row));
+        for (std::size_t k = first; k < row.size(); ++k) {
+          max_stage = std::max(max_stage, row[k].action.stage);
+          max_microbatch = std::max(max_microbatch, row[k].action.microbatch);
         }
-        max_stage = std::max(max_stage, action->stage);
-        max_microbatch = std::max(max_microbatch, action->microbatch);
-        row.push_back({*action, line_number, column});
       }
       begin = end + 1;
     }

@@ -16,13 +16,16 @@ namespace pipesched::scheduler {
 // Infers P (rows), the number of stages and V = stages / P, the placement (loop or v,
 // whichever matches where each stage's actions sit; loop when both do) and M. Accepts
 // "\r\n" line ends, a UTF-8 BOM, spaces around cells and trailing blank lines; the name
-// is left empty. InvalidArgument with the line and column of a bad token ("line 2,
-// column 5: bad action ..."), or naming what cannot be inferred; an empty text, a row
-// without actions, a stage count that is not a multiple of P and a stage sitting where
-// neither placement puts it are errors. Completeness and order are Validate()'s job.
+// is left empty. A cell "(0F3;5B1)OVERLAP_F_B" (PyTorch's ScheduleDualPipeV pairs) is
+// read as its compute actions in that order: pipesched issues them one after the other.
+// InvalidArgument with the line and column of a bad token ("line 2, column 5: bad action
+// ..."), or naming what cannot be inferred; an empty text, a row without actions, a
+// stage count that is not a multiple of P and a stage sitting where neither placement
+// puts it are errors. Completeness and order are Validate()'s job.
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view text);
 // Inverse of ParsePytorchCsv: one line per rank, '\n' terminated. Compute-only files
-// written by PyTorch round-trip byte for byte.
+// written by PyTorch round-trip byte for byte, except that overlapped pairs come back as
+// their two actions.
 std::string ToPytorchCsv(const Schedule& schedule);
 
 struct ScheduleFile {

@@ -28,6 +28,8 @@ const std::vector<ScheduleInfo>& AllSchedules() {
        "P >= 1, M >= 1, V = 1", 1, &GenerateZbH1},
       {"zb-v", "zero-bubble V schedule: two chunks per rank in a V, I and W split",
        "P >= 1, M >= 1, V = 2", 2, &GenerateZbV},
+      {"dualpipe-v", "DeepSeek's DualPipe cut in half: zb-v's V, forward-backward pairs",
+       "P >= 1, M >= 2P, V = 2", 2, &GenerateDualPipeV},
       {"zb-1p", "zero bubble searched for the costs, at most P live activations (1F1B's peak)",
        "P >= 1, M >= 1, V = 1", 1, &GenerateZb1p, /*uses_costs=*/true},
       {"zb-2p", "zero bubble searched for the costs, at most 2P live activations",

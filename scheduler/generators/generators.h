@@ -52,6 +52,10 @@ absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params);
 // GeneratorParams::costs like zb-v-1p's. V = 2.
 absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params);
 absl::StatusOr<Schedule> GenerateZbVMin(const GeneratorParams& params);
+// DualPipeV (DeepSeek-V3's DualPipe cut in half; PyTorch ScheduleDualPipeV): zb-v's
+// placement, forward-with-backward pairs in the steady state, full B's there and I/W
+// split at the ends. V = 2, M >= 2P.
+absl::StatusOr<Schedule> GenerateDualPipeV(const GeneratorParams& params);
 // 2 x floor((P+2)/2) and 2 x floor((P+4)/3) chunk activations: the paper's (P+2)/2 and
 // (P+4)/3 micro-batches of 1F1B-sized activations, about 1/2 and 1/3 of 1F1B's P.
 int ZbVHalfLimit(int num_ranks);

@@ -578,7 +578,30 @@ struct SearchShape {
   int chunks;               // V: exactly this many, or any V >= 2 (default 2) when 0
   GeneratorFn handcrafted;  // when `chunks` is 0 it may refuse the shape (then not a candidate)
   int limit;
+  // Another fixed order of the shape, a candidate where it generates and fits the limit
+  // (dualpipe-v for the V searches: it holds one more chunk activation than zb-v, so it
+  // competes under --max-activations). Its B's run as I then W.
+  GeneratorFn also = nullptr;
 };
+
+// `programs` with each B replaced by its I and W back to back (the same work when B = I + W,
+// which the search's costs are).
+std::vector<std::vector<Action>> SplitBackwards(std::vector<std::vector<Action>> programs) {
+  for (std::vector<Action>& program : programs) {
+    std::vector<Action> split;
+    split.reserve(program.size());
+    for (const Action& a : program) {
+      if (a.op != Op::kB) {
+        split.push_back(a);
+        continue;
+      }
+      split.push_back({a.stage, a.microbatch, Op::kI});
+      split.push_back({a.stage, a.microbatch, Op::kW});
+    }
+    program = std::move(split);
+  }
+  return programs;
+}
 
 absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const GeneratorParams& params,
                                           const SearchShape& shape) {
@@ -640,6 +663,13 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   } else if (shape.chunks != 0) {
     return handcrafted.status();
   }
+  if (shape.also != nullptr) {
+    absl::StatusOr<Schedule> also =
+        shape.also({.num_ranks = p, .num_microbatches = m, .num_chunks = chunks});
+    if (also.ok()) {
+      PS_RETURN_IF_ERROR(offer(lister.Replay(SplitBackwards(std::move(also->programs)), bounds())));
+    }
+  }
   if (chunks > 1) {
     for (const CostModel* block_costs : {&unit, &costs}) {
       PS_RETURN_IF_ERROR(offer(
@@ -696,8 +726,9 @@ absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params) {
 
 absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params) {
   // 2P chunk activations: zb-v's peak, P stages' worth, as 1F1B's rank 0.
-  return SearchZeroBubble("zb-v-1p", params,
-                          {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks});
+  return SearchZeroBubble(
+      "zb-v-1p", params,
+      {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks, &GenerateDualPipeV});
 }
 
 absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params) {
@@ -710,13 +741,15 @@ absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params) 
 }
 
 absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params) {
-  return SearchZeroBubble("zb-v-half", params,
-                          {PlacementKind::kV, 2, &GenerateZbV, ZbVHalfLimit(params.num_ranks)});
+  return SearchZeroBubble(
+      "zb-v-half", params,
+      {PlacementKind::kV, 2, &GenerateZbV, ZbVHalfLimit(params.num_ranks), &GenerateDualPipeV});
 }
 
 absl::StatusOr<Schedule> GenerateZbVMin(const GeneratorParams& params) {
-  return SearchZeroBubble("zb-v-min", params,
-                          {PlacementKind::kV, 2, &GenerateZbV, ZbVMinLimit(params.num_ranks)});
+  return SearchZeroBubble(
+      "zb-v-min", params,
+      {PlacementKind::kV, 2, &GenerateZbV, ZbVMinLimit(params.num_ranks), &GenerateDualPipeV});
 }
 
 int ZbVHalfLimit(int num_ranks) { return 2 * ((num_ranks + 2) / 2); }

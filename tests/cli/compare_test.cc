@@ -51,11 +51,12 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
   // registry's order; zb-v-1p and interleaved-zb-1p likewise keep zb-v's and interleaved-zb's),
   // interleaved 1F1B (P-1)(F+B)/V; gpipe and 1f1b
   // tie, 1f1b first for its memory. zb-v-half and zb-v-min trade time for memory: 3 and 2
-  // stages' activations against 1F1B's 4, both still shorter than 1F1B.
-  EXPECT_THAT(Ranking(r.out),
-              ::testing::ElementsAre("interleaved-zb", "zb-v", "zb-v-1p", "interleaved-zb-1p",
-                                     "zb-h1", "zb-1p", "zb-2p", "zb-v-half", "interleaved-1f1b",
-                                     "looped-bfs", "zb-v-min", "1f1b", "gpipe"));
+  // stages' activations against 1F1B's 4, both still shorter than 1F1B. dualpipe-v ties with
+  // zb-v at 4.5 stages' worth, so it comes after the four that hold 4.
+  EXPECT_THAT(Ranking(r.out), ::testing::ElementsAre(
+                                  "interleaved-zb", "zb-v", "zb-v-1p", "interleaved-zb-1p",
+                                  "dualpipe-v", "zb-h1", "zb-1p", "zb-2p", "zb-v-half",
+                                  "interleaved-1f1b", "looped-bfs", "zb-v-min", "1f1b", "gpipe"));
   EXPECT_THAT(r.out, HasSubstr("zb-v-half          2          28          28    1.098   14.29%   "
                                "     -        3.0\n"));
   EXPECT_THAT(r.out, HasSubstr("zb-v-min           2        29.5        29.5    1.157   18.64%   "
@@ -66,9 +67,11 @@ TEST(CompareTest, RanksEveryScheduleByStepAtEqualWork) {
                                "15.79%        5.5\n"));
   EXPECT_THAT(r.out, HasSubstr("gpipe              1          33          33    1.294   27.27%   "
                                "27.27%        8.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("dualpipe-v         2        25.5        25.5    1.000    5.88%   "
+                               "     -        4.5\n"));
   EXPECT_THAT(r.out,
               HasSubstr("fastest: interleaved-zb (V=2), tied with zb-v (V=2), zb-v-1p (V=2), "
-                        "interleaved-zb-1p (V=2)\n"));
+                        "interleaved-zb-1p (V=2), dualpipe-v (V=2)\n"));
 }
 
 TEST(CompareTest, EqualStepsTieAndRankByMemory) {
@@ -101,17 +104,19 @@ TEST(CompareTest, BAloneSplitsEvenlyIntoIAndW) {
 
 TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {
   // 64 MiB per stage and micro-batch: 1F1B and the zero-bubble schedules hold 4 stages'
-  // worth (256 MiB), interleaved 1F1B 5.5, GPipe and looped BFS all 8.
+  // worth (256 MiB), dualpipe-v 4.5 (the fastest with these transfers), interleaved 1F1B
+  // 5.5, GPipe and looped BFS all 8.
   RunResult r = RunCli({"compare", "--stages=4", "--microbatches=8", "--cost-comm=0.05",
-                        "--activation-bytes=67108864", "--device-memory=300MiB"});
+                        "--activation-bytes=67108864", "--device-memory=270MiB"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        29.2        29.2    1.117   17.81%   "
+  EXPECT_THAT(r.out, HasSubstr("interleaved-1f1b   2        29.2        29.2    1.119   17.81%   "
                                "     -        5.5  352.00 MiB    no\n"));
-  EXPECT_THAT(r.out, HasSubstr("zb-v               2       26.15       26.15    1.000    8.22%   "
+  EXPECT_THAT(r.out, HasSubstr("dualpipe-v         2        26.1        26.1    1.000    8.05%   "
+                               "     -        4.5  288.00 MiB    no\n"));
+  EXPECT_THAT(r.out, HasSubstr("zb-v               2       26.15       26.15    1.002    8.22%   "
                                "     -        4.0  256.00 MiB   yes\n"));
-  EXPECT_THAT(r.out,
-              HasSubstr("fastest: zb-v (V=2), tied with zb-v-1p (V=2); fastest that fits "
-                        "in --device-memory=300MiB: zb-v (V=2), 1.000 x the fastest's step"));
+  EXPECT_THAT(r.out, HasSubstr("fastest: dualpipe-v (V=2); fastest that fits in "
+                               "--device-memory=270MiB: zb-v (V=2), 1.002 x the fastest's step"));
   RunResult tight = RunCli({"compare", "--stages=4", "--microbatches=8",
                             "--activation-bytes=67108864", "--device-memory=100MiB"});
   ASSERT_EQ(tight.code, 0) << tight.err;

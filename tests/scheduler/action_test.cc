@@ -101,6 +101,14 @@ TEST(ActionTextTest, ErrorSaysWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes no micro-batch")));
   EXPECT_THAT(ParseAction("F0"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stage number")));
+  // PyTorch's FSDP actions: named for what they are and what to do instead.
+  EXPECT_THAT(ParseAction("1UNSHARD"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("UNSHARD is an FSDP action (parameter all-gather and release), "
+                                 "which pipesched does not model: drop the UNSHARD and RESHARD "
+                                 "cells, or write PyTorch's compute-only CSV")));
+  EXPECT_THAT(ParseAction("0RESHARD"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RESHARD is an FSDP action")));
 }
 
 }  // namespace

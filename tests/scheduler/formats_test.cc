@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
 #include "testing/status_matchers.h"
@@ -120,6 +121,45 @@ TEST(PytorchCsvTest, LoweredActionsRoundTrip) {
   PS_ASSERT_OK_AND_ASSIGN(Schedule s, ParsePytorchCsv(csv));
   EXPECT_EQ(s.programs[1][0], (Action{1, 0, Op::kRecvF}));
   EXPECT_EQ(ToPytorchCsv(s), csv);
+}
+
+TEST(PytorchCsvTest, OverlappedPairsAreReadAsTheirActionsInOrder) {
+  // PyTorch's ScheduleDualPipeV writes a forward and a full backward issued together as
+  // "(F;B)OVERLAP_F_B"; pipesched issues them one after the other. This is dualpipe-v's
+  // P=2, M=4 program with its pairs written that way (line 2 spaced as a user might).
+  const std::string overlapped =
+      "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,"
+      "(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,0I3,0W3\n"
+      "1F0,2F0,1F1,2F1, (1F2; 2B0)OVERLAP_F_B ,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,"
+      "(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,1I3,2W3,1W3\n";
+  PS_ASSERT_OK_AND_ASSIGN(Schedule s, ParsePytorchCsv(overlapped));
+  PS_ASSERT_OK_AND_ASSIGN(Schedule generated, GenerateSchedule("dualpipe-v", {2, 4, 0}));
+  EXPECT_EQ(s.placement.kind, PlacementKind::kV);
+  EXPECT_EQ(s.programs, generated.programs);
+  PS_EXPECT_OK(Validate(s));
+}
+
+TEST(PytorchCsvTest, BadOverlappedPairsNameTheirCell) {
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1)OVERLAP_F_B\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "line 1, column 5: \"(0F1)OVERLAP_F_B\" overlaps fewer than two actions; "
+                       "write the action alone, or pair a forward with a backward such as "
+                       "\"(0F3;5B1)OVERLAP_F_B\""));
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1;0B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "line 1, column 5: bad action \"(0F1;0B0\": a cell that starts with '(' "
+                       "must be PyTorch's overlapped pair such as \"(0F3;5B1)OVERLAP_F_B\""));
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1;0B0)OVERLAP\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be PyTorch's")));
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1;0SEND_F0)OVERLAP_F_B\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "line 1, column 10: \"0SEND_F0\" in \"(0F1;0SEND_F0)OVERLAP_F_B\": an "
+                       "overlapped pair holds compute actions (F, B, I, W) only"));
+  // A bad sub-action is pointed at in its own column.
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,(0F1; 0X0)OVERLAP_F_B\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("line 1, column 11: bad action \"0X0\""), HasSubstr("unknown op"))));
 }
 
 TEST(PytorchCsvTest, BadTokenNamesLineColumnAndToken) {

@@ -81,6 +81,43 @@ rank 1 | 1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2
 )");
 }
 
+TEST(GeneratorGoldenTest, DualPipeVP2M4) {
+  // Rank 0 (tail P-1-r = 1): 0F0 0F1 | 0F2 3F0 | 3I0 3W0 3F1 | 0F3 3B1 3F2 0B0 | 3B2 3F3 0B1 |
+  // 3B3 0I2 | 0W2 0I3 | 0W3. Rank 1 has no tail: two pairs, two rounds of four, then
+  // 2B2 1B2 (full) and 2I3 1I3 (split, rank 1 odd), then the W's oldest first.
+  EXPECT_EQ(Picture("dualpipe-v", 2, 4), R"(
+rank 0 | 0F0 0F1 0F2 3F0 3I0 3W0 3F1 0F3 3B1 3F2 0B0 3B2 3F3 0B1 3B3 0I2 0W2 0I3 0W3
+rank 1 | 1F0 2F0 1F1 2F1 1F2 2B0 2F2 1B0 1F3 2B1 2F3 1B1 2B2 1B2 2I3 1I3 2W3 1W3
+)");
+}
+
+TEST(GeneratorGoldenTest, DualPipeVSplitsTheLaterHalfOfItsLastBackwards) {
+  // After its last forward, rank r of P=4, M=8 finishes phase 5 (P-1-r rounds ending in a
+  // chunk-0 B), then phase 6's r+1 rounds: rank 2 (even) splits from round 1's chunk-0
+  // backward, rank 3 (odd) from round 2's chunk-1 one; phase 7 alternates the oldest W
+  // with a split chunk-0 backward, phase 8 issues the W's left. Rank r splits 2P-1-r
+  // backwards in all (phases 3, 6 and 7), so it issues as many W's.
+  absl::StatusOr<Schedule> schedule = GenerateSchedule("dualpipe-v", {4, 8, 0});
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  auto after_last_forward = [&](int r) {
+    const auto& program = schedule->programs[r];
+    std::size_t last_f = 0;
+    for (std::size_t k = 0; k < program.size(); ++k) {
+      if (program[k].op == Op::kF) last_f = k;
+    }
+    std::string ops;
+    for (std::size_t k = last_f + 1; k < program.size(); ++k) ops += ToString(program[k]) + " ";
+    return ops;
+  };
+  EXPECT_EQ(after_last_forward(2), "2B3 5B5 2B4 5B6 2I5 5I7 2I6 2W5 2I7 5W7 2W6 2W7 ");
+  EXPECT_EQ(after_last_forward(3), "3B3 4B4 3B4 4B5 3B5 4I6 3I6 4I7 3I7 4W6 3W6 4W7 3W7 ");
+  for (int r = 0; r < 4; ++r) {
+    int ws = 0;
+    for (const Action& action : schedule->programs[r]) ws += action.op == Op::kW;
+    EXPECT_EQ(ws, 2 * 4 - 1 - r) << "rank " << r;
+  }
+}
+
 TEST(GeneratorGoldenTest, DefaultChunksAreTheRegisteredOnes) {
   for (const ScheduleInfo& info : AllSchedules()) {
     absl::StatusOr<Schedule> schedule = GenerateSchedule(info.name, {4, 8, 0});
@@ -93,7 +130,7 @@ TEST(GeneratorGoldenTest, DefaultChunksAreTheRegisteredOnes) {
               info.name == "zb-h1" || info.name == "zb-v" || info.name == "interleaved-zb" ||
                   info.name == "zb-1p" || info.name == "zb-2p" || info.name == "zb-v-1p" ||
                   info.name == "zb-v-half" || info.name == "zb-v-min" ||
-                  info.name == "interleaved-zb-1p")
+                  info.name == "interleaved-zb-1p" || info.name == "dualpipe-v")
         << info.name;
   }
 }
@@ -156,6 +193,18 @@ TEST(GeneratorMemoryTest, ZbVHoldsAtMostOneFOneBsPeak) {
       for (int peak : PeakLiveActivations(*schedule)) {
         EXPECT_LE(peak, std::min(2 * p, 2 * m)) << "P=" << p << " M=" << m;
       }
+    }
+  }
+}
+
+TEST(GeneratorMemoryTest, DualPipeVHoldsOneChunkMoreThanZbV) {
+  // DeepSeek's DualPipeV holds 2P+1 chunk activations on every rank (zb-v at most 2P).
+  for (int p = 1; p <= 8; ++p) {
+    for (int m : {2 * p, 2 * p + 3, 5 * p}) {
+      absl::StatusOr<Schedule> schedule = GenerateSchedule("dualpipe-v", {p, m, 0});
+      ASSERT_TRUE(schedule.ok()) << schedule.status();
+      EXPECT_THAT(PeakLiveActivations(*schedule), ::testing::Each(2 * p + 1))
+          << "P=" << p << " M=" << m;
     }
   }
 }
@@ -223,7 +272,7 @@ TEST(RegistryTest, UnknownScheduleListsTheKnownOnes) {
 }
 
 TEST(RegistryTest, EveryEntryIsDescribed) {
-  ASSERT_EQ(AllSchedules().size(), 13u);
+  ASSERT_EQ(AllSchedules().size(), 14u);
   for (const ScheduleInfo& info : AllSchedules()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_FALSE(info.constraints.empty()) << info.name;
@@ -251,6 +300,13 @@ TEST(GeneratorErrorTest, BadParametersGetASentence) {
       {"zb-h1", {4, 8, 2}, "zb-h1 runs exactly 1 chunk per rank (got V=2); use --virtual=1"},
       {"zb-v", {4, 8, 1}, "zb-v runs exactly 2 chunks per rank (got V=1); use --virtual=2"},
       {"zb-v", {4, 8, 4}, "zb-v runs exactly 2 chunks per rank (got V=4); use --virtual=2"},
+      {"dualpipe-v",
+       {4, 8, 3},
+       "dualpipe-v runs exactly 2 chunks per rank (got V=3); use --virtual=2"},
+      {"dualpipe-v",
+       {4, 7, 0},
+       "dualpipe-v needs M >= 2P = 8 micro-batches (got M=7, P=4); use --microbatches=8 or more, "
+       "or zb-v, which takes any M"},
       {"interleaved-1f1b",
        {4, 8, 1},
        "interleaved-1f1b needs V >= 2 chunks per rank (got V=1); use --virtual=2 or more"},

@@ -213,6 +213,9 @@ TEST(GeneratorTimingTest, ZbVHasNoSteadyStateBubble) {
       const Costs half{0.5, 1.0, 0.5, 0.5};
       EXPECT_EQ(Makespan("zb-v", p, m, 0, half), 3.0 * m + 0.5 * (p - 1))
           << "P=" << p << " M=" << m;
+      // DualPipeV reaches the same step (its forward-backward pairs run back to back here).
+      EXPECT_EQ(Makespan("dualpipe-v", p, m, 0, half), 3.0 * m + 0.5 * (p - 1))
+          << "P=" << p << " M=" << m;
     }
   }
 }

@@ -409,6 +409,48 @@ TEST(ZbSearchTest, MaxActivationsReplacesTheOwnLimit) {
   EXPECT_EQ(zbv_held.programs, zbv.programs);
 }
 
+TEST(ZbSearchTest, GivenDualPipeVsMemoryTheVSearchNeverLosesToIt) {
+  // dualpipe-v holds 2P+1 chunk activations (P + 1/2 stages' worth): with that limit its
+  // order, its B's run as I then W, is a candidate of the V searches. Split, a gradient
+  // leaves as its I ends instead of after the whole B: P=4, M=8, transfers 0.05 take 25.8
+  // against dualpipe-v's 26.1 (and zb-v-1p's own 26.15 at 2P).
+  const CostModel comm = Uniform(0.5, 0.5, 0.5, 0.05);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult dualpipe, Search("dualpipe-v", 4, 8, comm));
+  EXPECT_DOUBLE_EQ(dualpipe.makespan, 26.1);
+  EXPECT_EQ(PeakLive(dualpipe), 9);
+  PS_ASSERT_OK_AND_ASSIGN(SimResult own, Search("zb-v-1p", 4, 8, comm));
+  EXPECT_DOUBLE_EQ(own.makespan, 26.15);
+  PS_ASSERT_OK_AND_ASSIGN(Schedule held, GenerateSchedule("zb-v-1p", {.num_ranks = 4,
+                                                                      .num_microbatches = 8,
+                                                                      .costs = &comm,
+                                                                      .max_activations = 4.5}));
+  PS_ASSERT_OK(Validate(held));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult held_sim, Simulate(held, comm));
+  EXPECT_DOUBLE_EQ(held_sim.makespan, 25.8);
+  EXPECT_EQ(PeakLive(held_sim), 9);
+
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 6);
+    const int m = 2 * p + static_cast<int>(rng() % 12);
+    CostModel costs = RandomStages(rng, 2 * p, /*phases=*/false);
+    costs.comm_uniform = (rng() % 3) * 0.25;
+    SCOPED_TRACE(absl::StrCat("P=", p, " M=", m));
+    PS_ASSERT_OK_AND_ASSIGN(SimResult fixed, Search("dualpipe-v", p, m, costs));
+    for (const char* name : {"zb-v-1p", "zb-v-half", "zb-v-min"}) {
+      PS_ASSERT_OK_AND_ASSIGN(Schedule searched,
+                              GenerateSchedule(name, {.num_ranks = p,
+                                                      .num_microbatches = m,
+                                                      .costs = &costs,
+                                                      .max_activations = p + 0.5}));
+      PS_ASSERT_OK(Validate(searched));
+      PS_ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(searched, costs));
+      EXPECT_LE(sim.makespan, fixed.makespan * (1 + 1e-9)) << name;
+      EXPECT_LE(PeakLive(sim), 2 * p + 1) << name;
+    }
+  }
+}
+
 TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {
   CostModel negative = Uniform(1, 1, 1, 0);
   negative.stages = {{}, {.f = -1}};
