@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bin=${1:-build/default/bin/pipesched}
 [ -x "$bin" ] || { echo "gallery: $bin not built; run: cmake --preset default && cmake --build --preset default --target pipesched" >&2; exit 2; }
 mkdir -p docs/img
-for s in gpipe 1f1b interleaved-1f1b interleaved-zb looped-bfs zb-h1 zb-v; do
+for s in gpipe 1f1b interleaved-1f1b interleaved-zb looped-bfs zb-h1 zb-v dualpipe-v; do
   "$bin" simulate --schedule=$s --stages=4 --microbatches=8 --nogrid --svg=docs/img/$s.svg >/dev/null
   echo "docs/img/$s.svg"
 done
