@@ -28,6 +28,7 @@
 #include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/planning.h"
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
 #include "runtime/runtime.h"
@@ -123,6 +124,10 @@ absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::strin
                        IsIntegerLiteral(Std(part)) ? "is far too large" : "is not an integer",
                        "; write e.g. 2,4"));
     }
+    if (std::find(out.begin(), out.end(), n) != out.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Absl(flag), "=", text, " lists ", n, " twice; name each value once"));
+    }
     out.push_back(n);
   }
   return out;
@@ -134,13 +139,7 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
   if (!FlagGiven(ctx, "microbatch_size")) sweep.base.microbatch_size = kBenchMicrobatchSize;
   if (!FlagGiven(ctx, "layers")) sweep.base.model.num_layers = kBenchLayers;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
-    if (s.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--schedules=", absl::GetFlag(FLAGS_schedules), ": empty schedule name"));
-    }
-    sweep.schedules.emplace_back(s);
-  }
+  PS_ASSIGN_OR_RETURN(sweep.schedules, SchedulesFromFlag(absl::GetFlag(FLAGS_schedules)));
   PS_ASSIGN_OR_RETURN(sweep.stages, IntList("stages", absl::GetFlag(FLAGS_bench_stages)));
   PS_ASSIGN_OR_RETURN(sweep.microbatches,
                       IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
@@ -179,8 +178,18 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
                     {"--svg", absl::GetFlag(FLAGS_svg)}}));
   sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!sweep.traces_dir.empty()) {
+    // Only the last component is made: a mistyped parent is an error, not a new tree.
     std::error_code ec;
-    std::filesystem::create_directories(sweep.traces_dir, ec);
+    std::filesystem::path parent =
+        std::filesystem::path(sweep.traces_dir).lexically_normal().parent_path();
+    if (parent.empty()) parent = ".";
+    if (!std::filesystem::is_directory(parent, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--traces=", sweep.traces_dir, ": ", parent.string(),
+          std::filesystem::exists(parent, ec) ? " is not a directory" : " does not exist",
+          "; give a directory inside an existing one (bench creates only the last)"));
+    }
+    std::filesystem::create_directory(sweep.traces_dir, ec);
     if (ec || !std::filesystem::is_directory(sweep.traces_dir)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--traces=", sweep.traces_dir, ": cannot create the directory (",
@@ -852,7 +861,12 @@ int Bench(const CommandContext& ctx) {
   if (ran < total) out << absl::StrFormat(", %d skipped", total - ran);
   out << absl::StrFormat("; load average now %s\n", LoadAverage());
   if (ran == 0) {
-    *ctx.err << "pipesched: nothing in the sweep could run; the reasons are listed above\n";
+    // The first reason on the error line itself: stdout may be a file nobody reads.
+    const Row& first = rows.front();
+    *ctx.err << absl::StrFormat(
+        "pipesched: nothing in the sweep could run: %s P=%d M=%d: %s%s\n", first.schedule, first.p,
+        first.m, first.skipped,
+        rows.size() > 1 ? absl::StrFormat(" (and %d more, listed above)", rows.size() - 1) : "");
     return kExitBadInput;
   }
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {

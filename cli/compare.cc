@@ -53,23 +53,10 @@ absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t 
 absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
   Request r;
   PS_ASSIGN_OR_RETURN(r.max_activations, MaxActivationsFromFlags());
-  if (FlagGiven(ctx, "schedules") && absl::GetFlag(FLAGS_schedules) != "all") {
-    std::set<std::string> seen;
-    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',')) {
-      if (s.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--schedules=", absl::GetFlag(FLAGS_schedules), ": empty schedule name"));
-      }
-      if (!seen.emplace(s).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--schedules lists ", s, " twice; name each schedule once"));
-      }
-      r.schedules.emplace_back(s);
-    }
+  if (FlagGiven(ctx, "schedules")) {
+    PS_ASSIGN_OR_RETURN(r.schedules, SchedulesFromFlag(absl::GetFlag(FLAGS_schedules)));
   } else {
-    for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
-      r.schedules.emplace_back(info.name);
-    }
+    PS_ASSIGN_OR_RETURN(r.schedules, SchedulesFromFlag("all"));
   }
   r.p = absl::GetFlag(FLAGS_stages);
   r.m = absl::GetFlag(FLAGS_microbatches);
@@ -234,11 +221,6 @@ absl::Status Compare(const CommandContext& ctx) {
   std::string source;
   PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
                       UncheckedCostsFromFlags(ctx, scheduler::ScheduleFile{}, "", &source));
-  if (FlagGiven(ctx, "cost_b") && !FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w")) {
-    // --cost-b alone: the split schedules' I and W each take half, so all do equal work.
-    costs.uniform.i = costs.uniform.w = costs.uniform.b / 2;
-    for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
-  }
   if (absl::Status fit = scheduler::CheckOneChunkCosts(costs, r.p); !fit.ok()) {
     return source.empty() ? fit
                           : absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
@@ -293,9 +275,13 @@ absl::Status Compare(const CommandContext& ctx) {
     if (!c.status.ok()) out << "skipped " << c.schedule << ": " << c.status.message() << "\n";
   }
   if (rows.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no schedule could run P=", r.p, " M=", r.m,
-                                                   r.v > 0 ? absl::StrCat(" V=", r.v) : "",
-                                                   "; the reasons are above"));
+    // The first reason on the error line itself: stdout may be a file nobody reads.
+    const absl::Status& first = compared.front().status;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no schedule could run P=", r.p, " M=", r.m, r.v > 0 ? absl::StrCat(" V=", r.v) : "", ": ",
+        first.message(),
+        compared.size() > 1 ? absl::StrCat(" (and ", compared.size() - 1, " more, listed above)")
+                            : ""));
   }
   out << "peak act: the busiest rank's live activations in whole stages (chunk activations / "
          "V)\n";

@@ -134,16 +134,33 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, "= has an empty value; give one, or leave the flag out for its default"));
     }
+    // The last of two values would win silently; a repeated flag is more often a slip
+    // (an edited command line, a script adding its own) than a wish.
+    if (std::find(parsed.flags_set.begin(), parsed.flags_set.end(), canon) !=
+        parsed.flags_set.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Dashed(canon), " is given twice; give it once"));
+    }
+    const bool integer = flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>();
     std::string error;
-    if (!flag->ParseFrom(value, &error)) {
+    // Integers are decimal: abseil would also take "0x10" as 16.
+    if ((integer && !IsIntegerLiteral(value)) || !flag->ParseFrom(value, &error)) {
       // An integer that does not parse into an integer flag is out of its type's range.
-      const bool huge = (flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>()) &&
-                        IsIntegerLiteral(value);
+      const bool huge = integer && IsIntegerLiteral(value);
+      std::string expected = "does not parse";
+      if (huge) {
+        expected = "far beyond any value it takes";
+      } else if (integer) {
+        expected = "expected a whole number in decimal digits, such as 8";
+      } else if (flag->IsOfType<double>()) {
+        expected = "expected a number such as 0.5 or 2";
+      } else if (flag->IsOfType<bool>()) {
+        expected = "expected true or false";
+      } else if (!error.empty()) {
+        expected = error;
+      }
       return absl::InvalidArgumentError(absl::StrCat("bad value '", EscapeForMessage(value, 60),
-                                                     "' for --", name, ": ",
-                                                     huge ? "far beyond any value it takes"
-                                                     : error.empty() ? "does not parse"
-                                                                     : error));
+                                                     "' for --", name, ": ", expected));
     }
     parsed.flags_set.push_back(canon);
   }

@@ -19,7 +19,17 @@ int main(int argc, char** argv) {
   // the runtime's allocators); should a host-side container still not get its memory,
   // say so in one line instead of aborting.
   try {
-    return pipesched::cli::RunMain(argc, argv, std::cout, std::cerr, ::isatty(STDOUT_FILENO) != 0);
+    const int code =
+        pipesched::cli::RunMain(argc, argv, std::cout, std::cerr, ::isatty(STDOUT_FILENO) != 0);
+    // Output that never arrived (a full disk, a closed pipe or descriptor) is a failure,
+    // not a success with nothing to show.
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "pipesched: cannot write to standard output (disk full, or the pipe or "
+                   "file closed); the command's output is lost\n";
+      return code == 0 ? 1 : code;
+    }
+    return code;
   } catch (const std::bad_alloc&) {
     std::cerr << "pipesched: out of host memory; use smaller sizes (--hidden, --layers, "
                  "--microbatch-size, --microbatches) or free memory\n";

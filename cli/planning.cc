@@ -1,8 +1,11 @@
 #include "cli/planning.h"
 
+#include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -10,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "base/status.h"
@@ -114,6 +118,43 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text) {
+  std::vector<std::string> names;
+  if (text == "all") {
+    for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+      names.emplace_back(info.name);
+    }
+  } else {
+    for (absl::string_view s : absl::StrSplit(text, ',')) {
+      if (s.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--schedules=", text, ": empty schedule name"));
+      }
+      if (std::find(names.begin(), names.end(), s) != names.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--schedules lists ", s, " twice; name each schedule once"));
+      }
+      if (scheduler::FindSchedule(Std(s)) == nullptr) {
+        std::vector<std::string> known;
+        for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+          known.emplace_back(info.name);
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat("--schedules: unknown schedule \"", s,
+                         "\"; known schedules: ", absl::StrJoin(known, ", "), ", or all"));
+      }
+      names.emplace_back(s);
+    }
+  }
+  if (absl::GetFlag(FLAGS_max_activations) != 0 &&
+      std::none_of(names.begin(), names.end(), [](const std::string& name) {
+        return scheduler::FindSchedule(name)->uses_costs;
+      })) {
+    PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(names.front(), /*from_file=*/false));
+  }
+  return names;
+}
+
 absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs) {
   if (!absl::GetFlag(FLAGS_from).empty()) return absl::OkStatus();
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file.schedule.name);
@@ -136,7 +177,25 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
   if (absl::Status fit =
           scheduler::CheckCostsFit(costs, file.schedule.num_ranks(), file.schedule.num_chunks());
       !fit.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
+    return source.empty() ? fit
+                          : absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
+  }
+  // A schedule that splits the backward runs I and W where B was given: B must be their sum,
+  // or the B the user gave would silently not be used (compare refuses it for all schedules).
+  if (file.schedule.SplitsBackward()) {
+    std::vector<std::pair<std::string, const scheduler::StageCosts*>> checked;
+    if (costs.stages.empty()) checked.emplace_back("", &costs.uniform);
+    for (std::size_t s = 0; s < costs.stages.size(); ++s) {
+      checked.emplace_back(absl::StrCat("stage ", s, ": "), &costs.stages[s]);
+    }
+    for (const auto& [where, c] : checked) {
+      const double split = c->i + c->w;
+      if (std::abs(c->b - split) <= 1e-9 * std::max(c->b, split)) continue;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s%sB=%g is not I + W = %g (I=%g, W=%g): %s splits the backward into I and W, so B "
+          "would not be used; give I and W that add up to B (--cost-b alone sets I = W = B/2)",
+          source.empty() ? "" : source + ": ", where, c->b, split, c->i, c->w, file.schedule.name));
+    }
   }
   return costs;
 }
@@ -177,6 +236,11 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
     costs.uniform.*t.field = v;
     for (scheduler::StageCosts& s : costs.stages) s.*t.field = v;
   }
+  if (FlagGiven(ctx, "cost_b") && !FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w")) {
+    // --cost-b alone: the split schedules' I and W each take half, so all do equal work.
+    costs.uniform.i = costs.uniform.w = costs.uniform.b / 2;
+    for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
+  }
   if (FlagGiven(ctx, "cost_comm")) {
     double v = absl::GetFlag(FLAGS_cost_comm);
     PS_RETURN_IF_ERROR(CheckCost("cost_comm", v));
@@ -210,6 +274,14 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
     }
     costs.uniform.*b.field = v;
     for (scheduler::StageCosts& s : costs.stages) s.*b.field = v;
+  }
+  if (FlagGiven(ctx, "input_bytes") && costs.stages.empty() &&
+      costs.uniform.input_bytes > costs.uniform.activation_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--input-bytes=", costs.uniform.input_bytes, " exceeds the activation bytes ",
+        costs.uniform.activation_bytes,
+        ": the received input is part of a micro-batch's activations; give --activation-bytes "
+        "of at least --input-bytes"));
   }
   return costs;
 }

@@ -32,6 +32,11 @@ absl::StatusOr<double> MaxActivationsFromFlags();
 // from a file (`from_file`).
 absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file);
 
+// compare's and bench's --schedules=a,b,... (or "all", the registry's order): every name
+// known, none empty or twice; with --max-activations, at least one of them searched.
+// InvalidArgument naming the problem and the known schedules otherwise.
+absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text);
+
 // A schedule searched for its costs (ScheduleInfo::uses_costs) generated
 // again for `costs`, when `file` came from --schedule rather than --from; any other
 // schedule is left as it is. ScheduleFromFlags makes the unit-cost one, whose shape the

@@ -115,15 +115,16 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   return absl::OkStatus();
 }
 
-// No output of simulate or validate is the schedule file, the cost file or another
-// output (each would be replaced by what the command writes).
+// Before anything runs: every output of simulate or validate can be written, and none is
+// the schedule file, the cost file or another output (each would be replaced by what the
+// command writes).
 absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
   inputs.push_back({"--costs", absl::GetFlag(FLAGS_costs)});
-  return CheckFilesDistinct(inputs, {{"--trace", absl::GetFlag(FLAGS_trace)},
-                                     {"--svg", absl::GetFlag(FLAGS_svg)},
-                                     {"--csv", absl::GetFlag(FLAGS_csv)},
-                                     {"--schedule-json", absl::GetFlag(FLAGS_schedule_json)},
-                                     {"--json", absl::GetFlag(FLAGS_json)}});
+  return CheckOutputs(inputs, {{"--trace", absl::GetFlag(FLAGS_trace)},
+                               {"--svg", absl::GetFlag(FLAGS_svg)},
+                               {"--csv", absl::GetFlag(FLAGS_csv)},
+                               {"--schedule-json", absl::GetFlag(FLAGS_schedule_json)},
+                               {"--json", absl::GetFlag(FLAGS_json)}});
 }
 
 }  // namespace
@@ -155,7 +156,9 @@ int RunValidate(const CommandContext& ctx) {
   }
   if (absl::Status s = CheckColorFlag(); !s.ok()) return ReportError(ctx, s);
   const std::string& path = ctx.positional[0];
-  if (absl::Status s = CheckOutputsDistinct({{"FILE", path}}); !s.ok()) return ReportError(ctx, s);
+  if (absl::Status s = CheckOutputsDistinct({{"the schedule file", path}}); !s.ok()) {
+    return ReportError(ctx, s);
+  }
   absl::StatusOr<scheduler::ScheduleFile> file = scheduler::LoadScheduleFile(path);
   if (!file.ok()) return ReportError(ctx, file.status());
   absl::StatusOr<scheduler::CostModel> costs = CostsFromFlags(ctx, *file, path);

@@ -1,6 +1,8 @@
 // Terminal grid renderer. Columns are a fixed slice of time: when the timeline fits,
 // one column is a whole fraction of the shortest span so that every label fits with a
-// space after it; otherwise the scale shrinks to the requested width and labels are cut.
+// space after it; otherwise the scale shrinks to the requested width, and a span too
+// narrow for its label shows its op alone (never a cut number: "F1" for F12 would name
+// another micro-batch).
 #include "trace/grid.h"
 
 #include <algorithm>
@@ -148,7 +150,10 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
       if (c0 >= num_columns || cells[c0].style != nullptr) continue;
       c1 = c0 + 1;
     }
-    const std::string label = SpanLabel(span);
+    std::string label = SpanLabel(span);
+    if (label.size() > static_cast<std::size_t>(c1 - c0)) {
+      label = style.code.empty() ? span.op : std::string(style.code);
+    }
     for (int c = c0; c < c1; ++c) {
       const std::size_t k = static_cast<std::size_t>(c - c0);
       cells[c] = Cell{k < label.size() ? label[k] : ' ', &style};

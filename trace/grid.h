@@ -12,8 +12,8 @@ namespace pipesched::trace {
 
 struct GridOptions {
   // Total width in columns, row labels included. The time scale is chosen so that every
-  // span's label fits when possible, then shrunk to this width; labels of spans narrower
-  // than their text are cut.
+  // span's label fits when possible, then shrunk to this width; a span narrower than its
+  // label shows its op without the micro-batch number (cut to the span's width).
   int max_width = 120;
   // ANSI colour per op (the CLI sets it when stdout is a terminal).
   bool color = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -26,6 +27,7 @@ namespace {
 using testing::RunCli;
 using testing::RunResult;
 using testing::Slurp;
+using testing::WithFlags;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -36,21 +38,20 @@ std::string TempPath(const std::string& name) {
 
 // Tiny shapes: the sweep runs in well under a second (also under sanitizers).
 std::vector<std::string> Tiny(std::vector<std::string> more) {
-  std::vector<std::string> args = {"bench",      "--hidden=8",  "--layers=4",
-                                   "--inputs=6", "--classes=4", "--microbatch-size=2",
-                                   "--warmup=1", "--steps=2",   "--backend=host"};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
+  return WithFlags({"bench", "--hidden=8", "--layers=4", "--inputs=6", "--classes=4",
+                    "--microbatch-size=2", "--warmup=1", "--steps=2", "--backend=host"},
+                   more);
 }
 
 TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   const std::string csv = TempPath("sweep.csv"), json = TempPath("sweep.json"),
                     md = TempPath("sweep.md"), svg = TempPath("sweep.svg");
-  RunResult r = RunCli(Tiny({"--schedules=1f1b,zb-v,nope", "--stages=2", "--microbatches=2,4",
+  // dualpipe-v needs M >= 2P = 4: skipped at both M.
+  RunResult r = RunCli(Tiny({"--schedules=1f1b,zb-v,dualpipe-v", "--stages=2", "--microbatches=2,3",
                              "--csv=" + csv, "--json=" + json, "--md=" + md, "--svg=" + svg}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("4 of 6 configurations ran, 2 skipped"));
-  EXPECT_THAT(r.out, HasSubstr("skipped: unknown schedule \"nope\""));
+  EXPECT_THAT(r.out, HasSubstr("skipped: dualpipe-v needs M >= 2P = 4 micro-batches"));
 
   nlohmann::json j = nlohmann::json::parse(Slurp(json));
   EXPECT_EQ(j["host_cpus"], HostCpuCount());
@@ -58,9 +59,9 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   int ok = 0;
   for (const nlohmann::json& c : j["configurations"]) {
     if (c["status"] != "ok") {
-      EXPECT_EQ(c["schedule"], "nope");
+      EXPECT_EQ(c["schedule"], "dualpipe-v");
       EXPECT_EQ(c["status"], "skipped");
-      EXPECT_THAT(c["reason"].get<std::string>(), HasSubstr("known schedules"));
+      EXPECT_THAT(c["reason"].get<std::string>(), HasSubstr("use --microbatches=4 or more"));
       continue;
     }
     ++ok;
@@ -123,8 +124,8 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   EXPECT_THAT(lines[0], HasSubstr("bubble_closed_form,bubble_simulated,bubble_simulated_plain,"
                                   "bubble_simulated_spread,bubble_replayed,bubble_measured"));
   for (std::size_t i = 1; i < lines.size(); ++i) {
-    if (lines[i].rfind("nope,", 0) == 0) {
-      EXPECT_THAT(lines[i], HasSubstr(",skipped,\"unknown schedule"));  // quoted: has commas
+    if (lines[i].rfind("dualpipe-v,", 0) == 0) {
+      EXPECT_THAT(lines[i], HasSubstr(",skipped,\"dualpipe-v needs M"));  // quoted: has commas
     } else {
       EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[i], ',')).size(), header.size())
           << lines[i];
@@ -133,7 +134,7 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
   const std::string markdown = Slurp(md);
   EXPECT_THAT(markdown, HasSubstr("| schedule | P | V | M |"));
   EXPECT_THAT(markdown, HasSubstr("| simulated | spread | replayed | measured |"));
-  EXPECT_THAT(markdown, HasSubstr("| zb-v | 2 | 2 | 4 |"));
+  EXPECT_THAT(markdown, HasSubstr("| zb-v | 2 | 2 | 3 |"));
   EXPECT_THAT(markdown, HasSubstr("Skipped:"));
   const std::string picture = Slurp(svg);
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
@@ -233,7 +234,8 @@ TEST(BenchTest, RanksSharingADeviceGetTheirPeakPerDevice) {
 }
 
 TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
-  const std::string dir = TempPath("traces") + "/sub", json = TempPath("traces.json");
+  const std::string dir = TempPath("traces"), json = TempPath("traces.json");
+  std::filesystem::remove_all(dir);  // bench makes it
   RunResult r = RunCli(Tiny({"--schedules=1f1b,zb-v", "--stages=2", "--microbatches=4",
                              "--traces=" + dir, "--json=" + json}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
@@ -318,10 +320,27 @@ TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
 }
 
 TEST(BenchTest, NothingRunnableExitsTwo) {
-  RunResult r = RunCli(Tiny({"--schedules=nope", "--stages=2", "--microbatches=2"}));
+  RunResult r = RunCli(Tiny({"--schedules=dualpipe-v", "--stages=2", "--microbatches=2"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("nothing in the sweep could run"));
-  EXPECT_THAT(r.out, HasSubstr("skipped: unknown schedule"));
+  EXPECT_THAT(r.out, HasSubstr("skipped: dualpipe-v needs M >= 2P"));
+}
+
+TEST(BenchTest, UnknownOrRepeatedNamesAreRefusedBeforeTheSweep) {
+  // A misspelt name is not a configuration to skip: nothing runs, and the line says why.
+  for (const auto& [flags, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--schedules=1f1b,nope"},
+            "pipesched: --schedules: unknown schedule \"nope\"; known schedules: gpipe, 1f1b,"},
+           {{"--schedules=1f1b,1f1b"}, "pipesched: --schedules lists 1f1b twice"},
+           {{"--stages=2,2"}, "pipesched: --stages=2,2 lists 2 twice; name each value once\n"},
+           {{"--schedules=1f1b", "--max-activations=2"},
+            "pipesched: --max-activations applies to the searched schedules"}}) {
+    RunResult r = RunCli(Tiny(flags));
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_THAT(r.err, ::testing::StartsWith(message));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 TEST(BenchTest, MalformedFlagsAreOneLineAndExitTwo) {
@@ -335,7 +354,12 @@ TEST(BenchTest, MalformedFlagsAreOneLineAndExitTwo) {
            {"--warmup=-1", "--warmup=-1 is out of range"},
            {"--steps=0", "--steps=0 is out of range"},
            {"--backend=tpu", "--backend=tpu is not one of auto, host, cuda"},
-           {"--traces=/proc/version/x", "--traces=/proc/version/x: cannot create the directory"},
+           {"--traces=/proc/version/x",
+            "--traces=/proc/version/x: /proc/version is not a directory; give a directory inside "
+            "an existing one (bench creates only the last)"},
+           // A mistyped parent is not created.
+           {"--traces=/nonexistent-pipesched/a/b",
+            "--traces=/nonexistent-pipesched/a/b: /nonexistent-pipesched/a does not exist"},
            {"--grid", "unknown flag --grid for 'bench'"}}) {
     RunResult r = RunCli(Tiny({flag}));
     EXPECT_EQ(r.code, 2) << flag;

@@ -29,6 +29,23 @@ inline RunResult RunCli(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
+// `base` then `more`, leaving out the flags of `base` that `more` gives again (a flag
+// given twice is an error): a test's defaults with its own values on top.
+inline std::vector<std::string> WithFlags(std::vector<std::string> base,
+                                          const std::vector<std::string>& more) {
+  auto name = [](const std::string& arg) { return arg.substr(0, arg.find('=')); };
+  std::vector<std::string> out;
+  for (std::string& b : base) {
+    bool replaced = false;
+    for (const std::string& m : more) {
+      replaced |= b.rfind("--", 0) == 0 && name(m) == name(b);
+    }
+    if (!replaced) out.push_back(std::move(b));
+  }
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
 // A path in $TMPDIR (or /tmp) starting with `prefix`.
 inline std::string TempPath(const std::string& prefix, const std::string& name) {
   const char* dir = std::getenv("TMPDIR");

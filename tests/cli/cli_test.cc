@@ -27,6 +27,7 @@ namespace {
 using testing::RunCli;
 using testing::RunResult;
 using testing::Slurp;
+using testing::WithFlags;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -102,7 +103,10 @@ TEST(CliTest, SimulateAddsTheWorkspaceToThePeakBytes) {
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
               "--activation-bytes=100", "--input-bytes=101", "--nogrid"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("input_bytes 101 exceeds activation_bytes 100"));
+  EXPECT_EQ(r.err,
+            "pipesched: --input-bytes=101 exceeds the activation bytes 100: the received input "
+            "is part of a micro-batch's activations; give --activation-bytes of at least "
+            "--input-bytes\n");
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
               "--workspace-bytes=-1", "--nogrid"});
   EXPECT_EQ(r.code, 2);
@@ -233,7 +237,44 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--color=blue"}, "--color=blue"},
         BadInput{{"simulate", "--from=/nonexistent.csv"}, "/nonexistent.csv"},
         BadInput{{"validate"}, "validate takes one schedule file"},
-        BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"}));
+        BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"},
+        // A repeated flag: the first value was silently dropped.
+        BadInput{{"simulate", "--microbatches=4", "--microbatches=8"},
+                 "--microbatches is given twice; give it once"},
+        BadInput{{"simulate", "--cost_f=2", "--cost-f=3"}, "--cost-f is given twice; give it once"},
+        // Numbers say what form they take; integers are decimal (not 0x10 = 16).
+        BadInput{{"simulate", "--microbatches=1e3"},
+                 "bad value '1e3' for --microbatches: expected a whole number in decimal "
+                 "digits, such as 8"},
+        BadInput{{"simulate", "--microbatches=0x10"}, "bad value '0x10' for --microbatches"},
+        BadInput{{"simulate", "--cost-f=1,5"},
+                 "bad value '1,5' for --cost-f: expected a number such as 0.5 or 2"},
+        // Outputs are checked before the run, in one line naming what would work.
+        BadInput{{"simulate", "--json=/nonexistent/dir/x.json"},
+                 "--json=/nonexistent/dir/x.json: the directory /nonexistent/dir does not exist; "
+                 "give a file path in a writable directory"},
+        BadInput{{"simulate", "--svg=/"}, "--svg=/: is a directory"},
+        BadInput{{"validate", Shared("interop/pytorch/2-rank.csv"), "--json=/nonexistent/x.json"},
+                 "--json=/nonexistent/x.json: the directory /nonexistent does not exist"},
+        // B that a split schedule would not use.
+        BadInput{{"simulate", "--schedule=zb-h1", "--cost-b=3", "--cost-i=1", "--cost-w=1"},
+                 "B=3 is not I + W = 2 (I=1, W=1): zb-h1 splits the backward into I and W, so "
+                 "B would not be used; give I and W that add up to B (--cost-b alone sets I = "
+                 "W = B/2)"}));
+
+// --cost-b alone splits evenly into I and W, as compare does: zb-h1 ran B=100 as I = W = 1.
+TEST(CliTest, CostBAloneSetsIAndWToHalfOfIt) {
+  RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=2", "--microbatches=4",
+                        "--cost-b=100", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // M (F + I + W) + (P-1) max(F, I) = 4 x 101 + 50.
+  EXPECT_THAT(r.out, HasSubstr("makespan 454 "));
+  // A schedule without I and W takes B as given, whatever I and W say.
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--cost-b=3",
+              "--cost-i=1", "--cost-w=1", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 20 "));
+}
 
 // Bad cost files: one line, exit 2. Each was a crash (deep nesting), a hang (1e308), a
 // wrong peak (2^62 bytes) or silently ignored (lists of the wrong length).
@@ -264,10 +305,9 @@ TEST(CliTest, BadCostFilesAreOneLineErrors) {
   int i = 0;
   for (const Case& c : cases) {
     const std::string path = WriteTemp("costs" + std::to_string(i++) + ".json", c.content);
-    std::vector<std::string> args = {"simulate", "--schedule=1f1b", "--stages=2",
-                                     "--microbatches=2", "--costs=" + path};
-    for (const std::string& flag : c.flags) args.push_back(flag);
-    RunResult r = RunCli(args);
+    RunResult r = RunCli(WithFlags(
+        {"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=2", "--costs=" + path},
+        c.flags));
     EXPECT_EQ(r.code, 2) << c.message;
     EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: " + path + ": cost model: "));
     EXPECT_THAT(r.err, HasSubstr(c.message));
@@ -316,8 +356,8 @@ TEST(CliTest, LimitsAreStatedInTheMessage) {
 // ZB-H1's closed form was printed where it does not hold (0.0000 against a simulated
 // 0.0857 at W=2).
 TEST(CliTest, ZbH1PrintsNoClosedFormWhereItDoesNotHold) {
-  RunResult r = RunCli(
-      {"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--cost-w=2", "--nogrid"});
+  RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",
+                        "--cost-w=2", "--cost-b=3", "--nogrid"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.0857 (simulated)   (no closed form for these "
                                "costs)"));
@@ -544,7 +584,7 @@ TEST(CliTest, OutputsThatAreInputsAreRefused) {
        "--json=" + csv +
            " is also --from: writing it would replace that input; give --json "
            "another path"},
-      {{"validate", csv, "--json=" + csv}, "--json=" + csv + " is also FILE"},
+      {{"validate", csv, "--json=" + csv}, "--json=" + csv + " is also the schedule file"},
       {{"simulate", "--json=" + json, "--trace=" + json},
        "--json=" + json + " is also --trace: one would overwrite the other"},
   };

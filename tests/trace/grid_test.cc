@@ -67,6 +67,24 @@ TEST(GridTest, FitsTheRequestedWidth) {
   }
 }
 
+TEST(GridTest, ASpanTooNarrowForItsNumberShowsItsOpAlone) {
+  // `simulate --microbatches=16` drew F10..F15 as "F1" (the number cut to two columns):
+  // another micro-batch's name. Two columns per unit here: "F9" fits, "F10" does not and
+  // shows "F" and a space; the backwards (two units) keep their numbers.
+  Timeline t;
+  t.num_ranks = 1;
+  for (int m = 0; m < 12; ++m) {
+    t.spans.push_back({0, kComputeLane, 0, m, "F", 3.0 * m, 3.0 * m + 1});
+    t.spans.push_back({0, kComputeLane, 0, m, "B", 3.0 * m + 1, 3.0 * m + 3});
+  }
+  GridOptions options;
+  options.max_width = 9 + 72;  // "rank 0 | " and 2 columns per unit of the 36
+  const std::vector<std::string> lines = Lines(RenderTimelineGrid(t, options));
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[1],
+            "rank 0 | F0B0  F1B1  F2B2  F3B3  F4B4  F5B5  F6B6  F7B7  F8B8  F9B9  F B10 F B11 ");
+}
+
 TEST(GridTest, OptionalPartsAndEmptyTimeline) {
   GridOptions bare;
   bare.header = bare.axis = bare.legend = false;
