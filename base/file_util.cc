@@ -21,7 +21,6 @@
 #include "base/strings.h"
 
 namespace pipesched {
-namespace {
 
 absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
   std::string msg = absl::StrCat(Absl(what), " '", path, "': ", std::strerror(err));
@@ -33,6 +32,8 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
   }
   return absl::InternalError(msg);
 }
+
+namespace {
 
 // Where a write to an output path goes.
 struct OutputTarget {

@@ -38,6 +38,11 @@ absl::StatusOr<std::string> ReadFileToLoad(const std::string& path);
 // and strerror (ENOSPC: "No space left on device").
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);
 
+// "<what> '<path>': <strerror(err)>" as the status its errno means: NotFound (ENOENT),
+// PermissionDenied (EACCES, EPERM), InvalidArgument when the path itself is at fault
+// (EISDIR, ELOOP, ENAMETOOLONG, ENOTDIR), Internal otherwise.
+absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path);
+
 // Whether WriteFileAtomic(path, ...) can succeed, checked before a long run that writes
 // it at the end: the directory exists and is writable, and `path` is not a directory;
 // for a device or pipe, that it is writable; for /dev/stdout and the like, that the

@@ -1,16 +1,28 @@
 // safetensors reader and writer. The reader checks everything a corrupt or foreign file
-// can get wrong before touching data: sizes, JSON shape, dtypes, offsets, overlaps.
+// can get wrong before touching data: sizes, JSON shape, dtypes, offsets, overlaps. From a
+// file it reads the 8-byte header length first, checks it against the file's size, then
+// reads and checks the header against the data section's size, and only then the data:
+// a file that is not safetensors (/dev/zero, a sparse file) or whose header lies about
+// sizes fails after reading at most its header.
 #include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/json_util.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -138,27 +150,59 @@ absl::StatusOr<const HostTensor*> SafetensorsFile::Find(std::string_view name) c
                    "' (tensors: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
 }
 
-absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source) {
-  const std::string src(source);
-  auto error = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors '", src, "': ", what));
-  };
-  if (bytes.size() < 8) {
-    return error(
-        absl::StrCat("truncated: ", bytes.size(), " bytes, need at least 8 for the header length"));
+namespace {
+
+// What a file that is not safetensors, or is cut short, should have been instead.
+constexpr std::string_view kWhatWorks = "write it with safetensors' save_file";
+
+absl::Status FormatError(std::string_view source, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("safetensors '", Absl(source), "': ", Absl(what)));
+}
+
+// The checks on the first 8 bytes, made before anything else is read. `follow`: the bytes
+// after them, where known (a regular file, bytes in memory; not a pipe).
+absl::Status CheckHeaderLength(std::uint64_t header_len, std::optional<std::uint64_t> follow,
+                               std::string_view source) {
+  if (header_len == 0) {
+    return FormatError(source, absl::StrCat("header length is 0: not a safetensors file (one "
+                                            "starts with the length of its JSON header); ",
+                                            Absl(kWhatWorks)));
   }
-  std::uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);
   if (header_len > kMaxHeaderBytes) {
-    return error(absl::StrCat("header length ", header_len, " exceeds the limit of ",
-                              kMaxHeaderBytes, " bytes (not a safetensors file?)"));
+    return FormatError(source, absl::StrCat("header length ", header_len, " exceeds the limit of ",
+                                            kMaxHeaderBytes, " bytes: not a safetensors file; ",
+                                            Absl(kWhatWorks)));
   }
-  if (header_len > bytes.size() - 8) {
-    return error(absl::StrCat("truncated: header length is ", header_len, " bytes but only ",
-                              bytes.size() - 8, " follow"));
+  if (follow.has_value() && header_len > *follow) {
+    return FormatError(
+        source,
+        absl::StrCat("truncated: header length is ", header_len, " bytes but only ", *follow,
+                     " follow: a truncated file or not a safetensors file; ", Absl(kWhatWorks)));
   }
-  const std::string_view header_text = bytes.substr(8, header_len);
-  const std::string_view data = bytes.substr(8 + header_len);
+  return absl::OkStatus();
+}
+
+absl::Status TooShortForTheLength(std::uint64_t size, std::string_view source) {
+  return FormatError(source, absl::StrCat("truncated: ", size,
+                                          " bytes, need at least 8 for the header length: a "
+                                          "truncated file or not a safetensors file; ",
+                                          Absl(kWhatWorks)));
+}
+
+// What a header says: the tensors (bytes not filled in) in data order, tiling the data
+// section [0, data_bytes) exactly.
+struct Layout {
+  SafetensorsFile file;
+  std::uint64_t data_bytes = 0;
+};
+
+// Parses and checks the JSON header. `data_size`: the size of the data section where
+// known; every offset is checked against it. Unknown (a pipe), the tensors' extent is
+// what must follow, and the caller checks that it does.
+absl::StatusOr<Layout> ParseHeader(std::string_view header_text,
+                                   std::optional<std::uint64_t> data_size,
+                                   std::string_view source) {
+  auto error = [&](const std::string& what) { return FormatError(source, what); };
   absl::StatusOr<nlohmann::json> parsed_header = ParseJson(header_text);
   if (!parsed_header.ok()) {
     return error(absl::StrCat("header is not valid JSON: ", parsed_header.status().message()));
@@ -217,10 +261,12 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
     }
     const std::uint64_t begin = (*offsets)[0].get<std::uint64_t>();
     const std::uint64_t end = (*offsets)[1].get<std::uint64_t>();
-    if (begin > end || end > data.size()) {
-      return tensor_error(absl::StrCat("data_offsets [", begin, ", ", end, ") out of range of the ",
-                                       data.size(), " data bytes",
-                                       end > data.size() ? " (file truncated?)" : ""));
+    if (begin > end || (data_size.has_value() && end > *data_size)) {
+      const bool past_end = data_size.has_value() && end > *data_size;
+      return tensor_error(
+          absl::StrCat("data_offsets [", begin, ", ", end, ") out of range of the ",
+                       data_size.has_value() ? absl::StrCat(*data_size, " data bytes") : "data",
+                       past_end ? " (file truncated?)" : ""));
     }
     const std::uint64_t expected = static_cast<std::uint64_t>(*numel * DTypeSize(*dtype));
     if (end - begin != expected) {
@@ -228,7 +274,6 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
                                        " bytes but ", Absl(DTypeName(*dtype)), " ",
                                        ShapeString(tensor.shape), " needs ", expected));
     }
-    tensor.bytes = std::string(data.substr(begin, end - begin));
     ranges.push_back({begin, end, file.tensors.size()});
     file.tensors.push_back(std::move(tensor));
   }
@@ -250,20 +295,153 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
     }
     cursor = r.end;
   }
-  if (cursor != data.size()) {
+  if (data_size.has_value() && cursor != *data_size) {
     return error(absl::StrCat("the tensors cover ", cursor, " data bytes but the file holds ",
-                              data.size(), " (trailing bytes)"));
+                              *data_size, " (trailing bytes)"));
   }
-  std::vector<HostTensor> ordered;
-  ordered.reserve(ranges.size());
-  for (const Range& r : ranges) ordered.push_back(std::move(file.tensors[r.index]));
-  file.tensors = std::move(ordered);
-  return file;
+  Layout layout;
+  layout.data_bytes = cursor;
+  layout.file.metadata = std::move(file.metadata);
+  layout.file.tensors.reserve(ranges.size());
+  for (const Range& r : ranges) layout.file.tensors.push_back(std::move(file.tensors[r.index]));
+  return layout;
+}
+
+// Reads up to `n` bytes into `out`; how many it read (fewer only at the end of the file).
+absl::StatusOr<std::uint64_t> ReadUpTo(int fd, char* out, std::uint64_t n,
+                                       const std::string& path) {
+  std::uint64_t done = 0;
+  while (done < n) {
+    const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, 1 << 30));
+    const ssize_t got = ::read(fd, out + done, chunk);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read", path);
+    }
+    if (got == 0) break;
+    done += static_cast<std::uint64_t>(got);
+  }
+  return done;
+}
+
+// Closes the descriptor when it goes out of scope.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  ~FdCloser() { ::close(fd_); }
+
+ private:
+  int fd_;
+};
+
+std::string_view FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source) {
+  if (bytes.size() < 8) return TooShortForTheLength(bytes.size(), source);
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  PS_RETURN_IF_ERROR(CheckHeaderLength(header_len, bytes.size() - 8, source));
+  const std::string_view data = bytes.substr(8 + header_len);
+  PS_ASSIGN_OR_RETURN(Layout layout, ParseHeader(bytes.substr(8, header_len), data.size(), source));
+  std::uint64_t offset = 0;
+  for (HostTensor& t : layout.file.tensors) {
+    const std::uint64_t size = static_cast<std::uint64_t>(t.numel() * DTypeSize(t.dtype));
+    t.bytes = std::string(data.substr(offset, size));
+    offset += size;
+  }
+  return std::move(layout.file);
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToLoad(path));
-  return ParseSafetensors(bytes, path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
+  // A pipe (--data=<(...)) is read as far as its header says; a device or a directory is
+  // refused: /dev/zero would otherwise pass as a header of length 0 followed by endless data.
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    return FormatError(path, absl::StrCat("is ", Absl(FileKind(st.st_mode)),
+                                          ", not a regular file; give a safetensors file (",
+                                          Absl(kWhatWorks), ")"));
+  }
+  // Known for a regular file: every size in the header is checked against it first.
+  std::optional<std::uint64_t> size;
+  if (S_ISREG(st.st_mode)) size = static_cast<std::uint64_t>(st.st_size);
+
+  char length_bytes[8];
+  PS_ASSIGN_OR_RETURN(std::uint64_t got, ReadUpTo(fd, length_bytes, 8, path));
+  if (got < 8 || (size.has_value() && *size < 8)) {
+    return TooShortForTheLength(size.has_value() ? std::min(*size, got) : got, path);
+  }
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, length_bytes, 8);
+  PS_RETURN_IF_ERROR(CheckHeaderLength(
+      header_len, size.has_value() ? std::optional<std::uint64_t>(*size - 8) : std::nullopt, path));
+  std::string header(header_len, '\0');
+  PS_ASSIGN_OR_RETURN(got, ReadUpTo(fd, header.data(), header_len, path));
+  if (got < header_len) {
+    return FormatError(
+        path,
+        absl::StrCat("truncated: header length is ", header_len, " bytes but only ", got,
+                     " follow: a truncated file or not a safetensors file; ", Absl(kWhatWorks)));
+  }
+  std::optional<std::uint64_t> data_size;
+  if (size.has_value()) data_size = *size - 8 - header_len;
+  PS_ASSIGN_OR_RETURN(Layout layout, ParseHeader(header, data_size, path));
+  header = std::string();
+
+  // The tensors are held whole while their users copy them out: ReadFileToLoad's limit.
+  const std::int64_t limit =
+      HostMemoryAvailableBytes().value_or(std::numeric_limits<std::int64_t>::max() / 2) / 2;
+  if (layout.data_bytes > static_cast<std::uint64_t>(limit)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot read '", path, "': its tensors hold ",
+                     HumanBytes(static_cast<std::int64_t>(std::min<std::uint64_t>(
+                         layout.data_bytes, std::numeric_limits<std::int64_t>::max()))),
+                     ", more than half the host memory available (", HumanBytes(limit),
+                     "); give a smaller file"));
+  }
+  std::uint64_t offset = 0;
+  for (HostTensor& t : layout.file.tensors) {
+    const std::uint64_t n = static_cast<std::uint64_t>(t.numel() * DTypeSize(t.dtype));
+    // The limit follows the machine's memory; a process limit (ulimit -v) can be lower.
+    try {
+      t.bytes.resize(n);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot read '", path, "': out of memory after ", HumanBytes(offset), " of its ",
+          HumanBytes(static_cast<std::int64_t>(layout.data_bytes)),
+          " of tensors (this process may hold less than the machine has: see ulimit -v); give a "
+          "smaller file or raise the process's memory limit"));
+    }
+    PS_ASSIGN_OR_RETURN(got, ReadUpTo(fd, t.bytes.data(), n, path));
+    if (got < n) {  // a pipe that ended early, or a file cut while being read
+      return FormatError(
+          path, absl::StrCat("truncated: the tensors need ", layout.data_bytes,
+                             " data bytes but only ", offset + got, " follow; ", Absl(kWhatWorks)));
+    }
+    offset += n;
+  }
+  if (!size.has_value()) {
+    char extra;
+    PS_ASSIGN_OR_RETURN(got, ReadUpTo(fd, &extra, 1, path));
+    if (got != 0) {
+      return FormatError(path, absl::StrCat("the tensors cover ", layout.data_bytes,
+                                            " data bytes but more follow (trailing bytes)"));
+    }
+  }
+  return std::move(layout.file);
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {

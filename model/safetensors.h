@@ -52,11 +52,19 @@ struct SafetensorsFile {
   absl::StatusOr<const HostTensor*> Find(std::string_view name) const;
 };
 
-// `source` names the bytes in error messages (usually the path). InvalidArgument for a
-// truncated file, bad header JSON, an unsupported dtype, or offsets that do not match the
-// shape or the data.
+// `source` names the bytes in error messages (usually the path). InvalidArgument
+// "safetensors '<source>': ..." for a header length of 0, above the format's limit of
+// 10^8 bytes or past the end ("not a safetensors file" / "truncated", with what would
+// work), bad header JSON, an unsupported dtype, or offsets that do not match the shape or
+// the data.
 absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source);
-// ReadFile then ParseSafetensors: NotFound / PermissionDenied for the file, else as above.
+// Reads a file in the order of its checks, so that a bad one fails before its data is
+// read: the 8-byte header length (against the file's size), the header (against the data
+// section's size), then the data. Errors as ParseSafetensors, and: NotFound /
+// PermissionDenied / Internal for the file; InvalidArgument for a directory or a device
+// (/dev/zero); ResourceExhausted when the tensors hold more than half the host memory
+// available (as ReadFileToLoad) or the allocation fails. A pipe (--data=<(...)) is read
+// as far as its header says, then must end.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 // InvalidArgument on duplicate or empty names, a name "__metadata__", or bytes that do not

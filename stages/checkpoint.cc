@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/file_util.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "model/chunk.h"
@@ -22,6 +21,7 @@ namespace {
 
 constexpr char kFormat[] = "pipesched-checkpoint";
 constexpr char kOptimizerPrefix[] = "optimizer.";
+constexpr char kChecksumPrefix[] = "fnv1a64:";
 
 // FNV-1a, 64 bits.
 class Fnv1a64 {
@@ -59,7 +59,7 @@ std::string CheckpointChecksum(const model::SafetensorsFile& file) {
     h.AddField(absl::StrJoin(t->shape, ","));
     h.Add(t->bytes);
   }
-  return absl::StrFormat("fnv1a64:%016x", h.value());
+  return absl::StrFormat("%s%016x", kChecksumPrefix, h.value());
 }
 
 namespace {
@@ -153,13 +153,29 @@ absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status VerifyCheckpointChecksum(const model::SafetensorsFile& file, const std::string& path) {
+  auto it = file.metadata.find("checksum");
+  const std::string stored = it == file.metadata.end() ? std::string() : it->second;
+  auto format = file.metadata.find("format");
+  const bool checkpoint = format != file.metadata.end() && format->second == kFormat;
+  if (!checkpoint && stored.rfind(kChecksumPrefix, 0) != 0) return absl::OkStatus();
+  const std::string computed = CheckpointChecksum(file);
+  if (stored != computed) {
+    return Rejected(path, absl::StrCat("checksum mismatch: the file is corrupted (stored '", stored,
+                                       "', computed '", computed, "')"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& trainer) {
-  PS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToLoad(path));
-  absl::StatusOr<model::SafetensorsFile> parsed = model::ParseSafetensors(bytes, path);
-  if (!parsed.ok()) {
+  // The reader checks sizes before reading the data: a file that is not a checkpoint fails
+  // after its header, however large it is.
+  absl::StatusOr<model::SafetensorsFile> parsed = model::ReadSafetensors(path);
+  if (parsed.status().code() == absl::StatusCode::kInvalidArgument) {
     return Rejected(path, absl::StrCat("truncated or not a safetensors file (",
                                        parsed.status().message(), ")"));
   }
+  if (!parsed.ok()) return parsed.status();  // cannot open or read it, or too large
   const model::SafetensorsFile& file = *parsed;
   auto meta = [&](const std::string& key) -> std::string {
     auto it = file.metadata.find(key);
@@ -172,12 +188,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
   if (meta("version") != "1") {
     return Rejected(path, absl::StrCat("version '", meta("version"), "' is not supported (1 is)"));
   }
-  const std::string stored = meta("checksum");
-  const std::string computed = CheckpointChecksum(file);
-  if (stored != computed) {
-    return Rejected(path, absl::StrCat("checksum mismatch: the file is corrupted (stored '", stored,
-                                       "', computed '", computed, "')"));
-  }
+  PS_RETURN_IF_ERROR(VerifyCheckpointChecksum(file, path));
   std::vector<std::string> mismatches;
   for (const auto& [key, value] : Configuration(trainer)) {
     if (meta(key) != value) {

@@ -52,4 +52,11 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
 // tools that edit a checkpoint's metadata and write it again.
 std::string CheckpointChecksum(const model::SafetensorsFile& file);
 
+// The checksum check of LoadCheckpoint, also made by Trainer::LoadParameters (--init):
+// when `file` carries pipesched's checksum entry ("checksum" = "fnv1a64:...") or is a
+// pipesched checkpoint (format=pipesched-checkpoint), the checksum must match, else
+// InvalidArgument "checkpoint <path> rejected: checksum mismatch: the file is corrupted
+// (stored '...', computed '...')". A file written elsewhere, without the entry, passes.
+absl::Status VerifyCheckpointChecksum(const model::SafetensorsFile& file, const std::string& path);
+
 }  // namespace pipesched::stages

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "scheduler/registry.h"
+#include "stages/checkpoint.h"
 #include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
 #include "stages/slow_stage_work.h"
@@ -327,7 +328,10 @@ absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& ten
 
 absl::Status Trainer::LoadParameters(const std::string& path) {
   PS_ASSIGN_OR_RETURN(model::SafetensorsFile file, model::ReadSafetensors(path));
-  if (file.metadata["format"] == "pipesched-checkpoint") {
+  // A checkpoint's parameters are only as good as its checksum, as for --resume.
+  PS_RETURN_IF_ERROR(VerifyCheckpointChecksum(file, path));
+  if (auto format = file.metadata.find("format");
+      format != file.metadata.end() && format->second == "pipesched-checkpoint") {
     // A checkpoint (stages/checkpoint.h): its parameters only, not its optimizer state.
     std::erase_if(file.tensors,
                   [](const model::HostTensor& t) { return t.name.rfind("optimizer.", 0) == 0; });

@@ -88,7 +88,8 @@ class Trainer {
 
   // Sets every parameter from a safetensors file with the model's PyTorch-style names
   // (blocks.{i}.weight/bias, head.weight/bias), on every replica; a checkpoint
-  // (stages/checkpoint.h) gives its parameters, not its optimizer state. Errors name the file
+  // (stages/checkpoint.h) gives its parameters, not its optimizer state, once its checksum
+  // matches ("checkpoint F rejected: checksum mismatch ..." otherwise). Errors name the file
   // and the tensor: missing, wrong shape or dtype, or not a parameter of this model.
   absl::Status LoadParameters(const std::string& path);
   // The same from tensors in memory (synchronous; errors as LoadParameters).

@@ -1,11 +1,24 @@
-// safetensors: round trips, the byte layout, and every error a corrupt file can cause.
+// safetensors: round trips, the byte layout, and every error a corrupt file can cause;
+// the file reader refuses what is not safetensors by its first bytes and a header that
+// does not fit the file before reading the data.
 #include "model/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <system_error>
+#include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "gtest/gtest.h"
 #include "model/synthetic.h"
 #include "testing/status_matchers.h"
@@ -119,12 +132,173 @@ TEST(SafetensorsTest, EveryCorruptionIsNamed) {
       {"bad metadata", Raw(R"({"__metadata__":{"k":1}})", 0),
        "__metadata__ key 'k' is not a string"},
   };
+  // The file reader checks in another order (sizes first, before reading), with the
+  // same outcome.
+  const std::string path = TempPath("corrupt.safetensors");
   for (const BadCase& c : cases) {
     EXPECT_THAT(ParseSafetensors(c.bytes, "f.st"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          ::testing::AllOf(HasSubstr("safetensors 'f.st'"), HasSubstr(c.message))))
         << c.name;
+    PS_ASSERT_OK(WriteFileAtomic(path, c.bytes));
+    EXPECT_THAT(
+        ReadSafetensors(path),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 ::testing::AllOf(HasSubstr("safetensors '" + path + "'"), HasSubstr(c.message))))
+        << c.name;
   }
+}
+
+// What is not safetensors is refused by its first 8 bytes, naming what would work.
+TEST(SafetensorsTest, ReadRefusesWhatIsNotSafetensorsByItsHeaderLength) {
+  const std::string path = TempPath("not_safetensors");
+  std::string length_1000(8, '\0');
+  const std::uint64_t len = 1000;
+  std::memcpy(length_1000.data(), &len, 8);
+  const std::vector<BadCase> cases = {
+      {"zeros, as /dev/zero", std::string(4096, '\0'),
+       "header length is 0: not a safetensors file (one starts with the length of its JSON "
+       "header); write it with safetensors' save_file"},
+      {"empty", "", "truncated: 0 bytes, need at least 8 for the header length"},
+      {"length past the end", length_1000 + "{}",
+       "truncated: header length is 1000 bytes but only 2 follow: a truncated file or not a "
+       "safetensors file; write it with safetensors' save_file"},
+      {"text", "just some text, not a tensor file",
+       "exceeds the limit of 100000000 bytes: not a safetensors file"},
+  };
+  for (const BadCase& c : cases) {
+    PS_ASSERT_OK(WriteFileAtomic(path, c.bytes));
+    EXPECT_THAT(ReadSafetensors(path),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
+        << c.name;
+    EXPECT_THAT(ParseSafetensors(c.bytes, path),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
+        << c.name;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(SafetensorsTest, ReadRefusesDevicesAndDirectories) {
+  EXPECT_THAT(ReadSafetensors("/dev/zero"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("safetensors '/dev/zero': is a character device, not a regular "
+                                 "file; give a safetensors file (write it with safetensors' "
+                                 "save_file)")));
+  EXPECT_THAT(ReadSafetensors(::testing::TempDir()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("is a directory, not a regular file")));
+}
+
+// Sparse files larger than the reader may load (half the host memory available) whose
+// headers do not fit them: each error is the header's, so nothing past the header was
+// read (reading such a file whole ends in the size limit, or takes gigabytes and seconds).
+TEST(SafetensorsTest, LargeSparseFilesWithBadHeadersFailAtTheirHeaders) {
+  const std::uint64_t available = HostMemoryAvailableBytes().value_or(0);
+  const std::uint64_t large = std::max<std::uint64_t>(std::uint64_t{3} << 29, available + 1);
+  const std::string path = TempPath("sparse.safetensors");
+  // `head`, then zeros up to `size` bytes, without writing them.
+  auto sparse = [&](const std::string& head, std::uint64_t size) {
+    PS_EXPECT_OK(WriteFileAtomic(path, head));
+    std::error_code ec;
+    std::filesystem::resize_file(path, size, ec);
+    return ec;
+  };
+  if (std::error_code ec = sparse("", large); ec) {
+    GTEST_SKIP() << "cannot make a sparse file of " << large << " bytes here: " << ec.message();
+  }
+  EXPECT_THAT(ReadSafetensors(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("header length is 0: not a safetensors file")));
+
+  const std::string one_tensor = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  ASSERT_FALSE(sparse(Raw(one_tensor, 8), large));
+  EXPECT_THAT(
+      ReadSafetensors(path),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr(absl::StrCat("the tensors cover 8 data bytes but the file holds ",
+                                      large - 8 - one_tensor.size(), " (trailing bytes)"))));
+
+  // A header that claims more data than the file has (4 TiB).
+  const std::string lying =
+      R"({"a":{"dtype":"F32","shape":[1099511627776],"data_offsets":[0,4398046511104]}})";
+  ASSERT_FALSE(sparse(Raw(lying, 0), large));
+  EXPECT_THAT(
+      ReadSafetensors(path),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr(absl::StrCat("tensor 'a': data_offsets [0, 4398046511104) out of "
+                                      "range of the ",
+                                      large - 8 - lying.size(), " data bytes (file truncated?)"))));
+
+  // A valid header whose one tensor is larger than the reader may hold.
+  if (available > 0) {
+    const std::uint64_t n = available / 4 + 1;  // F32 elements: more than all of it
+    const std::string huge = absl::StrCat(R"({"a":{"dtype":"F32","shape":[)", n,
+                                          R"(],"data_offsets":[0,)", 4 * n, "]}}");
+    ASSERT_FALSE(sparse(Raw(huge, 0), 8 + huge.size() + 4 * n));
+    EXPECT_THAT(ReadSafetensors(path),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("more than half the host memory available")));
+  }
+  std::remove(path.c_str());
+}
+
+// A pipe (--data=<(...)) is read as far as its header says, and must end there.
+TEST(SafetensorsTest, ReadsAPipeAsFarAsItsHeaderSays) {
+  SafetensorsFile file;
+  file.tensors.push_back(HostTensor::F32("w", {2, 3}, {1, 2, 3, 4, 5, 6}));
+  file.tensors.push_back(HostTensor::I64("y", {2}, {7, 8}));
+  PS_ASSERT_OK_AND_ASSIGN(const std::string good, SerializeSafetensors(file));
+  const std::string path = TempPath("pipe.safetensors");
+  // Writes `bytes` (less than a pipe's buffer, so the write never waits for the reader)
+  // into a new FIFO at `path` while it is read.
+  auto read_through_pipe = [&](const std::string& bytes) {
+    std::remove(path.c_str());
+    EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+    std::thread writer([&] {
+      const int fd = ::open(path.c_str(), O_WRONLY);
+      if (fd < 0) return;
+      EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+      ::close(fd);
+    });
+    absl::StatusOr<SafetensorsFile> read = ReadSafetensors(path);
+    writer.join();
+    std::remove(path.c_str());
+    return read;
+  };
+  PS_ASSERT_OK_AND_ASSIGN(SafetensorsFile back, read_through_pipe(good));
+  ASSERT_EQ(back.tensors.size(), 2u);
+  EXPECT_EQ(back.tensors[0].bytes, file.tensors[0].bytes);
+  EXPECT_EQ(*back.tensors[1].ToInt32s(), (std::vector<std::int32_t>{7, 8}));
+  EXPECT_THAT(read_through_pipe(good + "more"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the tensors cover 40 data bytes but more follow (trailing "
+                                 "bytes)")));
+  EXPECT_THAT(read_through_pipe(good.substr(0, good.size() - 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("truncated: the tensors need 40 data bytes but only 39 follow")));
+  EXPECT_THAT(read_through_pipe(std::string(100, '\0')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("header length is 0")));
+}
+
+// Files from other writers still load through the file reader: no tensors, an empty
+// tensor, an unpadded header.
+TEST(SafetensorsTest, ReadLoadsSmallAndForeignFiles) {
+  const std::string path = TempPath("small.safetensors");
+  PS_ASSERT_OK(WriteFileAtomic(path, Raw(R"({"__metadata__":{"format":"pt"}})", 0)));
+  PS_ASSERT_OK_AND_ASSIGN(SafetensorsFile none, ReadSafetensors(path));
+  EXPECT_TRUE(none.tensors.empty());
+  EXPECT_EQ(none.metadata.at("format"), "pt");
+  std::string raw = Raw(R"({"e":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},)"
+                        R"("x":{"shape":[2],"dtype":"I64","data_offsets":[0,16]}})",
+                        0);
+  const std::int64_t values[2] = {3, -4};
+  raw.append(reinterpret_cast<const char*>(values), 16);
+  PS_ASSERT_OK(WriteFileAtomic(path, raw));
+  PS_ASSERT_OK_AND_ASSIGN(SafetensorsFile f, ReadSafetensors(path));
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.tensors[0].numel(), 0);
+  EXPECT_EQ(*f.tensors[1].ToInt32s(), (std::vector<std::int32_t>{3, -4}));
+  std::remove(path.c_str());
 }
 
 TEST(SafetensorsTest, ReadErrorsNameThePath) {

@@ -38,6 +38,13 @@ std::string TempPath(const std::string& name) {
          name;
 }
 
+// The size of a file's data section: every tensor's bytes.
+std::size_t CheckpointDataBytes(const model::SafetensorsFile& file) {
+  std::size_t n = 0;
+  for (const model::HostTensor& t : file.tensors) n += t.bytes.size();
+  return n;
+}
+
 TrainerConfig Config(model::OptimizerKind kind) {
   TrainerConfig c;
   c.schedule = "1f1b";
@@ -155,6 +162,20 @@ TEST_F(CheckpointRejectTest, TruncatedFile) {
   }
 }
 
+TEST_F(CheckpointRejectTest, WhatIsNotSafetensorsIsRejectedByItsHeader) {
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  EXPECT_THAT(LoadCheckpoint("/dev/zero", *trainer),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checkpoint /dev/zero rejected: truncated or not a safetensors "
+                                 "file (safetensors '/dev/zero': is a character device")));
+  EXPECT_THAT(LoadBytes(std::string(4096, '\0'), Config(model::OptimizerKind::kSgd)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("truncated or not a safetensors file (safetensors '" + path_ +
+                                 "': header length is 0: not a safetensors file")));
+  EXPECT_THAT(LoadCheckpoint(TempPath("missing.safetensors"), *trainer),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.safetensors")));
+}
+
 TEST_F(CheckpointRejectTest, CorruptedTensorBytesFailTheChecksum) {
   std::string bad = bytes_;
   bad[bad.size() - 3] ^= 0x10;  // a bit of the last tensor
@@ -219,6 +240,61 @@ TEST_F(CheckpointRejectTest, StepAndCursorOutOfRangeAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("bad data_cursor '112': the next sample of a data set of 112 "
                                  "is expected (0 to 111)")));
+}
+
+// --init (Trainer::LoadParameters) of a checkpoint checks its checksum as --resume does.
+TEST_F(CheckpointRejectTest, InitOfACorruptedCheckpointFailsTheChecksum) {
+  PS_ASSERT_OK_AND_ASSIGN(auto fresh, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  std::string bad = bytes_;
+  bad[bad.size() - 3] ^= 0x10;  // a bit of the last tensor
+  PS_ASSERT_OK(WriteFileAtomic(path_, bad));
+  EXPECT_THAT(fresh->LoadParameters(path_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checkpoint " + path_ +
+                                 " rejected: checksum mismatch: the file is corrupted (stored "
+                                 "'fnv1a64:")));
+  // A parameter's byte, not only the optimizer state's (which --init does not load).
+  PS_ASSERT_OK_AND_ASSIGN(model::SafetensorsFile file, model::ParseSafetensors(bytes_, path_));
+  ASSERT_EQ(file.tensors.front().name.rfind("blocks.", 0), 0u) << file.tensors.front().name;
+  bad = bytes_;
+  bad[bytes_.size() - CheckpointDataBytes(file)] ^= 0x01;
+  PS_ASSERT_OK(WriteFileAtomic(path_, bad));
+  EXPECT_THAT(fresh->LoadParameters(path_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checksum mismatch: the file is corrupted")));
+  // A checkpoint whose checksum entry was removed is not trusted either.
+  file.metadata.erase("checksum");
+  PS_ASSERT_OK_AND_ASSIGN(std::string unsummed, model::SerializeSafetensors(file));
+  PS_ASSERT_OK(WriteFileAtomic(path_, unsummed));
+  EXPECT_THAT(fresh->LoadParameters(path_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checksum mismatch: the file is corrupted (stored '', computed "
+                                 "'fnv1a64:")));
+  // The intact checkpoint loads, and gives the saved parameters.
+  PS_ASSERT_OK(WriteFileAtomic(path_, bytes_));
+  PS_ASSERT_OK(fresh->LoadParameters(path_));
+  PS_ASSERT_OK_AND_ASSIGN(auto loaded, fresh->ExportParameters());
+  PS_ASSERT_OK_AND_ASSIGN(auto saved, trainer_->ExportParameters());
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(loaded[i].bytes, saved[i].bytes) << saved[i].name;
+  }
+}
+
+// Files written elsewhere carry no pipesched checksum entry and load under --init, as
+// does one whose "checksum" entry is another tool's.
+TEST_F(CheckpointRejectTest, InitOfAFileWithoutTheChecksumEntryLoads) {
+  PS_ASSERT_OK_AND_ASSIGN(auto fresh, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  model::SafetensorsFile file;
+  PS_ASSERT_OK_AND_ASSIGN(file.tensors, trainer_->ExportParameters());
+  file.metadata["format"] = "pt";
+  PS_ASSERT_OK(model::WriteSafetensors(path_, file));
+  PS_EXPECT_OK(fresh->LoadParameters(path_));
+  file.metadata["checksum"] = "sha256:0123";
+  PS_ASSERT_OK(model::WriteSafetensors(path_, file));
+  PS_EXPECT_OK(fresh->LoadParameters(path_));
+  PS_ASSERT_OK(trainer_->SaveParameters(path_));  // pipesched's parameters-only file
+  PS_EXPECT_OK(fresh->LoadParameters(path_));
 }
 
 TEST_F(CheckpointRejectTest, ParametersOnlyFileIsNotACheckpoint) {
