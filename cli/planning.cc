@@ -52,7 +52,8 @@ absl::Status CheckCost(std::string_view flag, double value) {
 
 }  // namespace
 
-absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx) {
+absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx,
+                                                          const scheduler::CostModel* costs) {
   std::string from = absl::GetFlag(FLAGS_from);
   if (!from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
@@ -88,6 +89,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
                       scheduler::GenerateSchedule(name, {.num_ranks = p,
                                                          .num_microbatches = m,
                                                          .num_chunks = v,
+                                                         .costs = costs,
                                                          .max_activations = max_activations}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
@@ -153,19 +155,6 @@ absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& te
     PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(names.front(), /*from_file=*/false));
   }
   return names;
-}
-
-absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs) {
-  if (!absl::GetFlag(FLAGS_from).empty()) return absl::OkStatus();
-  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file.schedule.name);
-  if (info == nullptr || !info->uses_costs) return absl::OkStatus();
-  PS_ASSIGN_OR_RETURN(file.schedule,
-                      info->generate({.num_ranks = file.schedule.num_ranks(),
-                                      .num_microbatches = file.schedule.num_microbatches,
-                                      .num_chunks = file.schedule.num_chunks(),
-                                      .costs = &costs,
-                                      .max_activations = absl::GetFlag(FLAGS_max_activations)}));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,

@@ -22,8 +22,10 @@ inline constexpr int kMaxChunks = 64;
 inline constexpr int kMaxMicrobatches = 1 << 20;
 
 // --schedule/--stages/--microbatches/--virtual, or --from=FILE. Range errors name the
-// flag and the accepted range.
-absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx);
+// flag and the accepted range. A schedule searched for its costs (ScheduleInfo::uses_costs)
+// is searched for `costs` (unit costs when null), once.
+absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
+    const CommandContext& ctx, const scheduler::CostModel* costs = nullptr);
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
 absl::StatusOr<double> MaxActivationsFromFlags();
@@ -36,12 +38,6 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
 // known, none empty or twice; with --max-activations, at least one of them searched.
 // InvalidArgument naming the problem and the known schedules otherwise.
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text);
-
-// A schedule searched for its costs (ScheduleInfo::uses_costs) generated
-// again for `costs`, when `file` came from --schedule rather than --from; any other
-// schedule is left as it is. ScheduleFromFlags makes the unit-cost one, whose shape the
-// cost checks need first.
-absl::Status SearchForCosts(scheduler::ScheduleFile& file, const scheduler::CostModel& costs);
 
 // --costs=FILE as the base (or the "costs" of the schedule file `file`, read from
 // `file_path`), then the --cost-* and --activation-bytes flags the user gave override it

@@ -139,12 +139,22 @@ int RunSimulate(const CommandContext& ctx) {
   if (absl::Status s = CheckOutputsDistinct({{"--from", absl::GetFlag(FLAGS_from)}}); !s.ok()) {
     return ReportError(ctx, s);
   }
-  absl::StatusOr<scheduler::ScheduleFile> file = ScheduleFromFlags(ctx);
+  // A generated schedule that is searched for its costs is searched once, for the costs the
+  // flags give; CostsFromFlags then checks them against the schedule.
+  std::optional<scheduler::CostModel> search_costs;
+  if (absl::GetFlag(FLAGS_from).empty()) {
+    std::string source;
+    absl::StatusOr<scheduler::CostModel> unchecked =
+        UncheckedCostsFromFlags(ctx, scheduler::ScheduleFile{}, "", &source);
+    if (!unchecked.ok()) return ReportError(ctx, unchecked.status());
+    search_costs = *std::move(unchecked);
+  }
+  absl::StatusOr<scheduler::ScheduleFile> file =
+      ScheduleFromFlags(ctx, search_costs.has_value() ? &*search_costs : nullptr);
   if (!file.ok()) return ReportError(ctx, file.status());
   absl::StatusOr<scheduler::CostModel> costs =
       CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
-  if (absl::Status s = SearchForCosts(*file, *costs); !s.ok()) return ReportError(ctx, s);
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }
