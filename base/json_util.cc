@@ -3,7 +3,10 @@
 #include "base/json_util.h"
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/strings.h"
@@ -16,7 +19,8 @@ using nlohmann::json;
 constexpr std::size_t kMaxParseMessage = 200;
 
 // Counts the open arrays and objects; stops the parse (returns false) at the first one
-// that would exceed the limit, or at a syntax error, remembering where.
+// that would exceed the limit, at a key given twice in one object (nlohmann would keep
+// the last value without a word), or at a syntax error, remembering which.
 class DepthCheck : public nlohmann::json_sax<json> {
  public:
   explicit DepthCheck(int max_depth) : max_depth_(max_depth) {}
@@ -28,9 +32,21 @@ class DepthCheck : public nlohmann::json_sax<json> {
   bool number_float(number_float_t, const string_t&) override { return true; }
   bool string(string_t&) override { return true; }
   bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return Open(); }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return Close(); }
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return Open();
+  }
+  bool key(string_t& key) override {
+    if (!keys_.empty() && !keys_.back().insert(key).second) {
+      duplicate_key_ = key;
+      return false;
+    }
+    return true;
+  }
+  bool end_object() override {
+    if (!keys_.empty()) keys_.pop_back();
+    return Close();
+  }
   bool start_array(std::size_t) override { return Open(); }
   bool end_array() override { return Close(); }
   bool parse_error(std::size_t position, const std::string&,
@@ -41,6 +57,7 @@ class DepthCheck : public nlohmann::json_sax<json> {
   }
 
   bool too_deep() const { return too_deep_; }
+  const std::optional<std::string>& duplicate_key() const { return duplicate_key_; }
   const std::string& syntax_error() const { return syntax_error_; }
   std::size_t syntax_byte() const { return syntax_byte_; }
 
@@ -60,6 +77,8 @@ class DepthCheck : public nlohmann::json_sax<json> {
   int max_depth_;
   int depth_ = 0;
   bool too_deep_ = false;
+  std::vector<std::set<std::string>> keys_;  // of each open object, innermost last
+  std::optional<std::string> duplicate_key_;
   std::string syntax_error_;
   std::size_t syntax_byte_ = 0;
 };
@@ -123,6 +142,11 @@ absl::StatusOr<json> ParseJson(std::string_view text, int max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("nested deeper than ", max_depth,
                      " levels of arrays and objects (a pipesched file needs 4 at most)"));
+  }
+  if (check.duplicate_key().has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", QuoteForMessage(*check.duplicate_key()),
+                     " is given twice in one object; give each key once"));
   }
   if (!check.syntax_error().empty()) {
     return absl::InvalidArgumentError(ParserMessage(check.syntax_error(), check.syntax_byte()));

@@ -22,6 +22,7 @@ inline constexpr int kMaxJsonDepth = 64;
 // what the file is), for
 //   - nesting of arrays and objects deeper than `max_depth`: "nested deeper than 64
 //     levels of arrays and objects; ...", found before any value is built;
+//   - a key given twice in one object: "key \"f\" is given twice in one object; ...";
 //   - invalid JSON: the parser's "parse error at line 1, column 5: ... (byte 5)", cut to
 //     about 200 bytes with control bytes escaped.
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, int max_depth = kMaxJsonDepth);

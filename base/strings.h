@@ -18,7 +18,8 @@ inline std::string_view Std(absl::string_view s) { return std::string_view(s.dat
 // `text` in double quotes for an error message: at most `max_chars` bytes of it, cut
 // with "..." inside the quotes, and every byte that could break the line or the
 // terminal (control bytes, DEL, '"' and '\\') escaped as \r, \n, \t, \", \\ or \xNN.
-// "0B0\r1F0" -> "\"0B0\\r1F0\"". Bytes >= 0x80 pass through (UTF-8 text stays readable).
+// "0B0\r1F0" -> "\"0B0\\r1F0\"". Well-formed UTF-8 passes through (text stays readable);
+// other bytes >= 0x80, and UTF-8's C1 controls (U+0080..U+009F), are escaped as \xNN.
 std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 
 // The same without the quotes (and '"' left as it is), for text the message quotes its

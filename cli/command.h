@@ -46,6 +46,9 @@ int ReportError(const CommandContext& ctx, const absl::Status& status);
 // For a command that takes only --flags: when arguments that are not flags were given,
 // reports "unexpected argument 'x'; <command> takes only --flags" and returns true.
 bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code);
+// InvalidArgument "unexpected argument 'ARG'; WHAT_WORKS", or, for an argument with one
+// dash ("-nogrid"), the same pointing at the two-dash flag.
+absl::Status UnexpectedArgument(const std::string& arg, std::string_view what_works);
 
 // True when the user gave the flag (canonical name with underscores).
 bool FlagGiven(const CommandContext& ctx, std::string_view name);

@@ -29,9 +29,19 @@ int ReportError(const CommandContext& ctx, const absl::Status& status) {
 bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code) {
   if (ctx.positional.empty()) return false;
   exit_code = ReportError(
-      ctx, absl::InvalidArgumentError(absl::StrCat("unexpected argument '", ctx.positional[0],
-                                                   "'; ", Absl(command), " takes only --flags")));
+      ctx,
+      UnexpectedArgument(ctx.positional[0], absl::StrCat(Absl(command), " takes only --flags")));
   return true;
+}
+
+absl::Status UnexpectedArgument(const std::string& arg, std::string_view what_works) {
+  // "-nogrid": one dash short of a flag.
+  if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", arg, "'; flags start with two dashes: -", arg));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unexpected argument '", arg, "'; ", Absl(what_works)));
 }
 
 bool FlagGiven(const CommandContext& ctx, std::string_view name) {
@@ -67,7 +77,13 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
     PrintUsage(out);
     return kExitOk;
   }
-  if (help) name = argv[2];  // help <command>
+  if (help) {
+    name = argv[2];  // help <command>
+    if (name == "help" || name == "--help" || name == "-h") {
+      PrintUsage(out);
+      return kExitOk;
+    }
+  }
   const Command* command = nullptr;
   for (const Command& c : AllCommands()) {
     if (c.name == name) command = &c;
@@ -79,6 +95,13 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
       absl::StrAppend(&names, names.empty() ? "" : ", ", Absl(c.name));
     return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat("unknown command '", name,
                                                                     "'; commands are: ", names)));
+  }
+  if (help && argc > 3) {
+    return ReportError(ctx,
+                       absl::InvalidArgumentError(absl::StrCat("unexpected argument '", argv[3],
+                                                               "'; help takes one command: "
+                                                               "pipesched help ",
+                                                               name)));
   }
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];

@@ -131,9 +131,9 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
 
 int RunSimulate(const CommandContext& ctx) {
   if (!ctx.positional.empty()) {
-    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
-                                "unexpected argument '", ctx.positional[0],
-                                "'; to simulate a file use --from=", ctx.positional[0])));
+    return ReportError(
+        ctx, UnexpectedArgument(ctx.positional[0],
+                                absl::StrCat("to simulate a file use --from=", ctx.positional[0])));
   }
   if (absl::Status s = CheckColorFlag(); !s.ok()) return ReportError(ctx, s);
   if (absl::Status s = CheckOutputsDistinct({{"--from", absl::GetFlag(FLAGS_from)}}); !s.ok()) {

@@ -10,6 +10,7 @@
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
@@ -17,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/formats.h"
 #include "scheduler/simulator.h"
+#include "scheduler/validate.h"
 #include "stages/bubble_analysis.h"
 #include "stages/checkpoint.h"
 #include "trace/chrome_trace.h"
@@ -68,6 +70,13 @@ absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx)
       }
     }
     PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(from));
+    // The validator's first line names the problem; its grid is validate's to draw.
+    if (absl::Status v = scheduler::Validate(file.schedule); !v.ok()) {
+      const std::string_view message = Std(v.message());
+      return absl::Status(
+          v.code(), absl::StrCat("--from=", from, ": ", Absl(message.substr(0, message.find('\n'))),
+                                 "; `pipesched validate ", from, "` draws where"));
+    }
     // Every chunk needs a layer, and --layers stops at kMaxLayers blocks (+ the head).
     if (const int chunks = file.schedule.num_stages(); chunks > kMaxLayers + 1) {
       return absl::InvalidArgumentError(

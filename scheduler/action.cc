@@ -80,6 +80,9 @@ absl::StatusOr<Action> ParseAction(std::string_view text) {
   }
   if (op_text.empty()) return BadToken(token, "it has no op after the stage number");
 
+  if (op_text.size() > 1 && op_text.back() == '-' && !mb_digits.empty()) {
+    return BadToken(token, "the micro-batch number is negative; micro-batches count from 0");
+  }
   if (op_text == "ALLREDUCE" || op_text == "REDUCE_GRAD") {
     if (!mb_digits.empty()) {
       return BadToken(token, absl::StrCat(Absl(op_text), " takes no micro-batch"));

@@ -502,8 +502,17 @@ absl::StatusOr<ScheduleFile> LoadScheduleFile(const std::string& path) {
   const std::string_view body = StripBom(text);
   const std::size_t first = body.find_first_not_of(" \t\r\n");
   absl::StatusOr<ScheduleFile> file;
+  const bool json_name = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (first != std::string_view::npos && body[first] == '{') {
     file = ParseScheduleJson(body);
+  } else if (first == std::string_view::npos && json_name) {
+    file = absl::InvalidArgumentError(
+        "the file is empty; a pipesched JSON schedule is an object {\"format\": "
+        "\"pipesched-schedule\", \"version\": 1, ...} (docs/schedules.md)");
+  } else if (first != std::string_view::npos && body[first] == '[') {
+    file = absl::InvalidArgumentError(
+        "the file starts with '[', but a pipesched JSON schedule is an object {\"format\": "
+        "\"pipesched-schedule\", ...} and a PyTorch CSV has one row of actions per rank");
   } else {
     absl::StatusOr<Schedule> schedule = ParsePytorchCsv(body);
     if (schedule.ok()) {

@@ -190,7 +190,10 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
   }
   PS_RETURN_IF_ERROR(VerifyCheckpointChecksum(file, path));
   std::vector<std::string> mismatches;
-  for (const auto& [key, value] : Configuration(trainer)) {
+  const std::map<std::string, std::string> configuration = Configuration(trainer);
+  for (const auto& [key, value] : configuration) {
+    // The optimizer's state follows from the optimizer: one mismatch says it.
+    if (key == "optimizer.state" && meta("optimizer") != configuration.at("optimizer")) continue;
     if (meta(key) != value) {
       mismatches.push_back(
           absl::StrCat(FlagOf(key), ": checkpoint ", meta(key), ", this run ", value));

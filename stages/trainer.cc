@@ -187,12 +187,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     }
     return std::unique_ptr<StageWork>(std::move(work));
   };
-  PS_ASSIGN_OR_RETURN(t->executor_,
-                      Executor::Create(schedule, *t->backend_, factory,
-                                       {.num_replicas = D,
-                                        .exact_memory_accounting = config.exact_memory_accounting ||
-                                                                   config.device_memory_bytes > 0,
-                                        .step_timeout_seconds = config.step_timeout_seconds}));
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(
+      schedule, *t->backend_, factory,
+      {.num_replicas = D,
+       .exact_memory_accounting = config.exact_memory_accounting || config.device_memory_bytes > 0,
+       .step_timeout_seconds = config.step_timeout_seconds});
+  if (!executor.ok() && config.device_memory_bytes > 0 &&
+      absl::IsResourceExhausted(executor.status())) {
+    // The stages' parameters, gradients and optimizer state come first: name the cap.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model does not fit the device memory cap of ", HumanBytes(config.device_memory_bytes),
+        " (--device-memory) before any activation: ", executor.status().message(),
+        "; give a larger --device-memory, or a smaller model (--hidden, --layers)"));
+  }
+  PS_RETURN_IF_ERROR(executor.status());
+  t->executor_ = *std::move(executor);
 
   // Activations are allocated step by step: refuse now a plan whose peak cannot fit,
   // rather than in the step that exhausts the memory (minutes into a large run on a CPU),

@@ -193,6 +193,7 @@ TEST_P(CliBadInputTest, OneLineErrorAndExitTwo) {
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(GetParam().message));
   EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: "));
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
 }
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
@@ -256,6 +257,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--svg=/"}, "--svg=/: is a directory"},
         BadInput{{"validate", Shared("interop/pytorch/2-rank.csv"), "--json=/nonexistent/x.json"},
                  "--json=/nonexistent/x.json: the directory /nonexistent does not exist"},
+        BadInput{{"help", "simulate", "extra"},
+                 "unexpected argument 'extra'; help takes one command: pipesched help simulate"},
+        BadInput{{"simulate", "-nogrid"},
+                 "unexpected argument '-nogrid'; flags start with two dashes: --nogrid"},
+        BadInput{{"version", "-x"}, "flags start with two dashes: --x"},
+        BadInput{{"train", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--layers=4",
+                  "--hidden=16", "--steps=1", "--microbatch-size=2", "--device-memory=1KiB"},
+                 "the model does not fit the device memory cap of 1.0 KiB (--device-memory) "
+                 "before any activation: host:0: cannot allocate"},
         // B that a split schedule would not use.
         BadInput{{"simulate", "--schedule=zb-h1", "--cost-b=3", "--cost-i=1", "--cost-w=1"},
                  "B=3 is not I + W = 2 (I=1, W=1): zb-h1 splits the backward into I and W, so "
@@ -301,6 +311,10 @@ TEST(CliTest, BadCostFilesAreOneLineErrors) {
        {},
        "\"stages\" has 5 entries but the schedule has 2 virtual stages (P=2 x V=1)"},
       {R"({"version": 1, "stages": [{"f": 2}]})", {}, "\"stages\" has 1 entry"},
+      // nlohmann kept the last of two values without a word (f = 5 here).
+      {R"({"version": 1, "default": {"f": 1, "f": 5}})",
+       {},
+       "key \"f\" is given twice in one object; give each key once"},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -536,6 +550,7 @@ TEST(CliTest, HelpListsTheCommandsAndEachCommandsFlags) {
     EXPECT_THAT(all.out, HasSubstr(std::string("\n  ") + name + "\t")) << name;
   }
   EXPECT_EQ(RunCli({"--help"}).out, all.out);
+  EXPECT_EQ(RunCli({"help", "help"}).out, all.out);
   RunResult train = RunCli({"help", "train"});
   EXPECT_EQ(train.code, 0);
   EXPECT_THAT(train.out, ::testing::StartsWith("usage: pipesched train --schedule=NAME"));
@@ -961,6 +976,19 @@ TEST(CliTrainTest, ScheduleFileWithMoreChunksThanAnyModelIsOneLine) {
                        ": the schedule has 4100 chunks (stages x virtual stages), but the model "
                        "has at most 4096 blocks + head = 4097 layers (--layers) and every chunk "
                        "needs one; use a schedule with at most 4097 chunks\n");
+}
+
+// An invalid schedule file: one line naming the file and the first problem (validate
+// draws the grid); it printed the validator's grid and left out the file's name.
+TEST(CliTrainTest, InvalidScheduleFileIsOneLineNamingIt) {
+  const std::string path = TempPath("dup.csv");
+  std::ofstream(path) << "0F0,0F0,0B0\n1F0,1B0\n";
+  RunResult r = RunCli({"train", "--from=" + path, "--backend=host", "--steps=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "pipesched: --from=" + path +
+                       ": rank 0 step 1: action 0F0 is a duplicate (first at rank 0 step 0); "
+                       "`pipesched validate " +
+                       path + "` draws where\n");
 }
 
 // --device-memory gives each host device a GPU's memory: GPipe's 8 micro-batches in

@@ -101,6 +101,10 @@ TEST(ActionTextTest, ErrorSaysWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes no micro-batch")));
   EXPECT_THAT(ParseAction("F0"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stage number")));
+  EXPECT_THAT(ParseAction("0F-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad action \"0F-1\": the micro-batch number is negative; "
+                                 "micro-batches count from 0")));
   // PyTorch's FSDP actions: named for what they are and what to do instead.
   EXPECT_THAT(ParseAction("1UNSHARD"),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -330,6 +330,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadJson{"{\"format\": ", "malformed"}, BadJson{"{" PS_HEAD ", \"stages\": 1,}", "line 1"},
         BadJson{"[1, 2]", "an object"},
+        BadJson{"{" PS_HEAD ", \"stages\": 2, \"stages\": 4}",
+                "key \"stages\" is given twice in one object; give each key once"},
         BadJson{"{\"version\": 1, \"stages\": 1}", "\"format\" must be \"pipesched-schedule\""},
         BadJson{"{\"format\": \"pipesched-schedule\", \"version\": 2}",
                 "unsupported \"version\" 2; this build reads version 1"},
@@ -413,6 +415,27 @@ TEST(LoadScheduleFileTest, MissingFileNamesThePath) {
   absl::StatusOr<ScheduleFile> file = LoadScheduleFile("/nonexistent/dir/s.csv");
   ASSERT_FALSE(file.ok());
   EXPECT_THAT(std::string(file.status().message()), HasSubstr("/nonexistent/dir/s.csv"));
+}
+
+TEST(LoadScheduleFileTest, EmptyJsonAndJsonArraysAreNamedForWhatTheyAre) {
+  const std::string empty = ::testing::TempDir() + "/empty.json";
+  std::ofstream(empty) << "\n";
+  EXPECT_THAT(LoadScheduleFile(empty),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       empty + ": the file is empty; a pipesched JSON schedule is an object "
+                               "{\"format\": \"pipesched-schedule\", \"version\": 1, ...} "
+                               "(docs/schedules.md)"));
+  const std::string array = ::testing::TempDir() + "/array.json";
+  std::ofstream(array) << "[[\"0F0\", \"0B0\"]]\n";
+  EXPECT_THAT(LoadScheduleFile(array),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(": the file starts with '[', but a pipesched JSON schedule is an "
+                                 "object")));
+  // An empty file of another name is still an empty CSV.
+  const std::string csv = ::testing::TempDir() + "/empty.csv";
+  std::ofstream(csv) << "";
+  EXPECT_THAT(LoadScheduleFile(csv),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the CSV schedule is empty")));
 }
 
 TEST(LoadScheduleFileTest, CsvErrorsStartWithThePath) {

@@ -1,0 +1,37 @@
+// QuoteForMessage / EscapeForMessage: text from a file in an error message stays on one
+// line and cannot drive the terminal, while UTF-8 text stays readable.
+#include "base/strings.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace pipesched {
+namespace {
+
+TEST(QuoteForMessageTest, EscapesWhatCouldBreakTheLineOrTheTerminal) {
+  EXPECT_EQ(QuoteForMessage("0B0\r1F0"), "\"0B0\\r1F0\"");
+  EXPECT_EQ(QuoteForMessage("a\"b\\c\td\n"), "\"a\\\"b\\\\c\\td\\n\"");
+  EXPECT_EQ(QuoteForMessage(std::string("x\0y", 3)), "\"x\\x00y\"");
+  EXPECT_EQ(QuoteForMessage("\x7f"), "\"\\x7f\"");
+  EXPECT_EQ(EscapeForMessage("a\"b"), "a\"b");
+}
+
+TEST(QuoteForMessageTest, HighBytesPassOnlyAsWellFormedUtf8WithoutC1Controls) {
+  // UTF-8 text stays readable: e, a CJK character, an emoji.
+  EXPECT_EQ(QuoteForMessage("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x99\x82"),
+            "\"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x99\x82\"");
+  // A lone 0x9B is an 8-bit CSI to some terminals; binary junk; U+009B in UTF-8.
+  EXPECT_EQ(QuoteForMessage("a\x9b[2Jb"), "\"a\\x9b[2Jb\"");
+  EXPECT_EQ(QuoteForMessage("\xff\xfe"), "\"\\xff\\xfe\"");
+  EXPECT_EQ(QuoteForMessage("\xc2\x9b"), "\"\\xc2\\x9b\"");
+  // Overlong and surrogate encodings, and a sequence cut short, are not UTF-8.
+  EXPECT_EQ(QuoteForMessage("\xc0\xaf"), "\"\\xc0\\xaf\"");
+  EXPECT_EQ(QuoteForMessage("\xed\xa0\x80"), "\"\\xed\\xa0\\x80\"");
+  EXPECT_EQ(QuoteForMessage("\xe4\xb8"), "\"\\xe4\\xb8\"");
+  // Cut at the limit inside a character: the partial bytes are escaped, then "...".
+  EXPECT_EQ(QuoteForMessage("ab\xe4\xb8\xad", 3), "\"ab\\xe4...\"");
+}
+
+}  // namespace
+}  // namespace pipesched
