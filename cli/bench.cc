@@ -144,6 +144,24 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(sweep.microbatches,
                       IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
   sweep.virtual_stages = absl::GetFlag(FLAGS_virtual);
+  // --virtual applies to the schedules with several chunks per rank, the others run one:
+  // a sweep with none of the former would ignore it.
+  if (FlagGiven(ctx, "virtual") && sweep.virtual_stages > 0 &&
+      std::none_of(sweep.schedules.begin(), sweep.schedules.end(), [](const std::string& name) {
+        return scheduler::FindSchedule(name)->default_chunks > 1;
+      })) {
+    std::vector<std::string> chunked;
+    for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
+      if (info.default_chunks > 1) chunked.emplace_back(info.name);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("--virtual=", sweep.virtual_stages,
+                     " applies to the schedules with several chunks per "
+                     "rank (",
+                     absl::StrJoin(chunked, ", "),
+                     "), and --schedules names none; drop --virtual "
+                     "or add one of them"));
+  }
   PS_ASSIGN_OR_RETURN(sweep.search_steps, SearchStepsFromFlags());
   sweep.warmup = absl::GetFlag(FLAGS_warmup);
   if (sweep.warmup < 0 || sweep.warmup > 1000) {

@@ -354,7 +354,9 @@ absl::StatusOr<std::unique_ptr<HostStream>> HostStream::Create(HostDevice& devic
   } catch (const std::system_error& e) {
     return absl::ResourceExhaustedError(absl::StrCat(
         device.desc(), ": cannot start the worker thread of stream '", name, "' (", e.what(),
-        "): the host backend runs one thread per stream and this machine allows no more"));
+        "): the host backend runs one thread per stream and this machine allows no more; "
+        "use fewer pipeline ranks and replicas (each runs four streams), or raise the "
+        "process's thread limit (ulimit -u)"));
   }
   return std::unique_ptr<HostStream>(
       new HostStream(device, std::move(name), std::move(core), std::move(worker)));

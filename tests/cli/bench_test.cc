@@ -333,6 +333,9 @@ TEST(BenchTest, UnknownOrRepeatedNamesAreRefusedBeforeTheSweep) {
             "pipesched: --schedules: unknown schedule \"nope\"; known schedules: gpipe, 1f1b,"},
            {{"--schedules=1f1b,1f1b"}, "pipesched: --schedules lists 1f1b twice"},
            {{"--stages=2,2"}, "pipesched: --stages=2,2 lists 2 twice; name each value once\n"},
+           {{"--schedules=1f1b,zb-h1", "--virtual=3"},
+            "pipesched: --virtual=3 applies to the schedules with several chunks per rank "
+            "(interleaved-1f1b, "},
            {{"--schedules=1f1b", "--max-activations=2"},
             "pipesched: --max-activations applies to the searched schedules"}}) {
     RunResult r = RunCli(Tiny(flags));
