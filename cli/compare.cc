@@ -77,6 +77,14 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
                      " actions per schedule; the generators make up to ", kMaxActions,
                      " (P x V x M up to ", kMaxActions / 3, "): lower --microbatches or --stages"));
   }
+  std::int64_t searched_actions = 0;  // compare runs every searched schedule in turn
+  for (const std::string& name : r.schedules) {
+    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
+    if (info->uses_costs) {
+      searched_actions += std::int64_t{3} * r.p * (r.v > 0 ? r.v : info->default_chunks) * r.m;
+    }
+  }
+  NoteLongSearch(ctx, "the searched schedules' orders", searched_actions);
   if (const std::string size = absl::GetFlag(FLAGS_device_memory); !size.empty()) {
     absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
     if (!bytes.ok()) {

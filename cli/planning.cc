@@ -85,6 +85,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   }
   PS_ASSIGN_OR_RETURN(const double max_activations, MaxActivationsFromFlags());
   PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(name, /*from_file=*/false));
+  if (info != nullptr && info->uses_costs) NoteLongSearch(ctx, name + "'s order", actions);
   PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
                       scheduler::GenerateSchedule(name, {.num_ranks = p,
                                                          .num_microbatches = m,
@@ -118,6 +119,17 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
         ", whose order fixes its memory; drop the flag or name a searched schedule"));
   }
   return absl::OkStatus();
+}
+
+void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions) {
+  // About 0.1-0.2 us per action and pass on this project's machines, up to 27 passes.
+  constexpr std::int64_t kLongSearchActions = 5'000'000;
+  if (actions <= kLongSearchActions) return;
+  *ctx.err << absl::StrFormat(
+      "pipesched: note: the search for %s covers about %.1f million actions (up to 27 passes "
+      "of a list scheduler): expect a minute or more; fewer micro-batches or ranks search "
+      "faster\n",
+      Absl(what), static_cast<double>(actions) / 1e6);
 }
 
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text) {

@@ -2,6 +2,7 @@
 // schedule and cost model the flags describe, and the files the output flags ask for.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@ absl::StatusOr<double> MaxActivationsFromFlags();
 // runs as it is) and `schedule` is not searched (its order fixes its memory) or comes
 // from a file (`from_file`).
 absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file);
+
+// A line on stderr before a search that will take a while (`what`, e.g. "zb-v-min's
+// order", searched over more than a few million actions: tens of seconds to minutes), so
+// that a long run is not taken for a hang. Nothing for smaller searches.
+void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions);
 
 // compare's and bench's --schedules=a,b,... (or "all", the registry's order): every name
 // known, none empty or twice; with --max-activations, at least one of them searched.

@@ -187,6 +187,20 @@ TEST(CompareTest, WritesTheRankingAsJsonMarkdownAndPictures) {
   EXPECT_LT(picture.find("zb-h1 V=1"), picture.find("gpipe V=1"));  // fastest first
 }
 
+TEST(CompareTest, ALongSearchIsAnnouncedSoItIsNotTakenForAHang) {
+  // P=512, M=2048: the six searched schedules cover 31.5 million actions. (The bad size
+  // ends the run right after the note.)
+  RunResult r = RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=lots"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::StartsWith(
+                         "pipesched: note: the search for the searched schedules' orders covers "
+                         "about 31.5 million actions (up to 27 passes of a list scheduler): "
+                         "expect a minute or more; fewer micro-batches or ranks search faster\n"
+                         "pipesched: --device-memory=lots:"));
+  RunResult small = RunCli({"compare", "--stages=4", "--microbatches=8", "--device-memory=lots"});
+  EXPECT_THAT(small.err, ::testing::StartsWith("pipesched: --device-memory=lots:"));
+}
+
 TEST(CompareTest, BadRequestsAreOneLineErrors) {
   RunResult skipped = RunCli(
       {"compare", "--stages=4", "--microbatches=9", "--schedules=interleaved-zb,interleaved-1f1b"});
