@@ -1,8 +1,14 @@
 // libFuzzer target: bytes -> ParseSafetensors -> every tensor's accessors -> Serialize ->
 // ParseSafetensors again. Holds the reader to: no crash, each tensor's bytes match its
 // shape and dtype, and a file it accepts and the writer re-serializes reads back the same.
+// The same bytes as a file (a memfd, a regular file) through ReadSafetensors, which reads
+// header first: it accepts exactly what ParseSafetensors accepts, with the same tensors.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
@@ -11,9 +17,32 @@
 namespace pipesched::model {
 namespace {
 
+// The bytes as a regular file's contents: one memfd, rewritten for each input.
+absl::StatusOr<SafetensorsFile> ReadAsFile(std::string_view bytes) {
+  static const int fd = ::memfd_create("fuzz-safetensors", 0);
+  PS_FUZZ_CHECK(fd >= 0, "memfd_create failed");
+  PS_FUZZ_CHECK(::ftruncate(fd, 0) == 0, "ftruncate failed");
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, done);
+    PS_FUZZ_CHECK(n > 0, "pwrite failed");
+    done += static_cast<std::size_t>(n);
+  }
+  return ReadSafetensors("/proc/self/fd/" + std::to_string(fd));
+}
+
 void FuzzOne(std::string_view bytes) {
   absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes, "fuzz-input");
+  absl::StatusOr<SafetensorsFile> read = ReadAsFile(bytes);
+  PS_FUZZ_CHECK(read.ok() == file.ok(), file.ok() ? read.status() : file.status());
   if (!file.ok()) return;
+  PS_FUZZ_CHECK(read->tensors.size() == file->tensors.size(), "ReadSafetensors' tensor count");
+  for (std::size_t i = 0; i < file->tensors.size(); ++i) {
+    const HostTensor& a = file->tensors[i];
+    const HostTensor& b = read->tensors[i];
+    PS_FUZZ_CHECK(
+        a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes, a.name);
+  }
+  PS_FUZZ_CHECK(read->metadata == file->metadata, "ReadSafetensors' metadata");
   for (const HostTensor& t : file->tensors) {
     PS_FUZZ_CHECK(static_cast<std::int64_t>(t.bytes.size()) == t.numel() * DTypeSize(t.dtype),
                   t.name);
