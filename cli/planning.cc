@@ -28,8 +28,8 @@
 namespace pipesched::cli {
 namespace {
 
-// Actions per simulated schedule or loaded file (planning.h has the other limits).
-constexpr int64_t kMaxActions = int64_t{64} << 20;
+// Actions per generated schedule, the generators' own limit (planning.h has the others).
+constexpr int64_t kMaxActions = int64_t{1} << 24;
 
 absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi,
                         std::string_view what) {
@@ -122,14 +122,17 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
 }
 
 void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions) {
-  // About 0.1-0.2 us per action and pass on this project's machines, up to 27 passes.
+  // Up to about 2.5 s per million actions on this project's 2-core machines (zb-v-1p: 0.8
+  // at P=8, 1.8-2.3 at P=64-512; docs/schedules.md), 27 passes at most.
   constexpr std::int64_t kLongSearchActions = 5'000'000;
+  constexpr double kSecondsPerMillion = 2.5;
   if (actions <= kLongSearchActions) return;
+  const double millions = static_cast<double>(actions) / 1e6;
   *ctx.err << absl::StrFormat(
       "pipesched: note: the search for %s covers about %.1f million actions (up to 27 passes "
-      "of a list scheduler): expect a minute or more; fewer micro-batches or ranks search "
-      "faster\n",
-      Absl(what), static_cast<double>(actions) / 1e6);
+      "of a list scheduler): expect up to about %.0f s on a 2-core machine; fewer "
+      "micro-batches or ranks search faster\n",
+      Absl(what), millions, millions * kSecondsPerMillion);
 }
 
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text) {

@@ -357,7 +357,11 @@ TEST(CliTest, LimitsAreStatedInTheMessage) {
   r = RunCli({"simulate", "--schedule=zb-v", "--stages=4096", "--microbatches=4096"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("P=4096 x V=2 x M=4096 needs about 100663296 actions; the planner "
-                               "handles up to 67108864"));
+                               "handles up to 16777216 (P x V x M up to 5592405)"));
+  // The generators' own limit: no size the check lets through is refused by them.
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=8", "--microbatches=699051"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("needs about 16777224 actions; the planner handles up to 16777216"));
   const std::string path = WriteTemp("huge_stages.json",
                                      R"({"format": "pipesched-schedule", "version": 1,
                                          "stages": 1099511627776})");
