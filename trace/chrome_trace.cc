@@ -6,12 +6,14 @@
 #include "trace/chrome_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "trace/op_style.h"
 
 namespace pipesched::trace {
 namespace {
@@ -81,8 +83,9 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
             : absl::StrCat(label, " (abstract time: 1 ", timeline->time_unit, " = ",
                            kAbstractUnitUs, " us)");
 
-    // Ranks: all of [0, num_ranks) plus any a span names beyond it.
-    const int num_ranks = timeline->num_ranks;
+    // Ranks: all of [0, num_ranks) plus any a span names beyond it, but declared ranks
+    // without spans only up to kMaxEmptyRanksDrawn.
+    const int num_ranks = std::min(timeline->num_ranks, internal::kMaxEmptyRanksDrawn);
     std::map<int, std::set<int>> lanes_of_rank;
     for (int r = 0; r < num_ranks; ++r) lanes_of_rank[r].insert(kComputeLane);
     for (const Span& span : timeline->spans) lanes_of_rank[span.rank].insert(span.lane);
@@ -115,7 +118,20 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
       }
     }
 
+    // A time that is not a finite number of microseconds would be written as null, which
+    // the viewers refuse: such spans (and their flows) are left out and counted.
+    auto times_us = [&](const Span& span, double* start, double* end) {
+      *start = span.start * scale;
+      *end = span.end * scale;
+      return std::isfinite(*start) && std::isfinite(*end) && std::isfinite(*end - *start);
+    };
+    long long not_finite = 0;
     for (const Span& span : timeline->spans) {
+      double start_us = 0, end_us = 0;
+      if (!times_us(span, &start_us, &end_us)) {
+        ++not_finite;
+        continue;
+      }
       json args = {{"op", span.op}};
       if (span.stage >= 0) args["stage"] = span.stage;
       if (span.microbatch >= 0) args["microbatch"] = span.microbatch;
@@ -124,8 +140,8 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"ph", "X"},
                         {"pid", pid_of_rank[span.rank]},
                         {"tid", span.lane},
-                        {"ts", span.start * scale},
-                        {"dur", std::max(0.0, span.end - span.start) * scale},
+                        {"ts", start_us},
+                        {"dur", std::max(0.0, end_us - start_us)},
                         {"args", std::move(args)}});
     }
 
@@ -136,10 +152,11 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
       }
       const Span& from = timeline->spans[flow.from];
       const Span& to = timeline->spans[flow.to];
+      double from_start = 0, from_end = 0, to_start = 0, to_end = 0;
+      if (!times_us(from, &from_start, &from_end) || !times_us(to, &to_start, &to_end)) continue;
       // The start sits just inside the end of its slice so that the arrow leaves where
       // the producer finishes; the finish sits on the consumer's start (inclusive).
-      const double from_start = from.start * scale;
-      const double from_end = std::max(from_start, from.end * scale);
+      from_end = std::max(from_start, from_end);
       const double start_ts =
           std::max(from_start, from_end - std::min(0.001, (from_end - from_start) / 2));
       const long long id = next_flow_id++;
@@ -157,8 +174,17 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"id", id},
                         {"pid", pid_of_rank[to.rank]},
                         {"tid", to.lane},
-                        {"ts", to.start * scale}});
+                        {"ts", to_start}});
     }
+    std::string left_out;
+    if (const long long empty = internal::EmptyRanksNotDrawn(*timeline); empty > 0) {
+      absl::StrAppend(&left_out, empty, " ranks without spans");
+    }
+    if (not_finite > 0) {
+      absl::StrAppend(&left_out, left_out.empty() ? "" : "; ", not_finite,
+                      " spans whose times are not finite numbers of microseconds");
+    }
+    if (!left_out.empty()) other[absl::StrCat("timeline ", timeline_index, " left out")] = left_out;
     ++timeline_index;
   }
   // One event per line: diffable, and still one JSON document.

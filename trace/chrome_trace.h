@@ -1,7 +1,11 @@
 // Chrome / Perfetto trace export: the JSON Trace Event Format that chrome://tracing and
 // ui.perfetto.dev load. One process per (timeline, rank), one thread per lane, one
 // complete ("X") event per span and a flow arrow ("s" -> "f") per Timeline::flows entry.
-// It draws; it does not validate: spans are written as they are.
+// It draws; it does not validate: spans are written as they are, except that a span
+// whose times are not finite numbers of microseconds (NaN, inf, or overflowing on the
+// conversion) is left out with its flows, since JSON would write null, and declared ranks
+// (num_ranks) from 1024 on get a process only when a span uses them. The trace's
+// "otherData" counts what was left out ("timeline <i> left out").
 #pragma once
 
 #include <string>

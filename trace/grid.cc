@@ -21,12 +21,15 @@
 namespace pipesched::trace {
 namespace {
 
+using internal::EmptyRanksNotDrawn;
+using internal::kMaxEmptyRanksDrawn;
 using internal::NiceStep;
 using internal::OpStyle;
 using internal::StyleOf;
 
 constexpr int kMinPlotColumns = 10;
-constexpr int kMinTickSpacing = 8;  // columns between axis labels
+constexpr int kMinTickSpacing = 8;               // columns between axis labels
+constexpr int kMinWidth = 1, kMaxWidth = 10000;  // GridOptions::max_width, as grid.h says
 
 std::string SpanLabel(const Span& span) {
   const OpStyle& style = StyleOf(span.op);
@@ -77,9 +80,12 @@ void AppendCells(const std::vector<Cell>& cells, bool color, std::string* out) {
 }  // namespace
 
 std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& options) {
+  const int max_width = std::clamp(options.max_width, kMinWidth, kMaxWidth);
   // Rows: every rank's compute lane, plus each other lane that has spans.
   std::set<std::pair<int, int>> rows;
-  for (int r = 0; r < timeline.num_ranks; ++r) rows.insert({r, kComputeLane});
+  for (int r = 0; r < std::min(timeline.num_ranks, kMaxEmptyRanksDrawn); ++r) {
+    rows.insert({r, kComputeLane});
+  }
   for (const Span& span : timeline.spans) rows.insert({span.rank, span.lane});
 
   std::size_t label_width = 0;
@@ -87,7 +93,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     label_width = std::max(label_width, RowLabel(rank, lane).size());
   }
   const int prefix = static_cast<int>(label_width) + 3;  // "rank 0 | "
-  const int plot_width = std::max(kMinPlotColumns, options.max_width - prefix);
+  const int plot_width = std::max(kMinPlotColumns, max_width - prefix);
 
   // Columns per time unit: enough for every compute label and a space (transfers are
   // short and would stretch the grid; theirs may be cut).
@@ -176,6 +182,9 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     AppendCells(grid[row], options.color, &out);
     out.push_back('\n');
   }
+  if (const long long empty = EmptyRanksNotDrawn(timeline); empty > 0) {
+    absl::StrAppend(&out, "(", empty, " more ranks without spans not drawn)\n");
+  }
 
   if (options.axis && num_columns > 0) {
     const double step = NiceStep(kMinTickSpacing * col_time);
@@ -214,7 +223,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     std::size_t visible = line.size();
     auto add = [&](std::string_view code, std::string_view ansi, std::string_view text) {
       const std::size_t width = 2 + code.size() + 1 + text.size();
-      if (visible + width > static_cast<std::size_t>(std::max(options.max_width, 40))) {
+      if (visible + width > static_cast<std::size_t>(std::max(max_width, 40))) {
         absl::StrAppend(&out, line, "\n");
         line = "       ";
         visible = line.size();

@@ -14,6 +14,7 @@ struct GridOptions {
   // Total width in columns, row labels included. The time scale is chosen so that every
   // span's label fits when possible, then shrunk to this width; a span narrower than its
   // label shows its op without the micro-batch number (cut to the span's width).
+  // Clamped to [1, 10000]; the time columns are at least 10 wide whatever it is.
   int max_width = 120;
   // ANSI colour per op (the CLI sets it when stdout is a terminal).
   bool color = false;
@@ -25,6 +26,8 @@ struct GridOptions {
 };
 
 // Every line ends with '\n'. An empty timeline renders its header and empty rank rows.
+// Declared ranks (num_ranks) from 1024 on get a row only when a span uses them; one line
+// under the rows counts those left out.
 std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& options = {});
 
 }  // namespace pipesched::trace

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_format.h"
 
@@ -45,6 +46,16 @@ double NiceStep(double x) {
     if (m * magnitude >= x * (1 - 1e-9)) return m * magnitude;
   }
   return 10 * magnitude;
+}
+
+long long EmptyRanksNotDrawn(const Timeline& timeline) {
+  if (timeline.num_ranks <= kMaxEmptyRanksDrawn) return 0;
+  std::set<int> used;
+  for (const Span& span : timeline.spans) {
+    if (span.rank >= kMaxEmptyRanksDrawn && span.rank < timeline.num_ranks) used.insert(span.rank);
+  }
+  return static_cast<long long>(timeline.num_ranks) - kMaxEmptyRanksDrawn -
+         static_cast<long long>(used.size());
 }
 
 namespace {

@@ -1,10 +1,13 @@
 // Private to trace/: how each op label is drawn by the exporters (short code for the
-// terminal grid, colours for the grid and the SVG, a legend description) and axis
-// helpers they share. Not installed.
+// terminal grid, colours for the grid and the SVG, a legend description), and the axis
+// helpers and drawing limits they share. Not installed.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <string_view>
+
+#include "trace/timeline.h"
 
 namespace pipesched::trace::internal {
 
@@ -27,6 +30,26 @@ double NiceStep(double x);
 // characters other than tab, newline and carriage return, and bytes that are not
 // well-formed UTF-8, become U+FFFD (XML 1.0 allows neither).
 std::string XmlEscape(std::string_view text);
+
+// The most ticks an axis draws: a bound on every tick loop, whatever rounding does to
+// the step.
+inline constexpr int kMaxTicks = 1000;
+
+// A declared rank (below Timeline::num_ranks) that no span uses is drawn only when it is
+// below this: a num_ranks of 2^31 would otherwise draw for minutes. A rank with a span
+// is always drawn.
+inline constexpr int kMaxEmptyRanksDrawn = 1024;
+
+// The declared ranks of `timeline` that an exporter leaves out by that rule: those in
+// [kMaxEmptyRanksDrawn, num_ranks) that no span uses.
+long long EmptyRanksNotDrawn(const Timeline& timeline);
+
+// Whether `span`'s start and end are finite: spans that are not are left out of pictures
+// (the simulator refuses such times; a hand-made or corrupt timeline may have them).
+// Their rows are still drawn.
+inline bool HasFiniteTimes(const Span& span) {
+  return std::isfinite(span.start) && std::isfinite(span.end);
+}
 
 // A coordinate with two decimals, trailing zeros dropped: compact and exact enough.
 std::string SvgNum(double x);

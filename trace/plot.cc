@@ -25,6 +25,9 @@ constexpr char kGrid[] = "#e6e6e6";
 constexpr double kLeft = 62, kRight = 18, kTop = 34, kBottom = 46;  // plot area margins
 constexpr double kLegendFont = 11, kLegendRow = 18;
 constexpr double kCharWidth = 0.58;  // of the font size
+// FigureOptions ranges, as plot.h says.
+constexpr int kMinPanelWidth = 200, kMinPanelHeight = 160, kMaxPanelSize = 20000;
+constexpr int kMaxColumns = 1000;
 
 // Okabe-Ito, reordered so that the first colours are the most distinct.
 constexpr std::string_view kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
@@ -45,6 +48,9 @@ struct Axis {
   double step = 1;            // linear tick step
 
   double Unit(double v) const { return log2 ? std::log2(v) : v; }
+  // Where `v` lies from lo (0) to hi (1). Halves first: hi - lo of values near the
+  // largest double overflows.
+  double Fraction(double v) const { return (Unit(v) / 2 - lo / 2) / (hi / 2 - lo / 2); }
   std::string Label(double v) const {
     if (percent) {
       const int decimals = step * 100 < 1 ? 1 : 0;
@@ -60,6 +66,9 @@ Axis MakeAxis(double lo, double hi, std::optional<double> fixed_lo, std::optiona
   Axis axis;
   axis.log2 = log2;
   axis.percent = percent;
+  // An end that is not finite cannot be drawn: the data's end instead.
+  if (fixed_lo && !std::isfinite(*fixed_lo)) fixed_lo.reset();
+  if (fixed_hi && !std::isfinite(*fixed_hi)) fixed_hi.reset();
   if (fixed_lo) lo = *fixed_lo;
   if (fixed_hi) hi = *fixed_hi;
   if (!(lo <= hi)) {
@@ -77,22 +86,40 @@ Axis MakeAxis(double lo, double hi, std::optional<double> fixed_lo, std::optiona
     const double pad = 0.08 * (b - a);
     axis.lo = fixed_lo ? a : a - pad;
     axis.hi = fixed_hi ? b : b + pad;
-    for (int e = static_cast<int>(std::ceil(axis.lo - 1e-9)); e <= std::floor(axis.hi + 1e-9);
-         ++e) {
-      axis.ticks.push_back(std::ldexp(1.0, e));
-    }
+    // Every power of two; every second or third when there are more than kMaxTicks (the
+    // doubles span about 2100 powers, padding included).
+    const int first = static_cast<int>(std::ceil(axis.lo - 1e-9));
+    const int last = static_cast<int>(std::floor(axis.hi + 1e-9));
+    const int stride = (last - first) / internal::kMaxTicks + 1;
+    for (int e = first; e <= last; e += stride) axis.ticks.push_back(std::ldexp(1.0, e));
     return axis;
   }
-  if (hi - lo < 1e-12) {
+  // A range narrower than a billionth of its values reads as one number on the tick
+  // labels, and a few ulps apart (1e9 and 1e9 + 2.4e-7) its tick step would be below
+  // their resolution: drawn as flat, padded like a single value.
+  const double magnitude = std::max(std::abs(lo), std::abs(hi));
+  if (hi - lo < std::max(1e-12, 1e-9 * magnitude)) {
     const double d = lo == 0 ? 1 : std::abs(lo) * 0.1;
     if (!fixed_lo) lo -= d;
     if (!fixed_hi) hi += d;
+    if (fixed_lo && fixed_hi) {  // both ends given, and too close to draw between
+      lo -= d;
+      hi += d;
+    }
+    constexpr double kMax = std::numeric_limits<double>::max();
+    lo = std::max(lo, -kMax);  // padding 1.7e308 by a tenth overflows
+    hi = std::min(hi, kMax);
   }
-  axis.step = internal::NiceStep((hi - lo) / 5);
+  axis.step = internal::NiceStep(hi / 5 - lo / 5);
   axis.lo = fixed_lo ? lo : std::floor(lo / axis.step + 1e-9) * axis.step;
   axis.hi = fixed_hi ? hi : std::ceil(hi / axis.step - 1e-9) * axis.step;
-  for (double t = std::ceil(axis.lo / axis.step - 1e-9) * axis.step;
-       t <= axis.hi + 1e-9 * axis.step; t += axis.step) {
+  if (!std::isfinite(axis.lo)) axis.lo = lo;  // rounded out past the largest double
+  if (!std::isfinite(axis.hi)) axis.hi = hi;
+  // Ticks counted in steps from 0: first + k * step would overflow near the largest double.
+  const double first = std::ceil(axis.lo / axis.step - 1e-9);
+  for (int k = 0; k <= internal::kMaxTicks; ++k) {
+    const double t = (first + k) * axis.step;
+    if (!(t <= axis.hi + 1e-9 * axis.step)) break;
     axis.ticks.push_back(std::abs(t) < 1e-12 * axis.step ? 0 : t);
   }
   return axis;
@@ -191,8 +218,8 @@ void DrawPanel(const Plot& plot, double ox, double oy, double width, double heig
   }
   const Axis ax = MakeAxis(x_lo, x_hi, plot.x_min, plot.x_max, plot.x_log2, plot.x_percent);
   const Axis ay = MakeAxis(y_lo, y_hi, plot.y_min, plot.y_max, false, plot.y_percent);
-  auto X = [&](double v) { return left + (ax.Unit(v) - ax.lo) / (ax.hi - ax.lo) * w; };
-  auto Y = [&](double v) { return top + h - (v - ay.lo) / (ay.hi - ay.lo) * h; };
+  auto X = [&](double v) { return left + ax.Fraction(v) * w; };
+  auto Y = [&](double v) { return top + h - ay.Fraction(v) * h; };
 
   if (!plot.title.empty()) {
     svg += Text(left, oy + 20, 14, kInk, plot.title, "font-weight=\"600\"");
@@ -303,9 +330,11 @@ std::string PaletteColor(int index) {
 }
 
 std::string ToSvgFigure(const std::vector<Plot>& panels, const FigureOptions& options) {
-  const int columns = std::max(1, options.columns);
-  const double pw = std::max(200, options.panel_width), ph = std::max(160, options.panel_height);
   const int n = static_cast<int>(panels.size());
+  // More columns than panels draws as many as there are panels.
+  const int columns = std::clamp(options.columns, 1, std::clamp(n, 1, kMaxColumns));
+  const double pw = std::clamp(options.panel_width, kMinPanelWidth, kMaxPanelSize);
+  const double ph = std::clamp(options.panel_height, kMinPanelHeight, kMaxPanelSize);
   const int fig_rows = n == 0 ? 0 : (n + columns - 1) / columns;
   const int used_columns = std::min(columns, std::max(n, 1));
   double header = 12;

@@ -33,7 +33,9 @@ struct Plot {
   bool x_log2 = false;     // log2 x axis with ticks at powers of two
   bool x_percent = false;  // tick labels as percentages of 1 (0.25 -> 25%)
   bool y_percent = false;
-  std::optional<double> x_min, x_max, y_min, y_max;  // default: the data, padded
+  // Default: the data, padded; an end that is not finite counts as not given. A range
+  // narrower than a billionth of its values is drawn as flat (padded like one value).
+  std::optional<double> x_min, x_max, y_min, y_max;
   bool diagonal = false;     // y = x reference line (same range on both axes)
   double diagonal_band = 0;  // shade |y - x| <= band around the diagonal; 0 = none
   // Extra legend entries that explain styles (e.g. "simulated" solid, "measured" dots).
@@ -43,9 +45,9 @@ struct Plot {
 struct FigureOptions {
   std::string title;
   std::string subtitle;
-  int panel_width = 460;   // px
-  int panel_height = 340;  // px
-  int columns = 3;         // panels per row
+  int panel_width = 460;   // px, clamped to [200, 20000]
+  int panel_height = 340;  // px, clamped to [160, 20000]
+  int columns = 3;         // panels per row, clamped to [1, 1000]
 };
 
 // The palette colour number `index` (colour-blind safe, cycles after 8).

@@ -22,6 +22,10 @@ namespace {
 using internal::SvgNum;
 using internal::XmlEscape;
 
+using internal::EmptyRanksNotDrawn;
+using internal::HasFiniteTimes;
+using internal::kMaxEmptyRanksDrawn;
+using internal::kMaxTicks;
 using internal::NiceStep;
 using internal::OpStyle;
 using internal::StyleOf;
@@ -35,7 +39,9 @@ constexpr double kMarginTop = 20;
 constexpr double kMarginBottom = 16;
 constexpr double kRankGap = 6;
 constexpr double kLaneGap = 2;
-constexpr double kCharWidth = 0.6;  // of the font size, for fitting text in boxes
+constexpr double kCharWidth = 0.6;                 // of the font size, for fitting text in boxes
+constexpr int kMinWidth = 320, kMaxWidth = 20000;  // SvgOptions ranges, as svg.h says
+constexpr int kMinRowHeight = 8, kMaxRowHeight = 200;
 
 // Axis and tooltip text for a time unit: "us" as the micro sign, "unit" as a plural.
 std::string UnitText(const std::string& unit) {
@@ -47,6 +53,16 @@ std::string UnitText(const std::string& unit) {
 // A time for people: 4 significant digits, whole numbers from 1000 on (no exponents).
 std::string Time(double t) {
   return std::abs(t) >= 1000 ? absl::StrFormat("%.0f", t) : absl::StrFormat("%.4g", t);
+}
+
+// The latest end of the spans with finite times, at least 0 (Timeline::Makespan over
+// the spans that are drawn).
+double DrawnMakespan(const Timeline& t) {
+  double m = 0;
+  for (const Span& s : t.spans) {
+    if (HasFiniteTimes(s)) m = std::max(m, s.end);
+  }
+  return m;
 }
 
 struct Rgb {
@@ -129,15 +145,15 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
   for (const Timeline* t : input) {
     if (t != nullptr) timelines.push_back(t);
   }
-  const double width = std::max(320, options.width);
-  const double row_height = std::max(8, options.row_height);
+  const double width = std::clamp(options.width, kMinWidth, kMaxWidth);
+  const double row_height = std::clamp(options.row_height, kMinRowHeight, kMaxRowHeight);
   const double lane_height = std::max(6.0, std::round(row_height * 0.4));
   const double label_font = std::clamp(row_height * 0.5, 9.0, 13.0);
 
   // Row-label column: wide enough for "rank NN".
   int max_rank = 0;
   for (const Timeline* t : timelines) {
-    max_rank = std::max(max_rank, t->num_ranks - 1);
+    max_rank = std::max(max_rank, std::min(t->num_ranks, kMaxEmptyRanksDrawn) - 1);
     for (const Span& s : t->spans) max_rank = std::max(max_rank, s.rank);
   }
   const double label_column = (5 + std::to_string(max_rank).size()) * label_font * kCharWidth + 10;
@@ -149,7 +165,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
   std::map<std::string, double> unit_end;
   for (const Timeline* t : timelines) {
     double& end = unit_end[t->time_unit];
-    end = std::max(end, t->Makespan());
+    end = std::max(end, DrawnMakespan(*t));
   }
 
   // Vertical layout.
@@ -176,7 +192,9 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     block.rows_top = y + 6;
     y = block.rows_top;
     std::set<std::pair<int, int>> keys;
-    for (int r = 0; r < t->num_ranks; ++r) keys.insert({r, kComputeLane});
+    for (int r = 0; r < std::min(t->num_ranks, kMaxEmptyRanksDrawn); ++r) {
+      keys.insert({r, kComputeLane});
+    }
     for (const Span& s : t->spans) keys.insert({s.rank, s.lane});
     int previous_rank = -1;
     for (const auto& [rank, lane] : keys) {
@@ -190,7 +208,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     block.rows_bottom = y;
     block.axis_y = y + 6;
     y = block.axis_y + 34;  // ticks, numbers, axis title
-    block.makespan = t->Makespan();
+    block.makespan = DrawnMakespan(*t);
     block.scale_end = options.shared_scale ? unit_end[t->time_unit] : block.makespan;
     if (block.scale_end <= 0) block.scale_end = 1;
     blocks.push_back(std::move(block));
@@ -201,6 +219,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
   bool shaded = false;
   for (const Timeline* t : timelines) {
     for (const Span& s : t->spans) {
+      if (!HasFiniteTimes(s)) continue;
       const OpStyle* style = &StyleOf(s.op);
       if (std::find(legend.begin(), legend.end(), style) == legend.end()) legend.push_back(style);
       if (t->num_ranks > 0 && s.stage >= t->num_ranks) shaded = true;
@@ -214,17 +233,27 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     auto x_of = [&](double time) { return plot_left + time / block.scale_end * plot_width; };
     const std::string unit = UnitText(t.time_unit);
 
-    // Name and makespan.
+    // Name and makespan, and what was left out.
     body.Line(Text(kMarginLeft, block.top + 12, 14, kInk, t.name.empty() ? "timeline" : t.name,
                    "font-weight=\"600\""));
-    body.Line(Text(plot_right, block.top + 12, 12, kMuted,
-                   absl::StrCat("makespan ", Time(block.makespan), " ", unit),
-                   "text-anchor=\"end\""));
+    std::string makespan = absl::StrCat("makespan ", Time(block.makespan), " ", unit);
+    const auto not_finite = std::count_if(t.spans.begin(), t.spans.end(),
+                                          [](const Span& s) { return !HasFiniteTimes(s); });
+    if (not_finite > 0) {
+      absl::StrAppend(&makespan, "; ", not_finite,
+                      " spans with times that are not finite not drawn");
+    }
+    if (const long long empty = EmptyRanksNotDrawn(t); empty > 0) {
+      absl::StrAppend(&makespan, "; ", empty, " more ranks without spans not drawn");
+    }
+    body.Line(Text(plot_right, block.top + 12, 12, kMuted, makespan, "text-anchor=\"end\""));
 
     // Grid lines at the ticks, behind everything else.
     const double step = NiceStep(block.scale_end / 10);
     std::vector<double> ticks;
-    for (int k = 0; k * step <= block.scale_end * (1 + 1e-9); ++k) ticks.push_back(k * step);
+    for (int k = 0; k <= kMaxTicks && k * step <= block.scale_end * (1 + 1e-9); ++k) {
+      ticks.push_back(k * step);
+    }
     for (double tick : ticks) {
       body.Line(absl::StrCat("<line x1=\"", SvgNum(x_of(tick)), "\" y1=\"",
                              SvgNum(block.rows_top - 3), "\" x2=\"", SvgNum(x_of(tick)), "\" y2=\"",
@@ -250,6 +279,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     std::map<std::pair<int, int>, const Row*> row_of;
     for (const Row& row : block.rows) row_of[{row.rank, row.lane}] = &row;
     for (const Span& s : t.spans) {
+      if (!HasFiniteTimes(s)) continue;
       const Row& row = *row_of[{s.rank, s.lane}];
       const OpStyle& style = StyleOf(s.op);
       const int chunk = t.num_ranks > 0 && s.stage >= 0 ? s.stage / t.num_ranks : 0;

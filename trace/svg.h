@@ -15,15 +15,18 @@ namespace pipesched::trace {
 struct SvgOptions {
   std::string title;     // drawn on top; empty: none
   std::string subtitle;  // a line under the title, e.g. makespan and bubble fraction
-  int width = 1200;      // px, the whole picture
-  int row_height = 24;   // px of a rank's compute row; other lanes get 40% of it
+  int width = 1200;      // px, the whole picture; clamped to [320, 20000]
+  int row_height = 24;   // px of a rank's compute row, clamped to [8, 200]; other lanes
+                         // get 40% of it
   bool legend = true;
   // Timelines with the same time_unit share one time scale (so "planned" and "measured"
   // compare by length); otherwise each is scaled to the full width.
   bool shared_scale = true;
 };
 
-// Null entries are skipped. Text is XML-escaped. Never fails.
+// Null entries are skipped. Text is XML-escaped. Never fails. Spans whose times are not
+// finite are not drawn (their rows are), and declared ranks (num_ranks) from 1024 on are
+// drawn only when a span uses them; the timeline's makespan line counts what was left out.
 std::string ToSvg(const std::vector<const Timeline*>& timelines, const SvgOptions& options = {});
 
 }  // namespace pipesched::trace

@@ -2,6 +2,7 @@
 // events and flow pairs the Trace Event Format needs, in microseconds.
 #include "trace/chrome_trace.h"
 
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -127,6 +128,43 @@ TEST(ChromeTraceTest, EmptyInputIsAValidTrace) {
   EXPECT_TRUE(trace.at("traceEvents").empty());
   EXPECT_DOUBLE_EQ(MicrosecondsPerUnit("ms"), 1000);
   EXPECT_DOUBLE_EQ(MicrosecondsPerUnit("ns"), 0.001);
+}
+
+// NaN or infinite times (or 1e308 units, infinite in microseconds) were written as
+// "ts": null, which the viewers refuse: such spans and their flows are left out, counted.
+TEST(ChromeTraceTest, SpansWithTimesThatAreNotFiniteAreLeftOut) {
+  Timeline t = testing::TwoRankTimeline();
+  t.spans[4].start = std::numeric_limits<double>::quiet_NaN();  // a flow's target
+  t.spans[9].end = std::numeric_limits<double>::infinity();
+  t.spans[10].end = 1e308;
+  const json trace = json::parse(ToChromeTrace({&t}));
+  const std::vector<json> complete = Events(trace, "X");
+  EXPECT_EQ(complete.size(), t.spans.size() - 3);
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.contains("ts")) {
+      EXPECT_TRUE(e.at("ts").is_number()) << e.dump();
+    }
+    if (e.contains("dur")) {
+      EXPECT_TRUE(e.at("dur").is_number()) << e.dump();
+    }
+  }
+  EXPECT_EQ(Events(trace, "s").size(), 1u);  // the flow into span 4 is gone
+  EXPECT_EQ(ProcessNames(trace).size(), 2u);
+  EXPECT_EQ(trace.at("otherData").at("timeline 0 left out"),
+            "3 spans whose times are not finite numbers of microseconds");
+}
+
+// num_ranks = 2^31 - 1 with no spans wrote a process per declared rank: minutes.
+TEST(ChromeTraceTest, DeclaredRanksWithoutSpansAreWrittenUpToALimit) {
+  Timeline t;
+  t.num_ranks = std::numeric_limits<int>::max();
+  t.spans = {{5000, kComputeLane, 0, 0, "F", 0, 1}};
+  const json trace = json::parse(ToChromeTrace({&t}));
+  const std::map<int, std::string> processes = ProcessNames(trace);
+  EXPECT_EQ(processes.size(), 1025u);
+  EXPECT_EQ(processes.rbegin()->second, "timeline 0: rank 5000");
+  EXPECT_EQ(trace.at("otherData").at("timeline 0 left out"), "2147482622 ranks without spans");
+  EXPECT_EQ(Events(trace, "X").size(), 1u);
 }
 
 }  // namespace

@@ -155,5 +155,39 @@ TEST(GridTest, AMakespanThatIsNotFiniteGetsNoColumns) {
   }
 }
 
+// max_width = INT_MIN overflowed in `max_width - prefix`; INT_MAX sized a 32 GB grid.
+TEST(GridTest, MaxWidthIsClamped) {
+  GridOptions narrow;
+  narrow.max_width = std::numeric_limits<int>::min();
+  const std::vector<std::string> lines =
+      Lines(RenderTimelineGrid(testing::TwoRankTimeline(), narrow));
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[1].size(), 9u + 10u);  // "rank 0 | " and the 10 columns at the least
+
+  Timeline wide;
+  wide.num_ranks = 1;
+  wide.spans = {{0, kComputeLane, 0, 0, "F", 0, 1}, {0, kComputeLane, 0, 0, "B", 1, 1e9}};
+  GridOptions huge;
+  huge.max_width = std::numeric_limits<int>::max();
+  const std::vector<std::string> wide_lines = Lines(RenderTimelineGrid(wide, huge));
+  ASSERT_GE(wide_lines.size(), 2u);
+  for (const std::string& line : wide_lines) EXPECT_LE(line.size(), 10000u);
+  EXPECT_EQ(wide_lines[1].size(), 10000u);
+}
+
+// num_ranks = 2^31 - 1 with no spans drew a row per declared rank: minutes.
+TEST(GridTest, DeclaredRanksWithoutSpansAreDrawnUpToALimit) {
+  Timeline t;
+  t.num_ranks = std::numeric_limits<int>::max();
+  t.spans = {{5000, kComputeLane, 0, 0, "F", 0, 1}};
+  GridOptions bare;
+  bare.header = bare.axis = bare.legend = false;
+  const std::vector<std::string> lines = Lines(RenderTimelineGrid(t, bare));
+  ASSERT_EQ(lines.size(), 1024u + 1u + 1u);
+  EXPECT_EQ(lines[1023].substr(0, 12), "rank 1023 | ");
+  EXPECT_EQ(lines[1024].substr(0, 12), "rank 5000 | ");
+  EXPECT_EQ(lines[1025], "(2147482622 more ranks without spans not drawn)");
+}
+
 }  // namespace
 }  // namespace pipesched::trace

@@ -83,5 +83,52 @@ TEST(PlotTest, PanelsFlowIntoRowsAndEmptyInputIsAValidPicture) {
   EXPECT_EQ(PaletteColor(8), PaletteColor(0));
 }
 
+// Values a few ulps apart (a tick step below their resolution: `t += step` stood still)
+// never finished their axis. Such a range is drawn as flat, padded like one value.
+TEST(PlotTest, ValuesAFewUlpsApartDrawAFlatAxis) {
+  Plot plot;
+  plot.series.push_back({.x = {1e15, 1e15 + 0.125}, .y = {1e9, 1e9 + 2.384185791015625e-7}});
+  const std::string svg = ToSvgFigure({plot});
+  for (const char* tick : {">9e+08<", ">1e+09<", ">1.1e+09<", ">1e+15<"}) {
+    EXPECT_THAT(svg, HasSubstr(tick)) << tick;
+  }
+  EXPECT_LE(Count(svg, "stroke=\"#e6e6e6\""), 24);  // grid lines: a handful per axis
+  EXPECT_THAT(svg, Not(HasSubstr("nan")));
+
+  // Both ends given, that close: padded too, as there is nothing to draw between them.
+  plot.y_min = 1e9;
+  plot.y_max = 1e9 + 2.384185791015625e-7;
+  const std::string fixed = ToSvgFigure({plot});
+  EXPECT_THAT(fixed, HasSubstr(">1e+09<"));
+  EXPECT_LE(Count(fixed, "stroke=\"#e6e6e6\""), 24);
+}
+
+// An axis end of inf, or data whose range overflows (-1e308 to 1e308), made a tick step
+// of 1 that could not advance either.
+TEST(PlotTest, HugeRangesAndEndsThatAreNotFinite) {
+  Plot plot;
+  plot.series.push_back({.x = {-1e308, 1e308}, .y = {1, 2}});
+  plot.y_max = std::numeric_limits<double>::infinity();
+  plot.y_min = -std::numeric_limits<double>::infinity();
+  const std::string svg = ToSvgFigure({plot});
+  EXPECT_THAT(svg, HasSubstr(">1e+308<"));
+  EXPECT_THAT(svg, HasSubstr(">1.4<"));  // the data's y range
+  EXPECT_LE(Count(svg, "stroke=\"#e6e6e6\""), 24);
+  EXPECT_THAT(svg, Not(HasSubstr("nan")));
+  EXPECT_THAT(svg, Not(HasSubstr("inf")));
+}
+
+// columns = INT_MAX overflowed `n + columns - 1`; sizes are clamped to what plot.h says.
+TEST(PlotTest, FigureOptionsAreClamped) {
+  const Plot plot = BubbleVsMicrobatches();
+  const std::string svg = ToSvgFigure({plot, plot}, {.columns = std::numeric_limits<int>::max()});
+  EXPECT_THAT(svg, HasSubstr("width=\"936\""));  // two 460 px panels side by side, + 16
+  EXPECT_EQ(Count(svg, "<clipPath"), 2);
+  const std::string huge = ToSvgFigure({plot}, {.panel_width = std::numeric_limits<int>::max(),
+                                                .panel_height = std::numeric_limits<int>::min(),
+                                                .columns = std::numeric_limits<int>::min()});
+  EXPECT_THAT(huge, HasSubstr("width=\"20016\""));
+}
+
 }  // namespace
 }  // namespace pipesched::trace

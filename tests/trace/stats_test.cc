@@ -1,5 +1,7 @@
 #include "trace/stats.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace pipesched::trace {
@@ -71,6 +73,42 @@ TEST(BubbleStatsTest, EmptyTimelineIsAllZero) {
   BubbleStats s = ComputeBubbleStats(t);
   EXPECT_EQ(s.makespan, 0);
   EXPECT_EQ(s.bubble_fraction, 0);
+}
+
+// A span ending at infinity made the bubble fraction -nan: spans whose times are not
+// finite are not counted.
+TEST(BubbleStatsTest, SpansWithTimesThatAreNotFiniteAreIgnored) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.spans = {MakeSpan(0, kComputeLane, 0, 4), MakeSpan(1, kComputeLane, 0, 2),
+             MakeSpan(1, kComputeLane, 2, std::numeric_limits<double>::infinity()),
+             MakeSpan(1, kSendLane, std::numeric_limits<double>::quiet_NaN(), 9)};
+  BubbleStats s = ComputeBubbleStats(t);
+  EXPECT_DOUBLE_EQ(s.makespan, 4);
+  ASSERT_EQ(s.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.rows[1].busy, 2);
+  EXPECT_DOUBLE_EQ(s.bubble_fraction, 2.0 / 8.0);
+  EXPECT_DOUBLE_EQ(s.bubble_ratio, 2.0 / 6.0);
+}
+
+// num_ranks = 2^31 - 1 allocated a row each (32 GB). The rows listed stop at 65536; the
+// fractions still count every row, idle or not.
+TEST(BubbleStatsTest, ManyRowsAreCountedWithoutListingThemAll) {
+  constexpr int kRows = std::numeric_limits<int>::max();
+  Timeline t;
+  t.num_ranks = kRows;
+  t.spans = {MakeSpan(0, kComputeLane, 0, 4), MakeSpan(100000, kComputeLane, 0, 1),
+             MakeSpan(100000, kComputeLane, 1, 2), MakeSpan(200000, kSendLane, 0, 1)};
+  BubbleStats s = ComputeBubbleStats(t);
+  EXPECT_EQ(s.rows.size(), 65536u);
+  EXPECT_DOUBLE_EQ(s.makespan, 4);
+  EXPECT_DOUBLE_EQ(s.rows[0].busy, 4);
+  EXPECT_DOUBLE_EQ(s.rows[1].idle, 4);
+  // Idle: 2 on row 100000, 4 on every other row but row 0.
+  const double idle = 2 + 4.0 * (kRows - 2);
+  EXPECT_DOUBLE_EQ(s.bubble_fraction, idle / (4.0 * kRows));
+  EXPECT_DOUBLE_EQ(s.bubble_ratio, idle / 6);
+  EXPECT_EQ(ComputeBubbleStats(t, 3).rows.size(), 3u);
 }
 
 }  // namespace

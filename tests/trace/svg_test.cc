@@ -2,6 +2,7 @@
 // hatching, axis, legend, titles.
 #include "trace/svg.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,59 @@ TEST(SvgTest, EmptyInputIsStillAPicture) {
   const std::string svg = ToSvg({});
   EXPECT_EQ(CheckWellFormed(svg), "");
   EXPECT_THAT(svg, HasSubstr("<svg "));
+}
+
+// A span ending at infinity drew ticks up to infinity: ToSvg never returned. Spans whose
+// times are not finite are not drawn, their rows are, and the makespan line says so.
+TEST(SvgTest, SpansWithTimesThatAreNotFiniteAreNotDrawn) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Timeline t;
+  t.num_ranks = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 4},
+             {0, kComputeLane, 0, 1, "F", 4, inf},
+             {1, kComputeLane, 1, 0, "F", -inf, 2},
+             {1, kComputeLane, 1, 1, "B", std::numeric_limits<double>::quiet_NaN(), 6}};
+  const std::string svg = ToSvg({&t});
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_EQ(Count(svg, "<rect class=\"span\""), 1);
+  EXPECT_THAT(svg, HasSubstr(">rank 1</text>"));
+  EXPECT_THAT(svg, HasSubstr(">makespan 4 units; 3 spans with times that are not finite not "
+                             "drawn</text>"));
+  EXPECT_EQ(Count(svg, "class=\"tick\""), 9);  // 0, 0.5, ... 4
+  for (const char* bad : {"\"inf", "\"-inf", "\"nan", "\"-nan", ">inf", ">nan"}) {
+    EXPECT_THAT(svg, Not(HasSubstr(bad))) << bad;
+  }
+}
+
+// num_ranks = 2^31 - 1 drew a row per declared rank: minutes. Empty declared ranks are
+// drawn up to rank 1023; a rank with a span always is; the makespan line counts the rest.
+TEST(SvgTest, DeclaredRanksWithoutSpansAreDrawnUpToALimit) {
+  Timeline t;
+  t.num_ranks = std::numeric_limits<int>::max();
+  t.spans = {{5000, kComputeLane, 0, 0, "F", 0, 1}};
+  const std::string svg = ToSvg({&t});
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_THAT(svg, HasSubstr(">rank 1023</text>"));
+  EXPECT_THAT(svg, Not(HasSubstr(">rank 1024</text>")));
+  EXPECT_THAT(svg, HasSubstr(">rank 5000</text>"));
+  EXPECT_EQ(Count(svg, ">rank "), 1025);
+  EXPECT_THAT(svg, HasSubstr("; 2147482622 more ranks without spans not drawn</text>"));
+}
+
+TEST(SvgTest, WidthAndRowHeightAreClamped) {
+  const Timeline t = testing::TwoRankTimeline();
+  const int kMax = std::numeric_limits<int>::max(), kMin = std::numeric_limits<int>::min();
+  SvgOptions wide;
+  wide.width = wide.row_height = kMax;
+  const std::string big = ToSvg({&t}, wide);
+  EXPECT_EQ(CheckWellFormed(big), "");
+  EXPECT_THAT(big, HasSubstr(" width=\"20000\" "));
+  EXPECT_THAT(big, HasSubstr("height=\"200\" fill=\"url(#ps-idle)\""));  // a compute row
+  SvgOptions narrow;
+  narrow.width = narrow.row_height = kMin;
+  const std::string small = ToSvg({&t}, narrow);
+  EXPECT_THAT(small, HasSubstr(" width=\"320\" "));
+  EXPECT_THAT(small, HasSubstr("height=\"8\" fill=\"url(#ps-idle)\""));
 }
 
 }  // namespace
