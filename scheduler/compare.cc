@@ -16,7 +16,10 @@
 namespace pipesched::scheduler {
 namespace {
 
-std::int64_t DivideRoundingUp(std::int64_t bytes, int parts) { return (bytes + parts - 1) / parts; }
+// Without bytes + parts - 1, which overflows near INT64_MAX.
+std::int64_t DivideRoundingUp(std::int64_t bytes, int parts) {
+  return bytes / parts + (bytes % parts > 0 ? 1 : 0);
+}
 
 // One chunk of V of a stage: its share of the stage's work and stashed activations.
 StageCosts Chunk(const StageCosts& stage, int v) {
@@ -65,6 +68,9 @@ absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks) {
     return absl::InvalidArgumentError(
         "cost model: per-action replay costs cannot be refined into chunks");
   }
+  if (absl::Status valid = CheckCostModel(per_stage); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model: ", valid.message()));
+  }
   if (per_stage.stages.empty()) PS_RETURN_IF_ERROR(CheckSplit(per_stage.uniform, ""));
   for (int s = 0; s < static_cast<int>(per_stage.stages.size()); ++s) {
     PS_RETURN_IF_ERROR(CheckSplit(per_stage.stages[s], absl::StrCat("stage ", s, ": ")));
@@ -81,6 +87,12 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
   if (p < 1 || v < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("refining costs needs P >= 1 and V >= 1 (got P=", p, ", V=", v, ")"));
+  }
+  // The generators' bounds, which keep P*V below 2^26.
+  if (p > kMaxGeneratorRanks || v > kMaxGeneratorChunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refining costs supports at most P=", kMaxGeneratorRanks, " ranks and V=",
+        kMaxGeneratorChunks, " chunks per rank, as the generators (got P=", p, ", V=", v, ")"));
   }
   PS_RETURN_IF_ERROR(CheckOneChunkCosts(per_stage, p));
   if (v == 1) return per_stage;

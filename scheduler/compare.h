@@ -18,7 +18,8 @@ namespace pipesched::scheduler {
 
 // Whether `per_stage` describes the P stages of a one-chunk cut as comparing needs them:
 // "stages" empty or P entries, "comm" empty or P - 1 (per model boundary), no per-action
-// replay maps, every stage's B equal to its I + W (so that schedules that split the
+// replay maps, every time and byte count within CheckCostModel()'s ranges, every stage's
+// B equal to its I + W (so that schedules that split the
 // backward do the same work as those that do not), and no stage > 0 receiving more
 // input_bytes than its activation_bytes. InvalidArgument naming the list or the stage
 // and what would fit otherwise.
@@ -31,7 +32,8 @@ absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks);
 // the input at most the chunk's activation bytes, of which it is part), the transfer
 // time of a boundary between stages, and the action gap stay as they are.
 // A boundary inside a stage takes the mean of the per-boundary times (the same tensor
-// crosses it). V = 1 returns `per_stage`. InvalidArgument for P or V below 1 and where
+// crosses it). V = 1 returns `per_stage`. InvalidArgument for P or V below 1 or above
+// the generators' limits (kMaxGeneratorRanks, kMaxGeneratorChunks) and where
 // CheckOneChunkCosts refuses `per_stage`.
 absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks, int num_chunks);
 

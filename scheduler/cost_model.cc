@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -175,6 +176,59 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
   // Said before anything runs, as the file's fault.
   if (absl::Status input = CheckInputBytes(costs, stages); !input.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cost model: ", input.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCostModel(const CostModel& costs) {
+  // A negative time overlaps two pieces of work on one lane (a bubble fraction above 1),
+  // one above the bound makes makespans nothing can draw, a NaN would vanish in a max.
+  auto time = [](const std::string& what, double t) -> absl::Status {
+    if (t >= 0 && t <= kMaxCostTime) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is %g, not a valid time; give a number in [0, %g]", what, t, kMaxCostTime));
+  };
+  // A negative byte count lowers the simulated peak.
+  auto bytes = [](const std::string& what, std::int64_t n) -> absl::Status {
+    if (n >= 0 && n <= kMaxCostBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is %d, not a valid byte count; give an integer in [0, %d] (2^50)", what,
+                        n, kMaxCostBytes));
+  };
+  for (int s = -1; s < static_cast<int>(costs.stages.size()); ++s) {
+    const StageCosts& c = s < 0 ? costs.uniform : costs.stages[s];
+    const std::string stage = s < 0 ? "the default" : absl::StrCat("stage ", s, "'s");
+    for (const auto& [name, t] :
+         {std::pair{"f", c.f}, std::pair{"b", c.b}, std::pair{"i", c.i}, std::pair{"w", c.w},
+          std::pair{"allreduce", c.allreduce}, std::pair{"zero_grad", c.zero_grad},
+          std::pair{"optimizer", c.optimizer}}) {
+      PS_RETURN_IF_ERROR(time(absl::StrCat(stage, " ", name), t));
+    }
+    for (const auto& [name, n] : {std::pair{"activation_bytes", c.activation_bytes},
+                                  std::pair{"workspace_bytes", c.workspace_bytes},
+                                  std::pair{"input_bytes", c.input_bytes}}) {
+      PS_RETURN_IF_ERROR(bytes(absl::StrCat(stage, " ", name), n));
+    }
+  }
+  PS_RETURN_IF_ERROR(time("the transfer time comm_uniform", costs.comm_uniform));
+  for (std::size_t k = 0; k < costs.comm.size(); ++k) {
+    PS_RETURN_IF_ERROR(
+        time(absl::StrCat("the transfer time comm[", k, "] (boundary ", k, " -> ", k + 1, ")"),
+             costs.comm[k]));
+  }
+  PS_RETURN_IF_ERROR(time("the action gap", costs.action_gap));
+  using Overrides = std::map<std::tuple<int, Op, int>, double>;
+  for (const auto& [overrides, what] :
+       {std::pair<const Overrides*, const char*>{&costs.actions, "the duration of"},
+        std::pair<const Overrides*, const char*>{&costs.transfers, "the transfer time into"},
+        std::pair<const Overrides*, const char*>{&costs.gaps, "the gap before"}}) {
+    for (const auto& [key, t] : *overrides) {
+      const auto& [stage, op, microbatch] = key;
+      PS_RETURN_IF_ERROR(
+          time(absl::StrCat(what, " ",
+                            ToString(Action{.stage = stage, .microbatch = microbatch, .op = op})),
+               t));
+    }
   }
   return absl::OkStatus();
 }

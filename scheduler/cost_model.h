@@ -115,6 +115,15 @@ absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text);
 // its activation_bytes (what Simulate refuses too).
 absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks);
 
+// InvalidArgument naming the first field that is out of range: a time (f, b, i, w,
+// allreduce, zero_grad, optimizer of the default and of each stage, comm_uniform, each
+// comm entry, action_gap, each entry of actions, transfers and gaps) that is not a number
+// in [0, kMaxCostTime], or a byte count (activation_bytes, workspace_bytes, input_bytes)
+// outside [0, kMaxCostBytes]. ParseCostModelJson never returns such a model; a library
+// caller (or a measured replay) may build one. Simulate and the searched generators
+// check it first.
+absl::Status CheckCostModel(const CostModel& costs);
+
 // InvalidArgument naming the stage when a stage in [1, num_stages) receives more
 // input_bytes than its activation_bytes (the received input is part of them; stage 0
 // receives nothing). Simulate and CheckCostsFit both check it.

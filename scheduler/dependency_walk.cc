@@ -45,7 +45,7 @@ bool TransferHasPeer(const Action& a, int num_stages) {
 
 }  // namespace
 
-absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule) {
+absl::Status CheckShape(const Schedule& schedule) {
   const Placement& placement = schedule.placement;
   const int P = placement.num_ranks;
   const int V = placement.num_chunks;
@@ -75,13 +75,24 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
                         schedule.name, total, S));
   }
   // Every (stage, mb) needs at least an F and a backward: refuse before allocating a
-  // table sized by a bogus M.
+  // table sized by a bogus M (or P*V).
   if (S * M > static_cast<int64_t>(total)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "schedule '%s': has %d actions, fewer than the P*V*M = %d*%d*%d = %d forwards it "
         "needs (plus a backward each); most actions are missing",
         schedule.name, total, P, V, M, S * M));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule) {
+  PS_RETURN_IF_ERROR(CheckShape(schedule));
+  const Placement& placement = schedule.placement;
+  const int P = placement.num_ranks;
+  const int V = placement.num_chunks;
+  const int M = schedule.num_microbatches;
+  const int64_t S = static_cast<int64_t>(P) * V;
+  const std::size_t total = schedule.NumActions();
 
   DependencyIndex index;
   index.programs_ = &schedule.programs;
@@ -110,6 +121,13 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
       if (a.op != Op::kAllReduce && (a.microbatch < 0 || a.microbatch >= M)) {
         return InvalidAt(schedule, r, step,
                          absl::StrFormat("has micro-batch %d, outside [0, %d)", a.microbatch, M));
+      }
+      // Its micro-batch is ignored; one that is not the documented -1 is a mistake.
+      if (a.op == Op::kAllReduce && a.microbatch != -1) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("has micro-batch %d; an ALLREDUCE reduces every "
+                                         "micro-batch of its stage and takes -1",
+                                         a.microbatch));
       }
       if (index.stage_rank_[a.stage] != r) {
         return InvalidAt(

@@ -30,10 +30,16 @@ inline constexpr int kNoAction = -1;
 // stage, I -> W, backward -> ALLREDUCE): both ends always live on the same rank.
 inline constexpr int kSameStage = -1;
 
+// The shape checks that come before anything is sized by it: P, V and M >= 1, one
+// program per rank, P*V (computed in int64) and the number of actions below INT32_MAX,
+// and at least P*V*M actions (an F for each stage and micro-batch). After it,
+// Schedule::num_stages() does not overflow. InvalidArgument naming the value otherwise.
+absl::Status CheckShape(const Schedule& schedule);
+
 // Every action has an id: its rank's offset plus its step in the rank's program.
 class DependencyIndex {
  public:
-  // Checks the shape (P, V, M, programs.size()), every action's stage, micro-batch and
+  // Checks the shape (CheckShape), every action's stage, micro-batch and
   // rank, that every (stage, mb) has F once and either B once or I and W once each,
   // at most one ALLREDUCE per stage, each SEND/RECV at most once and matched by its
   // peer, the receives of each pair of ranks in the order of their sends (NCCL, and so

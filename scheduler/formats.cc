@@ -370,6 +370,15 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
   if (root.contains("virtual")) {
     PS_ASSIGN_OR_RETURN(schedule.placement.num_chunks, PositiveInt(root, "virtual"));
   }
+  // Each within its bound, the product need not be: 256 x 2^24 stages would overflow int.
+  if (const long long stages =
+          static_cast<long long>(schedule.placement.num_ranks) * schedule.placement.num_chunks;
+      stages > kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "schedule JSON: \"stages\" x \"virtual\" = ", schedule.placement.num_ranks, " x ",
+        schedule.placement.num_chunks, " = ", stages, " virtual stages, more than the ", kMaxCount,
+        " a file may give; give fewer ranks or chunks per rank"));
+  }
   PS_ASSIGN_OR_RETURN(schedule.num_microbatches, PositiveInt(root, "microbatches"));
   if (root.contains("placement")) {
     const json& p = root["placement"];

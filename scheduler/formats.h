@@ -25,7 +25,9 @@ namespace pipesched::scheduler {
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view text);
 // Inverse of ParsePytorchCsv: one line per rank, '\n' terminated. Compute-only files
 // written by PyTorch round-trip byte for byte, except that overlapped pairs come back as
-// their two actions.
+// their two actions. `schedule` must be valid (Validate()): a negative stage or
+// micro-batch, or an Op outside the enum, is written as it is ("-5F0", "0?0") and the
+// text does not parse back.
 std::string ToPytorchCsv(const Schedule& schedule);
 
 struct ScheduleFile {
@@ -38,10 +40,12 @@ struct ScheduleFile {
 //  "programs": [["0F0", "0F1", ...], ...], "costs": {cost-model JSON, optional}}
 // "virtual" defaults to 1 and "placement" to "loop". InvalidArgument naming the key
 // ("programs[1][3]") for unknown keys, wrong types, a bad action, a "programs" row count
-// other than "stages", or a "version" other than 1; the parser's position for bad JSON.
+// other than "stages", "stages" x "virtual" above 2^24, or a "version" other than 1; the
+// parser's position for bad JSON.
 absl::StatusOr<ScheduleFile> ParseScheduleJson(std::string_view text);
 // Inverse of ParseScheduleJson: the JSON above, with "costs" when `costs` is not null.
-// Never fails.
+// Never fails. `schedule` must be valid (Validate()), or the file may not load back (as
+// ToPytorchCsv), and `costs` within CheckCostModel()'s ranges (a NaN is written as null).
 std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs = nullptr);
 
 // A cost-model file (ParseCostModelJson's format, scheduler/cost_model.h) that simulates

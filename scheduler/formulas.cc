@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 namespace pipesched::scheduler {
 namespace {
@@ -87,6 +88,11 @@ constexpr std::array<Formula, 5> kFormulas = {{
 std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const FormulaInputs& in) {
   if (in.num_ranks < 1 || in.num_chunks < 1 || in.num_microbatches < 1 || in.costs.allreduce > 0) {
     return std::nullopt;
+  }
+  // Only for times the simulator would run, also those a formula does not read.
+  const StageCosts& c = in.costs;
+  for (double t : {c.f, c.b, c.i, c.w, c.allreduce, c.zero_grad, c.optimizer}) {
+    if (!(std::isfinite(t) && t >= 0)) return std::nullopt;
   }
   for (const Formula& formula : kFormulas) {
     if (formula.schedule == schedule) return formula.fraction(in);

@@ -37,7 +37,7 @@ struct FormulaInputs {
 
 // Bubble fraction predicted by the schedule's closed form, or nullopt where none
 // applies (unknown schedule, non-uniform regime the formula does not cover, P, V or M
-// below 1, costs.allreduce > 0).
+// below 1, costs.allreduce > 0, a time in `costs` that is negative or not finite).
 // Known schedules: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "interleaved-zb".
 std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const FormulaInputs& in);
 

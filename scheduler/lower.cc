@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "scheduler/dependency_walk.h"
 
 namespace pipesched::scheduler {
 
@@ -12,6 +14,9 @@ absl::StatusOr<Schedule> PlaceAllReduce(const Schedule& schedule, int num_replic
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of data-parallel replicas must be at least 1, not ", num_replicas));
   }
+  // The shape first: the tables below are sized by P*V, which must not overflow (an
+  // unvalidated schedule may have any P and V).
+  PS_RETURN_IF_ERROR(internal::CheckShape(schedule));
   if (num_replicas == 1) return schedule;
   const int num_stages = schedule.num_stages();
   // Per stage: (rank, step) of its last backward, and whether it already has an ALLREDUCE.

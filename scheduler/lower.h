@@ -17,8 +17,10 @@ namespace pipesched::scheduler {
 // For num_replicas > 1: a copy of `schedule` with an ALLREDUCE for every stage that does
 // not have one yet, placed right after the stage's last B or W on its rank (ALLREDUCEs
 // already in the schedule stay where they are). For num_replicas == 1: the schedule
-// unchanged (nothing to reduce). InvalidArgument for num_replicas < 1, or a stage with no
-// backward action in its rank's program (such a schedule is not valid).
+// unchanged (nothing to reduce). InvalidArgument for num_replicas < 1, for a shape that
+// Validate() refuses (P, V or M below 1, P*V too large, programs.size() != P, fewer than
+// P*V*M actions), or a stage with no backward action in its rank's program (such a
+// schedule is not valid).
 absl::StatusOr<Schedule> PlaceAllReduce(const Schedule& schedule, int num_replicas);
 
 }  // namespace pipesched::scheduler

@@ -12,6 +12,11 @@
 
 namespace pipesched::scheduler {
 
+// The largest P and V any generator takes (a typo such as --stages=1000000 is an error,
+// not gigabytes of schedule); RefineCosts takes the same.
+inline constexpr int kMaxGeneratorRanks = 1 << 16;
+inline constexpr int kMaxGeneratorChunks = 1 << 10;
+
 struct GeneratorParams {
   int num_ranks = 1;         // P
   int num_microbatches = 1;  // M

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ constexpr int kRowContext = 10;
 }  // namespace
 
 int Placement::RankOf(int stage) const {
-  if (num_ranks < 1 || stage < 0 || stage >= num_stages()) return -1;
+  // P*V in int64: RankOf is also asked about shapes nothing has checked yet.
+  if (num_ranks < 1 || stage < 0 || stage >= std::int64_t{num_ranks} * num_chunks) return -1;
   const int chunk = stage / num_ranks;
   const int offset = stage % num_ranks;
   if (kind == PlacementKind::kV && chunk % 2 == 1) return num_ranks - 1 - offset;
@@ -48,6 +50,12 @@ bool Schedule::SplitsBackward() const {
 
 std::string RenderProgramGrid(const Schedule& schedule, int mark_rank, int mark_step) {
   const int num_rows = static_cast<int>(schedule.programs.size());
+  // A mark past the end of its program points "after the last action": any step beyond
+  // that draws the same, without an arrow line as long as the step number.
+  if (mark_rank >= 0 && mark_rank < num_rows) {
+    mark_step = std::min<std::int64_t>(
+        mark_step, static_cast<std::int64_t>(schedule.programs[mark_rank].size()));
+  }
   const bool marked = mark_rank >= 0 && mark_rank < num_rows && mark_step >= 0;
 
   // Visible rows [row_first, row_last): all, or those around the marked rank.

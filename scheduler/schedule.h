@@ -22,6 +22,8 @@ struct Placement {
   int num_ranks = 1;   // P
   int num_chunks = 1;  // V: virtual stages per rank
 
+  // P*V in int: only for a shape that has been checked (Validate(), a generator, a parsed
+  // file), where it is at most 2^24; check an unvalidated schedule first.
   int num_stages() const { return num_ranks * num_chunks; }
   // Rank that holds virtual stage `stage` (in [0, P*V)); -1 for a stage out of range.
   int RankOf(int stage) const;

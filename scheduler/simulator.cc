@@ -45,41 +45,15 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
   const int P = index.num_ranks();
   const int N = index.num_actions();
+  // Every time and byte count in range first: a negative time overlaps two pieces of
+  // work on one lane, one that is not a number would read as a duration's fault.
+  PS_RETURN_IF_ERROR(CheckCostModel(costs));
   PS_RETURN_IF_ERROR(CheckInputBytes(costs, schedule.num_stages()));
-
-  // A gap, zero-grad or optimizer time below 0 would overlap two pieces of work on one
-  // lane; one that is not a number would read as a duration's fault (or vanish in a max).
-  auto bad_time = [](double t) { return !(t >= 0 && t <= kMaxCostTime); };
-  if (bad_time(costs.action_gap)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("action gap %g is not a valid time; give a number in [0, %g]",
-                        costs.action_gap, kMaxCostTime));
-  }
-  for (const auto& [key, gap] : costs.gaps) {
-    if (bad_time(gap)) {
-      const auto& [stage, op, microbatch] = key;
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the gap before %s is %g, not a valid time; give a number in [0, %g]",
-          ToString(Action{.stage = stage, .microbatch = microbatch, .op = op}), gap, kMaxCostTime));
-    }
-  }
 
   // The stages of each rank, in order: their zero-grads hold its compute lane first.
   std::vector<std::vector<int>> stages_of(P);
   for (int stage = 0; stage < schedule.num_stages(); ++stage) {
     stages_of[schedule.placement.RankOf(stage)].push_back(stage);
-  }
-  for (int stage = -1; stage < static_cast<int>(costs.stages.size()); ++stage) {
-    const StageCosts& c = stage < 0 ? costs.uniform : costs.stages[stage];
-    for (const auto& [name, time] :
-         {std::pair{"zero_grad", c.zero_grad}, std::pair{"optimizer", c.optimizer}}) {
-      if (bad_time(time)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s %s is %g, not a valid time; give a number in [0, %g]",
-            stage < 0 ? std::string("the default") : absl::StrFormat("stage %d's", stage), name,
-            time, kMaxCostTime));
-      }
-    }
   }
   // start/end: [action id]; markers get a zero-length interval at the rank's time.
   std::vector<double> start(N, 0), end(N, 0);

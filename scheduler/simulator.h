@@ -48,8 +48,9 @@ struct SimResult {
 // from the start of the compute action before that F on the same rank, if any.
 // InvalidArgument when a stage's input_bytes exceeds its activation_bytes.
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
-// InvalidArgument when Validate() would reject it, when a simulated time is not finite
-// (a cost above kMaxCostTime, inf or NaN), or when a rank's live bytes overflow int64.
+// InvalidArgument when Validate() would reject it, when CheckCostModel() refuses `costs`
+// (naming the first time outside [0, kMaxCostTime] -- negative, above it, inf or NaN --
+// or byte count outside [0, kMaxCostBytes]), or when a rank's live bytes overflow int64.
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pipesched::scheduler

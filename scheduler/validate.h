@@ -9,6 +9,7 @@
 namespace pipesched::scheduler {
 
 // InvalidArgument for shape problems (P, V, M, stage or micro-batch out of range, an
+// ALLREDUCE whose micro-batch is not -1, an
 // action on a rank its stage is not placed on, a missing or duplicate action, B mixed
 // with I/W for one (stage, micro-batch), ALLREDUCE not after all the stage's backward);
 // FailedPrecondition for a deadlock. OK otherwise.

@@ -14,8 +14,8 @@
 namespace pipesched::scheduler::generators_internal {
 namespace {
 
-constexpr int kMaxRanks = 1 << 16;
-constexpr int kMaxChunks = 1 << 10;
+constexpr int kMaxRanks = kMaxGeneratorRanks;
+constexpr int kMaxChunks = kMaxGeneratorChunks;
 constexpr int kMaxMicrobatches = 1 << 20;
 constexpr int64_t kMaxComputeActions = int64_t{1} << 24;
 

@@ -87,40 +87,6 @@ struct Outcome {
   }
 };
 
-// InvalidArgument naming the first cost the search cannot time (negative, not a number,
-// above kMaxCostTime): the parser and the --cost-* flags refuse them, a library caller
-// may not have.
-absl::Status CheckSearchCosts(const CostModel& costs) {
-  auto check = [](const std::string& what, double t) -> absl::Status {
-    if (t >= 0 && t <= kMaxCostTime) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cannot search a schedule for these costs: %s is %g; give a number in [0, %g]", what, t,
-        kMaxCostTime));
-  };
-  for (int s = -1; s < static_cast<int>(costs.stages.size()); ++s) {
-    const StageCosts& c = s < 0 ? costs.uniform : costs.stages[s];
-    const std::string stage = s < 0 ? "the default" : absl::StrCat("stage ", s, "'s");
-    for (const auto& [name, t] :
-         {std::pair{"f", c.f}, std::pair{"i", c.i}, std::pair{"w", c.w},
-          std::pair{"zero_grad", c.zero_grad}, std::pair{"optimizer", c.optimizer}}) {
-      PS_RETURN_IF_ERROR(check(absl::StrCat(stage, " ", name), t));
-    }
-  }
-  PS_RETURN_IF_ERROR(check("the transfer time", costs.comm_uniform));
-  for (std::size_t k = 0; k < costs.comm.size(); ++k) {
-    PS_RETURN_IF_ERROR(check(absl::StrCat("boundary ", k, "'s transfer time"), costs.comm[k]));
-  }
-  PS_RETURN_IF_ERROR(check("the action gap", costs.action_gap));
-  for (const auto* overrides : {&costs.actions, &costs.transfers, &costs.gaps}) {
-    for (const auto& [key, t] : *overrides) {
-      const auto& [stage, op, microbatch] = key;
-      PS_RETURN_IF_ERROR(
-          check(absl::StrCat("a time of ", ToString(Action{stage, microbatch, op})), t));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The time `consumer`'s input takes across `boundary`: nothing when the two stages share
 // a rank, as in Simulate.
 double TransferAcross(const CostModel& costs, const Placement& placement, const Action& consumer,
@@ -577,7 +543,9 @@ struct SearchShape {
   PlacementKind kind;
   int chunks;               // V: exactly this many, or any V >= 2 (default 2) when 0
   GeneratorFn handcrafted;  // when `chunks` is 0 it may refuse the shape (then not a candidate)
-  int limit;
+  // The limit for P ranks and V chunks, called once CheckParams has bounded both (so that
+  // P = INT_MAX is the generators' "at most 65536 ranks", not an overflow).
+  int (*limit)(int num_ranks, int num_chunks);
   // Another fixed order of the shape, a candidate where it generates and fits the limit
   // (dualpipe-v for the V searches: it holds one more chunk activation than zb-v, so it
   // competes under --max-activations). Its B's run as I then W.
@@ -622,8 +590,13 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
   const int m = params.num_microbatches;
   const CostModel unit;
   const CostModel& costs = params.costs != nullptr ? *params.costs : unit;
-  PS_RETURN_IF_ERROR(CheckSearchCosts(costs));
-  int own_limit = shape.limit;
+  // The parser and the --cost-* flags refuse costs the search cannot time; a library
+  // caller may not have.
+  if (absl::Status valid = CheckCostModel(costs); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot search a schedule for these costs: ", valid.message()));
+  }
+  int own_limit = shape.limit(p, chunks);
   if (params.max_activations != 0) {
     // At least one stage's worth: a micro-batch keeps one activation on each chunk of a
     // rank it passes, and an entry reserves them all.
@@ -716,40 +689,39 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
 
 absl::StatusOr<Schedule> GenerateZb1p(const GeneratorParams& params) {
   return SearchZeroBubble("zb-1p", params,
-                          {PlacementKind::kLoop, 1, &GenerateZbH1, params.num_ranks});
+                          {PlacementKind::kLoop, 1, &GenerateZbH1, [](int p, int) { return p; }});
 }
 
 absl::StatusOr<Schedule> GenerateZb2p(const GeneratorParams& params) {
-  return SearchZeroBubble("zb-2p", params,
-                          {PlacementKind::kLoop, 1, &GenerateZbH1, 2 * params.num_ranks});
+  return SearchZeroBubble(
+      "zb-2p", params, {PlacementKind::kLoop, 1, &GenerateZbH1, [](int p, int) { return 2 * p; }});
 }
 
 absl::StatusOr<Schedule> GenerateZbV1p(const GeneratorParams& params) {
   // 2P chunk activations: zb-v's peak, P stages' worth, as 1F1B's rank 0.
   return SearchZeroBubble(
       "zb-v-1p", params,
-      {PlacementKind::kV, 2, &GenerateZbV, 2 * params.num_ranks, &GenerateDualPipeV});
+      {PlacementKind::kV, 2, &GenerateZbV, [](int p, int) { return 2 * p; }, &GenerateDualPipeV});
 }
 
 absl::StatusOr<Schedule> GenerateInterleavedZb1p(const GeneratorParams& params) {
   // V P chunk activations: P stages' worth, as 1F1B's rank 0. interleaved-zb, the first
   // candidate, needs M in whole rounds and then holds more where M is not a multiple of P.
-  const int chunks = params.num_chunks == 0 ? 2 : params.num_chunks;
   return SearchZeroBubble(
       "interleaved-zb-1p", params,
-      {PlacementKind::kLoop, 0, &GenerateInterleavedZb, chunks * params.num_ranks});
+      {PlacementKind::kLoop, 0, &GenerateInterleavedZb, [](int p, int v) { return v * p; }});
 }
 
 absl::StatusOr<Schedule> GenerateZbVHalf(const GeneratorParams& params) {
-  return SearchZeroBubble(
-      "zb-v-half", params,
-      {PlacementKind::kV, 2, &GenerateZbV, ZbVHalfLimit(params.num_ranks), &GenerateDualPipeV});
+  return SearchZeroBubble("zb-v-half", params,
+                          {PlacementKind::kV, 2, &GenerateZbV,
+                           [](int p, int) { return ZbVHalfLimit(p); }, &GenerateDualPipeV});
 }
 
 absl::StatusOr<Schedule> GenerateZbVMin(const GeneratorParams& params) {
-  return SearchZeroBubble(
-      "zb-v-min", params,
-      {PlacementKind::kV, 2, &GenerateZbV, ZbVMinLimit(params.num_ranks), &GenerateDualPipeV});
+  return SearchZeroBubble("zb-v-min", params,
+                          {PlacementKind::kV, 2, &GenerateZbV,
+                           [](int p, int) { return ZbVMinLimit(p); }, &GenerateDualPipeV});
 }
 
 int ZbVHalfLimit(int num_ranks) { return 2 * ((num_ranks + 2) / 2); }

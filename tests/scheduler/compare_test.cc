@@ -3,6 +3,8 @@
 #include "scheduler/compare.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -114,6 +116,40 @@ TEST(RefineCostsTest, ListsOfAnotherShapeAreRefusedWithWhatWouldFit) {
   PS_EXPECT_OK(CheckOneChunkCosts(measured, 2));
   EXPECT_THAT(RefineCosts(CostModel{}, 4, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("V >= 1 (got P=4, V=0)")));
+}
+
+// Extreme but representable inputs: bytes near INT64_MAX overflowed the rounding up, and
+// V near INT_MAX overflowed P*V (and returned OK with no stages).
+TEST(RefineCostsTest, RefusesWhatItCannotCutWithoutOverflow) {
+  CostModel huge;
+  huge.uniform.activation_bytes = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THAT(RefineCosts(huge, 2, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cost model: the default activation_bytes is "
+                                 "9223372036854775807, not a valid byte count; give an integer "
+                                 "in [0, 1125899906842624] (2^50)")));
+  CostModel negative;
+  negative.stages = {{}, {.b = -2, .i = -1, .w = -1}};
+  EXPECT_THAT(CheckOneChunkCosts(negative, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cost model: stage 1's b is -2, not a valid time; give a number "
+                                 "in [0, 1e+15]")));
+  CostModel two;
+  two.stages.resize(2);
+  EXPECT_THAT(RefineCosts(two, 2, std::numeric_limits<int>::max()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("refining costs supports at most P=65536 ranks and V=1024 chunks "
+                                 "per rank, as the generators (got P=2, V=2147483647)")));
+  EXPECT_THAT(RefineCosts(CostModel{}, std::numeric_limits<int>::max(), 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(got P=2147483647, V=2)")));
+  // At the bounds: 2^50 bytes cut in 3 round up, V = 1024 gives P*V stages.
+  CostModel top;
+  top.uniform.activation_bytes = kMaxCostBytes;
+  top.stages = {top.uniform, top.uniform};
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel cut, RefineCosts(top, 2, 3));
+  EXPECT_EQ(cut.uniform.activation_bytes, kMaxCostBytes / 3 + 1);
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel thin, RefineCosts(two, 2, 1024));
+  EXPECT_EQ(thin.stages.size(), 2048u);
 }
 
 TEST(CompareSchedulesTest, EveryScheduleRunsTheSameWorkAndRanksByItsBubble) {

@@ -402,6 +402,24 @@ TEST(ScheduleJsonTest, CountsAndNamesStateTheirLimits) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("\"name\" must be a string of at most 255 bytes without "
                                  "control characters")));
+  // Each count within its bound, their product not: 256 x 2^24 = 2^32 virtual stages
+  // overflowed Schedule::num_stages() for whoever used the schedule next.
+  std::string rows = "[]";
+  for (int r = 1; r < 256; ++r) rows += ", []";
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 256, \"virtual\": 16777216, "
+                                "\"microbatches\": 1, \"programs\": [" +
+                                rows + "]}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("schedule JSON: \"stages\" x \"virtual\" = 256 x 16777216 = "
+                                 "4294967296 virtual stages, more than the 16777216 a file may "
+                                 "give; give fewer ranks or chunks per rank")));
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 2, \"virtual\": 8388609}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("= 2 x 8388609 = 16777218 virtual stages")));
+  // At the bound the shape is read (and the missing programs are what is wrong).
+  EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 2, \"virtual\": 8388608, "
+                                "\"microbatches\": 1}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing key \"programs\"")));
   // A "costs" object is held to the cost files' bounds.
   EXPECT_THAT(ParseScheduleJson("{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, "
                                 "\"programs\": [[\"0F0\", \"0B0\"]], \"costs\": "

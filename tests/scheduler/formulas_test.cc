@@ -1,6 +1,9 @@
 // The closed forms of formulas.h, checked against numbers worked out by hand.
 #include "scheduler/formulas.h"
 
+#include <limits>
+#include <string_view>
+
 #include "gtest/gtest.h"
 #include "scheduler/registry.h"
 #include "testing/status_matchers.h"
@@ -76,6 +79,28 @@ TEST(FormulasTest, NulloptOutsideWhatTheFormulasCover) {
   EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 2, 8)).has_value());
   EXPECT_FALSE(ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8, {.allreduce = 1})).has_value());
   EXPECT_FALSE(ClosedFormBubbleRatio("zb-v", Inputs(4, 2, 8)).has_value());
+}
+
+// The forms are for times Simulate would run: none for a NaN, an inf or a negative cost,
+// even one the formula does not read (interleaved-1f1b reads only P, V and M).
+TEST(FormulasTest, NulloptForCostsThatAreNotTimes) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  ASSERT_TRUE(ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 8)).has_value());
+  for (const StageCosts& bad :
+       {StageCosts{.f = nan}, StageCosts{.f = -1, .i = -1}, StageCosts{.b = inf},
+        StageCosts{.w = -0.5}, StageCosts{.zero_grad = nan}, StageCosts{.optimizer = -1}}) {
+    for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "interleaved-zb"}) {
+      const int v = std::string_view(name).starts_with("interleaved") ? 2 : 1;
+      EXPECT_FALSE(ClosedFormBubbleFraction(name, Inputs(4, v, 8, bad)).has_value())
+          << name << " f=" << bad.f << " b=" << bad.b << " i=" << bad.i << " w=" << bad.w;
+      EXPECT_FALSE(ClosedFormBubbleRatio(name, Inputs(4, v, 8, bad)).has_value()) << name;
+    }
+  }
+  // Zero is a time.
+  EXPECT_DOUBLE_EQ(
+      *ClosedFormBubbleFraction("zb-h1", Inputs(4, 1, 2, {.f = 1, .b = 0, .i = 1, .w = 0})),
+      3.0 / 5);
 }
 
 TEST(ClosedFormForTest, OnlyForUniformCostsWithoutTransfersOrGaps) {

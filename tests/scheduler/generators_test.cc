@@ -2,6 +2,7 @@
 // that its source file carries in a comment, plus the properties users rely on (peak
 // live activations, placement) and the error sentences for bad parameters.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -259,6 +260,9 @@ TEST(RenderProgramGridTest, MarkPastTheEndOfAProgram) {
 rank 0 |  0F0  0B0
        |            ^ rank 0, step 2 (after the last action)
 )");
+  // Far past it: the same picture (the arrow line was sized by the step: gigabytes).
+  EXPECT_EQ(RenderProgramGrid(*schedule, 0, std::numeric_limits<int>::max()),
+            RenderProgramGrid(*schedule, 0, 2));
 }
 
 TEST(RegistryTest, UnknownScheduleListsTheKnownOnes) {

@@ -133,5 +133,38 @@ TEST(PlaceAllReduceTest, RejectsAStageWithoutBackward) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("all-reduce of stage 0")));
 }
 
+// An unvalidated schedule gets Validate()'s shape errors, not std::length_error (P < 0) or
+// an int overflow of P*V that returned OK with no stage reduced.
+TEST(PlaceAllReduceTest, RejectsBadShapesBeforeSizingAnything) {
+  Schedule negative = FromRows(1, 1, 1, PlacementKind::kLoop, {{"0F0", "0B0"}});
+  negative.placement.num_ranks = -2;
+  EXPECT_THAT(PlaceAllReduce(negative, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("schedule 'hand': P (ranks) must be >= 1, got -2")));
+  Schedule wide = FromRows(1, 1, 1, PlacementKind::kLoop, {{"0F0", "0B0"}});
+  wide.placement.num_ranks = 1 << 16;
+  wide.placement.num_chunks = 1 << 16;
+  wide.programs.resize(1 << 16);
+  EXPECT_THAT(PlaceAllReduce(wide, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("schedule 'hand': 2 actions over 4294967296 stages is more than "
+                                 "this tool handles")));
+  Schedule sparse = FromRows(2, 1, 1, PlacementKind::kLoop, {{"0F0", "0B0"}, {}});
+  sparse.placement.num_chunks = 1 << 20;
+  EXPECT_THAT(PlaceAllReduce(sparse, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has 2 actions, fewer than the P*V*M = 2*1048576*1 = 2097152 "
+                                 "forwards it needs")));
+  Schedule short_programs = FromRows(2, 1, 1, PlacementKind::kLoop, {{"0F0", "0B0"}});
+  EXPECT_THAT(
+      PlaceAllReduce(short_programs, 1),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 1 rank programs but P = 2")));
+  Schedule no_microbatches = FromRows(1, 1, 1, PlacementKind::kLoop, {{"0F0", "0B0"}});
+  no_microbatches.num_microbatches = 0;
+  EXPECT_THAT(PlaceAllReduce(no_microbatches, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("M (micro-batches) must be >= 1, got 0")));
+}
+
 }  // namespace
 }  // namespace pipesched::scheduler

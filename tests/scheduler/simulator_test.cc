@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
@@ -157,7 +159,8 @@ TEST(SimulatorTest, ActionGapFollowsEveryActionButARanksFirst) {
   costs.action_gap = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THAT(Simulate(s, costs),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("action gap nan is not a valid time; give a number in [0, ")));
+                       HasSubstr("the action gap is nan, not a valid time; give a number in "
+                                 "[0, 1e+15]")));
 }
 
 // P=3, M=1, boundary 0 costs 0.5 and boundary 1 costs 2:
@@ -417,38 +420,106 @@ TEST(SimulatorTest, RejectsWhatValidateRejects) {
                        HasSubstr("rank 0 blocked at 0B0 (waits for 1B0 on rank 1)")));
 }
 
-// A library caller can hand the simulator any CostModel: a time that is not finite is an
-// error, not "makespan inf, bubble fraction -nan".
-TEST(SimulatorTest, RejectsTimesThatAreNotFinite) {
-  CostModel costs;
-  costs.uniform.b = 1e308;
-  EXPECT_THAT(Simulate(HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}), costs),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the simulated time is not finite: 1B1 on rank 1 ends at inf "
-                                 "(duration 1e+308); every cost must be a number in [0, 1e+15]")));
-  costs.uniform.b = 2;
-  costs.comm_uniform = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_THAT(Simulate(HandSchedule(2, 1, 1, {"0F0 0B0", "1F0 1B0"}), costs),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the simulated time is not finite: 1F0 on rank 1")));
+// A library caller can hand the simulator any CostModel: a time outside [0, 1e15] or a
+// byte count outside [0, 2^50] is an error naming the field, not "makespan inf, bubble
+// fraction -nan" (1e308), "bubble 4.27, busy -36" (b = -10) or a lower peak (negative
+// workspace).
+TEST(SimulatorTest, RejectsCostsOutOfRangeNamingTheField) {
+  const Schedule s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"});
+  auto expect_refused = [&s](const CostModel& costs, const std::string& message) {
+    EXPECT_THAT(Simulate(s, costs),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)));
+  };
+  const std::string time = ", not a valid time; give a number in [0, 1e+15]";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  {
+    CostModel c;
+    c.uniform.b = 1e308;
+    expect_refused(c, "the default b is 1e+308" + time);
+    c.uniform.b = -10;
+    expect_refused(c, "the default b is -10" + time);
+    c.uniform.b = 2;
+    c.uniform.f = 1e15 * 1.0000001;
+    expect_refused(c, "the default f is 1e+15" + time);
+    c.uniform.f = 1;
+    c.uniform.allreduce = -3;
+    expect_refused(c, "the default allreduce is -3" + time);
+  }
+  for (auto [field, name] : {std::pair{&StageCosts::f, "f"}, std::pair{&StageCosts::b, "b"},
+                             std::pair{&StageCosts::i, "i"}, std::pair{&StageCosts::w, "w"},
+                             std::pair{&StageCosts::allreduce, "allreduce"},
+                             std::pair{&StageCosts::zero_grad, "zero_grad"},
+                             std::pair{&StageCosts::optimizer, "optimizer"}}) {
+    CostModel c;
+    c.stages.resize(2);
+    c.stages[1].*field = -1;
+    expect_refused(c, absl::StrCat("stage 1's ", name, " is -1", time));
+  }
+  for (auto [field, name] : {std::pair{&StageCosts::activation_bytes, "activation_bytes"},
+                             std::pair{&StageCosts::workspace_bytes, "workspace_bytes"},
+                             std::pair{&StageCosts::input_bytes, "input_bytes"}}) {
+    CostModel c;
+    c.uniform.*field = -5;
+    expect_refused(c, absl::StrCat("the default ", name,
+                                   " is -5, not a valid byte count; give an integer in [0, "
+                                   "1125899906842624] (2^50)"));
+    c.uniform.*field = kMaxCostBytes + 1;
+    expect_refused(c, absl::StrCat("the default ", name, " is 1125899906842625"));
+  }
+  {
+    CostModel c;
+    c.comm_uniform = -3;
+    expect_refused(c, "the transfer time comm_uniform is -3" + time);
+    c.comm_uniform = 0;
+    c.comm = {nan};
+    expect_refused(c, "the transfer time comm[0] (boundary 0 -> 1) is nan" + time);
+    c.comm.clear();
+    c.actions[{0, Op::kF, 0}] = -100;
+    expect_refused(c, "the duration of 0F0 is -100" + time);
+    c.actions.clear();
+    c.transfers[{1, Op::kF, 1}] = -100;
+    expect_refused(c, "the transfer time into 1F1 is -100" + time);
+    c.transfers.clear();
+    c.gaps[{0, Op::kB, 1}] = std::numeric_limits<double>::infinity();
+    expect_refused(c, "the gap before 0B1 is inf" + time);
+  }
+  // The bounds themselves, and zero everywhere, are times and byte counts.
+  CostModel edge;
+  edge.uniform = StageCosts{.f = kMaxCostTime, .b = 0, .i = 0, .w = 0, .zero_grad = 0};
+  edge.uniform.activation_bytes = kMaxCostBytes;
+  edge.uniform.workspace_bytes = kMaxCostBytes;
+  edge.uniform.input_bytes = kMaxCostBytes;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, edge));
+  EXPECT_DOUBLE_EQ(r.makespan, 3 * kMaxCostTime);
 }
 
-// 2^62 bytes per stash: rank 0's two stashes overflowed to a peak equal to rank 1's one.
+// A P=1 program with all of `m` forwards before the backwards: m stashes live at once.
+Schedule AllForwardsFirst(int m) {
+  Schedule s;
+  s.name = "forwards-first";
+  s.num_microbatches = m;
+  s.programs.resize(1);
+  for (Op op : {Op::kF, Op::kB}) {
+    for (int mb = 0; mb < m; ++mb) s.programs[0].push_back({0, mb, op});
+  }
+  return s;
+}
+
+// Byte counts within the bound can still add up past 2^63: 2^13 stashes of 2^50.
 TEST(SimulatorTest, RejectsLiveBytesThatOverflow) {
   CostModel costs;
-  costs.uniform.activation_bytes = std::int64_t{1} << 62;
+  costs.uniform.activation_bytes = kMaxCostBytes;
   EXPECT_THAT(
-      Simulate(HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"}), costs),
+      Simulate(AllForwardsFirst(8192), costs),
       StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("rank 0's live bytes overflow 64 bits at 0F1: 4611686018427387904 bytes "
-                         "live plus activation_bytes 4611686018427387904")));
-  costs.uniform.activation_bytes = std::int64_t{1} << 61;
-  costs.uniform.workspace_bytes = std::numeric_limits<std::int64_t>::max();
-  EXPECT_THAT(Simulate(HandSchedule(1, 1, 1, {"0F0 0B0"}), costs),
+               HasSubstr("rank 0's live bytes overflow 64 bits at 0F8191: 9222246136947933184 "
+                         "bytes live plus activation_bytes 1125899906842624")));
+  costs.uniform.workspace_bytes = kMaxCostBytes;
+  EXPECT_THAT(Simulate(AllForwardsFirst(8191), costs),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("overflow 64 bits at 0B0: 2305843009213693952 bytes live plus "
-                                 "workspace_bytes")));
-  // At the bound nothing overflows: 2 x 2^50.
+                       HasSubstr("overflow 64 bits at 0B0: 9222246136947933184 bytes live plus "
+                                 "workspace_bytes 1125899906842624")));
+  // Below that nothing overflows: 2 x 2^50.
   costs.uniform = StageCosts{.activation_bytes = kMaxCostBytes};
   PS_ASSERT_OK_AND_ASSIGN(
       const SimResult r,

@@ -192,6 +192,22 @@ TEST(ValidateTest, RejectsOutOfRangeStageAndMicrobatch) {
                                                "outside [0, 2)")));
 }
 
+// ALLREDUCE's micro-batch is ignored, so any other value than the documented -1 is a
+// mistake (a hand-built schedule, or a file written by another tool).
+TEST(ValidateTest, RejectsAnAllReduceWithAMicrobatch) {
+  Schedule s = HandSchedule(1, 1, 1, {"0F0 0B0 0ALLREDUCE"});
+  PS_ASSERT_OK(Validate(s));
+  s.programs[0][2].microbatch = 99999;
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(StartsWith("rank 0 step 2: action 0ALLREDUCE has "
+                                                     "micro-batch 99999; an ALLREDUCE reduces "
+                                                     "every micro-batch of its stage and takes -1"),
+                                          HasSubstr(GridAt(s, 0, 2)))));
+  s.programs[0][2].microbatch = 0;
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("has micro-batch 0; an ALLREDUCE")));
+}
+
 TEST(ValidateTest, RejectsMixedBackward) {
   const Schedule s = HandSchedule(1, 1, 1, {"0F0 0B0 0W0"});
   EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -462,6 +463,42 @@ TEST(ZbSearchTest, CostsItCannotTimeAreInvalidArgument) {
   nan_gap.action_gap = std::nan("");
   EXPECT_THAT(GenerateSchedule("zb-2p", {.num_ranks = 2, .num_microbatches = 4, .costs = &nan_gap}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the action gap is nan")));
+}
+
+// The limits (2P, V*P, ZbVHalfLimit(P), ...) are taken after the parameter checks: P =
+// INT_MAX overflowed 2 * P before (UB, caught by UBSan), now it is the same error as
+// every other generator's.
+TEST(ZbSearchTest, ExtremeRankCountsAreTheGeneratorsErrors) {
+  for (const char* name :
+       {"zb-1p", "zb-2p", "zb-v-1p", "interleaved-zb-1p", "zb-v-half", "zb-v-min"}) {
+    EXPECT_THAT(GenerateSchedule(
+                    name, {.num_ranks = std::numeric_limits<int>::max(), .num_microbatches = 1}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat(name,
+                                                " supports at most 65536 ranks (got "
+                                                "P=2147483647)"))));
+    EXPECT_THAT(GenerateSchedule(
+                    name, {.num_ranks = std::numeric_limits<int>::min(), .num_microbatches = 1}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat(name,
+                                                " needs at least one pipeline rank (got "
+                                                "P=-2147483648)"))));
+  }
+}
+
+// Every time in the model is checked, not only those the search reads.
+TEST(ZbSearchTest, CostsOutsideTheirRangesAreRefusedByName) {
+  CostModel costs = Uniform(1, 1, 1, 0);
+  costs.uniform.b = -10;
+  EXPECT_THAT(GenerateSchedule("zb-2p", {.num_ranks = 2, .num_microbatches = 4, .costs = &costs}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cannot search a schedule for these costs: the default b is -10, "
+                                 "not a valid time; give a number in [0, 1e+15]")));
+  costs.uniform.b = 2;
+  costs.uniform.workspace_bytes = -1;
+  EXPECT_THAT(GenerateSchedule("zb-1p", {.num_ranks = 2, .num_microbatches = 4, .costs = &costs}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the default workspace_bytes is -1, not a valid byte count")));
 }
 
 TEST(ZbSearchTest, RefusesOtherChunkCounts) {
