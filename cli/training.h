@@ -16,7 +16,7 @@
 namespace pipesched::cli {
 
 // The most --layers (hidden blocks) a run takes.
-inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxLayers = model::MlpConfig::kMaxLayers;
 
 // The spread simulation (stages::SpreadBubble): with 200 draws its result moves by
 // 0.05-0.07 pp (standard deviation over seeds) for 1f1b, interleaved-1f1b and zb-v at

@@ -263,6 +263,10 @@ absl::Status Chunk::ImportParameters(const std::vector<HostTensor>& tensors) {
   return ImportInto(params(), tensors, "");
 }
 
+absl::Status Chunk::CheckParameters(const std::vector<HostTensor>& tensors) const {
+  return CheckInto(tensors, "");
+}
+
 absl::StatusOr<std::vector<HostTensor>> Chunk::ExportOptimizerState() const {
   std::vector<HostTensor> out;
   auto add = [&](const runtime::Buffer& state, const char* suffix) -> absl::Status {
@@ -291,8 +295,8 @@ absl::Status Chunk::ImportOptimizerState(const std::vector<HostTensor>& tensors,
   return absl::OkStatus();
 }
 
-absl::Status Chunk::ImportInto(float* dst, const std::vector<HostTensor>& tensors,
-                               const std::string& suffix) {
+absl::Status Chunk::CheckInto(const std::vector<HostTensor>& tensors,
+                              const std::string& suffix) const {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const ParamSpec& spec = specs_[i];
     const std::string name = spec.name + suffix;
@@ -330,6 +334,18 @@ absl::Status Chunk::ImportInto(float* dst, const std::vector<HostTensor>& tensor
                                      : "every value must be finite"));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::ImportInto(float* dst, const std::vector<HostTensor>& tensors,
+                               const std::string& suffix) {
+  // Every tensor is checked before any is copied: a bad one leaves the chunk as it was.
+  PS_RETURN_IF_ERROR(CheckInto(tensors, suffix));
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const std::string name = specs_[i].name + suffix;
+    auto it = std::find_if(tensors.begin(), tensors.end(),
+                           [&](const HostTensor& t) { return t.name == name; });
     PS_RETURN_IF_ERROR(
         device_->CopyFromHost(dst + param_offsets_[i], it->bytes.data(), it->bytes.size()));
   }

@@ -135,7 +135,10 @@ class Chunk {
   // Sets every parameter of the chunk from `tensors` found by name; tensors of other
   // layers are ignored (a whole-model file loads into any chunk). NotFound for a missing
   // parameter, InvalidArgument for a wrong dtype or shape, naming the tensor.
+  // Checks every tensor before copying any: on an error the chunk keeps its parameters.
   absl::Status ImportParameters(const std::vector<HostTensor>& tensors);
+  // ImportParameters' checks alone (names, dtypes, shapes, finite values), copying nothing.
+  absl::Status CheckParameters(const std::vector<HostTensor>& tensors) const;
 
   // Optimizer state, for checkpoints: SGD momentum buffers ("<param>.momentum"; none
   // without momentum) or AdamW's moments ("<param>.exp_avg", "<param>.exp_avg_sq"), shaped
@@ -150,6 +153,7 @@ class Chunk {
   // "<param><suffix>".
   absl::Status ImportInto(float* dst, const std::vector<HostTensor>& tensors,
                           const std::string& suffix);
+  absl::Status CheckInto(const std::vector<HostTensor>& tensors, const std::string& suffix) const;
   Chunk(ChunkOptions options, runtime::Device& device, std::unique_ptr<Math> math);
   absl::StatusOr<std::vector<HostTensor>> Export(const float* src) const;
 

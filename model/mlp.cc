@@ -22,17 +22,20 @@ std::uint64_t SplitMix64(std::uint64_t z) {
 }  // namespace
 
 absl::Status MlpConfig::Validate() const {
+  // The upper limits are the command line's: sizes whose products (parameters, bytes)
+  // stay far inside 64 bits.
   const struct {
     const char* name;
     int value;
-  } fields[] = {{"d_in", d_in},
-                {"d_hidden", d_hidden},
-                {"num_classes", num_classes},
-                {"num_layers", num_layers}};
+    int max;
+  } fields[] = {{"d_in", d_in, kMaxWidth},
+                {"d_hidden", d_hidden, kMaxWidth},
+                {"num_classes", num_classes, kMaxClasses},
+                {"num_layers", num_layers, kMaxLayers}};
   for (const auto& f : fields) {
-    if (f.value < 1) {
+    if (f.value < 1 || f.value > f.max) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("model %s must be at least 1, got %d", f.name, f.value));
+          absl::StrFormat("model %s must be in [1, %d], got %d", f.name, f.max, f.value));
     }
   }
   return absl::OkStatus();

@@ -33,8 +33,12 @@ struct MlpConfig {
   int num_layers = 4;  // hidden blocks L >= 1; the model has L + 1 layers (blocks + head)
 
   int num_model_layers() const { return num_layers + 1; }
-  // InvalidArgument naming the field and its value when a dimension is < 1.
+  // InvalidArgument naming the field and its value unless every size is in [1, its limit]: d_in and
+  // d_hidden up to kMaxWidth, num_classes up to kMaxClasses, num_layers up to kMaxLayers.
   absl::Status Validate() const;
+  static constexpr int kMaxWidth = 1 << 16;
+  static constexpr int kMaxClasses = 1 << 20;
+  static constexpr int kMaxLayers = 4096;
   // InvalidArgument unless 0 <= first < last <= num_model_layers().
   absl::Status ValidateRange(int first, int last) const;
 };

@@ -143,7 +143,8 @@ class Stream {
   // stream for good: it is reported, prefixed with the stream's name, by Synchronize()
   // and by later EnqueueHost / CopyAsync calls, and later host functions on the stream
   // are skipped (event records, waits and frees still happen, so other streams waiting
-  // on this one do not hang). Enqueued on this stream; returns immediately.
+  // on this one do not hang). A `fn` that throws poisons the stream the same way, with an
+  // Internal status quoting the exception. Enqueued on this stream; returns immediately.
   // InvalidArgument for an empty `fn`; the stream's first error once it is poisoned.
   virtual absl::Status EnqueueHost(std::function<absl::Status()> fn) = 0;
   // Occupies the stream for `microseconds` (host: the worker sleeps; CUDA: a one-thread

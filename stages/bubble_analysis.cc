@@ -357,8 +357,10 @@ scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
                                          const trace::Timeline& timeline, int num_rows) {
   for (const trace::Span& s : timeline.spans) {
     if (s.rank < 0 || s.rank >= num_rows || s.lane != trace::kComputeLane) continue;
+    const double duration = s.end - s.start;
+    if (!(duration >= 0) || !std::isfinite(duration)) continue;  // not a measurement
     if (std::optional<scheduler::Op> op = ComputeOpOf(s)) {
-      costs.actions[{s.stage, *op, s.microbatch}] = s.end - s.start;
+      costs.actions[{s.stage, *op, s.microbatch}] = duration;
     }
   }
   return costs;

@@ -144,7 +144,8 @@ scheduler::CostModel WithHandoffLatency(scheduler::CostModel costs,
 // replica) given its own measured duration (CostModel::actions): the simulator then
 // replays that step action by action, and what is left between its makespan and the
 // measured one is what it does not model (hand-offs beyond the boundary latency, host
-// issue), not the spread of the actions' durations.
+// issue), not the spread of the actions' durations. A span whose duration is not finite
+// and non-negative keeps the (stage, op) cost of `costs`.
 scheduler::CostModel WithActionDurations(scheduler::CostModel costs,
                                          const trace::Timeline& timeline, int num_rows);
 

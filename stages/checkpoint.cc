@@ -236,7 +236,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
     }
   }
   if (!imported.ok()) return Rejected(path, std::string(imported.message()));
-  trainer.set_data_cursor(info.data_cursor);
+  PS_RETURN_IF_ERROR(trainer.set_data_cursor(info.data_cursor));
   return info;
 }
 

@@ -218,6 +218,29 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       ex->works_.push_back(std::move(work));
     }
   }
+  // Sizes a work reports are checked before they are multiplied: every buffer of a step
+  // (D x M micro-batches of the largest) stays far inside 64 bits.
+  constexpr std::int64_t kMaxStepBytes = std::int64_t{1} << 56;
+  for (int s = 0; s < S; ++s) {
+    const StageWork& w = *ex->works_[s];
+    const struct {
+      const char* name;
+      __int128 bytes;
+    } sizes[] = {{"input_bytes()", static_cast<__int128>(w.input_bytes())},
+                 {"output_bytes()", static_cast<__int128>(w.output_bytes())},
+                 {"target_bytes()", static_cast<__int128>(w.target_bytes())},
+                 {"stash_bytes()", static_cast<__int128>(w.stash_bytes())},
+                 {"workspace_bytes()", static_cast<__int128>(w.workspace_bytes())}};
+    for (const auto& [name, bytes] : sizes) {
+      if (bytes < 0 || bytes * D * M > kMaxStepBytes) {
+        const std::string value = bytes < 0 ? absl::StrCat(static_cast<long long>(bytes))
+                                            : absl::StrCat(static_cast<unsigned long long>(bytes));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stage ", s, "'s ", name, " is ", bytes < 0 ? "negative" : "too large", " (", value,
+            "): a step's D x M micro-batches of it must stay within ", "2^56 bytes"));
+      }
+    }
+  }
   for (int s = 0; s + 1 < S; ++s) {
     if (ex->works_[s]->output_bytes() != ex->works_[s + 1]->input_bytes()) {
       return absl::InvalidArgumentError(
@@ -956,6 +979,11 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   const std::size_t in_bytes = static_cast<std::size_t>(M) * works_[0]->input_bytes();
   const std::size_t tg_bytes = static_cast<std::size_t>(M) * works_[S - 1]->target_bytes();
+  if ((!inputs.inputs.empty() && inputs.inputs.data() == nullptr) ||
+      (!inputs.targets.empty() && inputs.targets.data() == nullptr)) {
+    return absl::InvalidArgumentError(
+        "the step's inputs or targets are a null pointer with a size; give the data");
+  }
   if (inputs.inputs.size() != D * in_bytes || inputs.targets.size() != D * tg_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a step over ", D, " replica(s) x ", M, " micro-batches needs ", D * in_bytes,
@@ -1203,6 +1231,8 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
     for (const trace::Span& span : spans) {
       if (span.stage < 0 || span.stage >= S) continue;
       const double duration = span.end - span.start;
+      // A span that does not take a finite, non-negative time is not a measurement.
+      if (!(duration >= 0) || !std::isfinite(duration)) continue;
       if (span.op == "RECV_F" || span.op == "SEND_B") {
         if (span.stage > 0) transfers[span.stage - 1].push_back(duration);
       } else {
@@ -1210,8 +1240,12 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
       }
     }
   };
-  for (const trace::Timeline* timeline : timelines) add(timeline->spans);
-  for (const std::vector<trace::Span>* spans : phases) add(*spans);
+  for (const trace::Timeline* timeline : timelines) {
+    if (timeline != nullptr) add(timeline->spans);  // null entries are skipped
+  }
+  for (const std::vector<trace::Span>* spans : phases) {
+    if (spans != nullptr) add(*spans);
+  }
   scheduler::CostModel costs;
   std::vector<double> all_transfers;
   for (int s = 0; s < S; ++s) {

@@ -246,7 +246,8 @@ class Executor {
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE, the
 // median ZERO_GRAD and OPTIMIZER of `phases` (StepResult::phases; 0 without them) and the
 // executor's activation_bytes, workspace_bytes and input_bytes. Stages that ran B only
-// get I = W = B / 2; stages that ran I and W get B = I + W.
+// get I = W = B / 2; stages that ran I and W get B = I + W. Null entries, and spans whose
+// duration is not finite and non-negative, are skipped.
 scheduler::CostModel MeasuredCostModel(
     const std::vector<const trace::Timeline*>& timelines, const Executor& executor,
     const std::vector<const std::vector<trace::Span>*>& phases = {});

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "scheduler/registry.h"
+#include "scheduler/validate.h"
 #include "stages/checkpoint.h"
 #include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
@@ -30,17 +32,28 @@ std::int64_t SyntheticSamples(const TrainerConfig& config, std::int64_t global_b
   return config.synthetic_samples > 0 ? config.synthetic_samples : 8 * global_batch;
 }
 
+// `bytes` as an int64, INT64_MAX when it is more: sizes that large do not fit anyway.
+std::int64_t Saturate(__int128 bytes) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return bytes > kMax ? kMax : static_cast<std::int64_t>(bytes);
+}
+
 // Host memory the data will take: the synthetic data set (x as fp32, y as int32), or a
 // --data file's size (what loading it reads), plus a step's inputs staged on the host.
+// Saturates at INT64_MAX.
 std::int64_t HostDataBytes(const TrainerConfig& config) {
-  const std::int64_t g =
-      static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
-  const std::int64_t d_in = config.model.d_in;
-  const std::int64_t inputs = 2 * g * d_in * 4;
-  if (config.data_path.empty()) return SyntheticSamples(config, g) * (d_in + 1) * 4 + inputs;
+  const __int128 g =
+      static_cast<__int128>(config.replicas) * config.microbatches * config.microbatch_size;
+  const __int128 d_in = config.model.d_in;
+  const __int128 inputs = 2 * g * d_in * 4;
+  if (config.data_path.empty()) {
+    const __int128 samples =
+        config.synthetic_samples > 0 ? static_cast<__int128>(config.synthetic_samples) : 8 * g;
+    return Saturate(samples * (d_in + 1) * 4 + inputs);
+  }
   std::error_code error;
   const std::uintmax_t size = std::filesystem::file_size(config.data_path, error);
-  return (error ? 0 : static_cast<std::int64_t>(size)) + inputs;
+  return Saturate((error ? 0 : static_cast<__int128>(size)) + inputs);
 }
 
 // On the host backend every device's memory is the machine's: refuses, before anything is
@@ -82,7 +95,7 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   const std::int64_t samples = SyntheticSamples(config, g);
   const std::int64_t d_in = config.model.d_in;
   const std::int64_t data = HostDataBytes(config);
-  if (need + data <= *available) return absl::OkStatus();
+  if (Saturate(static_cast<__int128>(need) + data) <= *available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
       " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
@@ -113,11 +126,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return absl::InvalidArgumentError(
         absl::StrCat("the micro-batch size must be at least 1, not ", config.microbatch_size));
   }
-  if (config.replicas < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the number of replicas must be at least 1, not ", config.replicas));
+  // The upper limits keep every size product (parameters x replicas, samples x inputs)
+  // inside 64 bits; both are far above what a machine runs.
+  constexpr int kMaxReplicas = 4096;
+  constexpr int kMaxMicrobatchSize = 1 << 20;
+  if (config.replicas < 1 || config.replicas > kMaxReplicas) {
+    return absl::InvalidArgumentError(absl::StrCat("the number of replicas must be in [1, ",
+                                                   kMaxReplicas, "], not ", config.replicas));
+  }
+  if (config.microbatch_size > kMaxMicrobatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat("the micro-batch size must be at most ",
+                                                   kMaxMicrobatchSize, ", not ",
+                                                   config.microbatch_size));
   }
   PS_RETURN_IF_ERROR(config.model.Validate());
+  // Negative counts are not "the default" (0 is).
+  if (config.num_devices < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the number of devices must be 0 (one per rank and replica) or more, not ",
+                     config.num_devices));
+  }
+  // Up to 2^40 samples: their bytes stay within 64 bits for any model width.
+  constexpr std::int64_t kMaxSyntheticSamples = std::int64_t{1} << 40;
+  if (config.synthetic_samples < 0 || config.synthetic_samples > kMaxSyntheticSamples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the synthetic data set's size must be 0 (8 global batches) to ",
+                     kMaxSyntheticSamples, " samples, not ", config.synthetic_samples));
+  }
   if (config.slow_rank >= 0 && !(config.slow_factor >= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the slow-down factor must be at least 1, not ", config.slow_factor));
@@ -126,6 +161,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   scheduler::Schedule schedule;
   if (config.schedule_override) {
     schedule = *config.schedule_override;
+    // Before its shape is used: a hand-made schedule's P x V may not even fit an int.
+    PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   } else {
     PS_ASSIGN_OR_RETURN(
         schedule,
@@ -277,6 +314,11 @@ std::string Trainer::PlacementSummary() const {
 }
 
 absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* labels) {
+  if (x == nullptr || labels == nullptr) {
+    return absl::InvalidArgumentError(
+        "Trainer::Step(x, labels) needs both arrays (global batch x inputs floats, global "
+        "batch labels); got a null pointer");
+  }
   const std::int64_t g = global_batch();
   StepInputs in{
       .inputs = std::as_bytes(std::span(x, static_cast<std::size_t>(g * config_.model.d_in))),
@@ -285,6 +327,16 @@ absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* lab
   timelines_.push_back(result.timeline);
   phases_.push_back(result.phases);
   return result;
+}
+
+absl::Status Trainer::set_data_cursor(std::int64_t cursor) {
+  if (cursor < 0 || cursor >= data_.num_samples()) {
+    return absl::InvalidArgumentError(absl::StrCat("data cursor ", cursor,
+                                                   " is outside the data set's samples [0, ",
+                                                   data_.num_samples(), ")"));
+  }
+  cursor_ = cursor;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Trainer::Step() {
@@ -325,6 +377,11 @@ absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& ten
           "tensor '", tensor.name, "' is not a parameter of this model (", config_.model.num_layers,
           " blocks + head; names blocks.{i}.weight/bias, head.weight/bias)"));
     }
+  }
+  // Every stage checks the tensors before any copies them: a bad file leaves the model as
+  // it was (replicas share the stages' shapes, so replica 0's checks stand for all).
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    PS_RETURN_IF_ERROR(Mlp(executor_->work(0, s)).chunk().CheckParameters(tensors));
   }
   for (int d = 0; d < config_.replicas; ++d) {
     for (int s = 0; s < executor_->num_stages(); ++s) {

@@ -125,7 +125,8 @@ class Trainer {
   std::int64_t global_batch() const;  // D x M x B
   // The next sample of data() that Step() feeds (checkpoints save and restore it).
   std::int64_t data_cursor() const { return cursor_; }
-  void set_data_cursor(std::int64_t cursor) { cursor_ = cursor; }
+  // InvalidArgument unless 0 <= cursor < data().num_samples() (a checkpoint's cursor).
+  absl::Status set_data_cursor(std::int64_t cursor);
   // One line on placement, e.g. "host backend: 4 devices for P=2 x D=2" or
   // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin", and a second line,
   // "note: ...", when more host devices compute than the process has CPU cores.

@@ -36,6 +36,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -212,7 +213,16 @@ struct HostCall {
 void CUDART_CB RunHostCall(void* data) {
   std::unique_ptr<HostCall> call(static_cast<HostCall*>(data));
   if (call->state->poisoned.load(std::memory_order_acquire)) return;
-  absl::Status status = call->fn();
+  absl::Status status;
+  // As on the host backend: a function that throws poisons its stream, it does not end the
+  // process from CUDA's callback thread.
+  try {
+    status = call->fn();
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("work on the stream threw: ", e.what()));
+  } catch (...) {
+    status = absl::InternalError("work on the stream threw a non-standard exception");
+  }
   if (!status.ok()) call->state->Set(status);
 }
 

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -511,7 +512,16 @@ absl::Status HostStream::EnqueueWork(std::function<absl::Status()> fn) {
   if (core_->poisoned.load(std::memory_order_acquire)) return status();
   EnqueueInternal([core = core_, fn = std::move(fn)] {
     if (core->poisoned.load(std::memory_order_acquire)) return;
-    absl::Status status = fn();
+    absl::Status status;
+    // Work that throws (a user's StageWork, say) fails its stream like work that returns an
+    // error, instead of ending the process from the worker thread.
+    try {
+      status = fn();
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("work on the stream threw: ", e.what()));
+    } catch (...) {
+      status = absl::InternalError("work on the stream threw a non-standard exception");
+    }
     if (status.ok()) return;
     std::lock_guard<std::mutex> lock(core->mu);
     core->SetError(status);
@@ -703,6 +713,13 @@ absl::StatusOr<std::unique_ptr<Event>> HostDevice::CreateEvent(bool timing, std:
 absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
   if (AsHostStream(stream) == nullptr) return NotHost(stream, "Allocate");
   if (bytes == 0) return Buffer();
+  // Beyond 2^62 the sums below would wrap (and no machine has it): refused as they are.
+  constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 62;
+  if (bytes > kMaxAllocationBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(description_, ": cannot allocate ", bytes,
+                                                     " bytes: more than 2^62, beyond any "
+                                                     "machine's memory"));
+  }
   const auto size = static_cast<std::int64_t>(bytes);
   const std::int64_t live = backend_.live_bytes().fetch_add(size) + size;
   // Every refusal undoes what it counted, before the device's account (and its peak) saw it.

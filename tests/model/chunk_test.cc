@@ -467,9 +467,14 @@ TEST_F(ChunkTest, Errors) {
   EXPECT_THAT(Chunk::Create(options, device(0)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layer range [2, 5)")));
   options.config.d_hidden = 0;
-  EXPECT_THAT(
-      Chunk::Create(options, device(0)),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d_hidden must be at least 1")));
+  EXPECT_THAT(Chunk::Create(options, device(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("d_hidden must be in [1, 65536], got 0")));
+  // Sizes whose products would overflow are refused, not computed with.
+  options.config.d_hidden = 1 << 30;
+  EXPECT_THAT(Chunk::Create(options, device(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("d_hidden must be in [1, 65536], got 1073741824")));
   auto chunk = MakeChunk(config, 0, 2);
   EXPECT_THAT(chunk->AllocateStash(0, stream(0)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1")));

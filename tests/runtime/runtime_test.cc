@@ -329,6 +329,12 @@ TEST(HostRuntimeMemory, AllocationsBeyondTheMachinesMemoryAreRefused) {
                              HasSubstr("available"))));
   EXPECT_EQ(d0.memory_stats().current_bytes, 0);
   EXPECT_EQ(d0.memory_stats().peak_bytes, 0);  // a refusal is not a peak
+  // Past 2^63 a request turned negative in the accounting and passed every check.
+  EXPECT_THAT(d0.Allocate((std::size_t{1} << 63) + 100, *s0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("host:0: cannot allocate 9223372036854775908 bytes: more than "
+                                 "2^62")));
+  EXPECT_EQ(d0.memory_stats().current_bytes, 0);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the rest maps most of the machine's memory (untouched), which the "
                   "sanitizers' shadow memory would have to cover";

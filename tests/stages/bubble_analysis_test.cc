@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -83,6 +84,24 @@ TEST(BubbleAnalysisTest, WithPhaseDurationsTakesTheStepsOwnPhases) {
   EXPECT_EQ(with.stages[0].optimizer, 9);  // row 2 is replica 1: not replayed
   EXPECT_EQ(with.stages[1].optimizer, 4);
   EXPECT_EQ(with.stages[1].zero_grad, 0);
+}
+
+TEST(BubbleAnalysisTest, WithActionDurationsSkipsSpansThatAreNotMeasurements) {
+  // A span that ends before it starts, or at infinity, kept its "duration": the simulator
+  // then ran with a negative or infinite cost.
+  trace::Timeline t;
+  t.num_ranks = 1;
+  t.spans = {{.rank = 0, .stage = 0, .microbatch = 0, .op = "F", .start = 0, .end = 2},
+             {.rank = 0, .stage = 0, .microbatch = 1, .op = "F", .start = 5, .end = 3},
+             {.rank = 0,
+              .stage = 0,
+              .microbatch = 2,
+              .op = "F",
+              .start = 6,
+              .end = std::numeric_limits<double>::infinity()}};
+  const scheduler::CostModel with = WithActionDurations(scheduler::CostModel{}, t, 1);
+  ASSERT_EQ(with.actions.size(), 1u);
+  EXPECT_EQ(with.actions.begin()->second, 2);
 }
 
 TEST(BubbleAnalysisTest, HandMadeTimelineHasTheKnownDecomposition) {

@@ -11,13 +11,17 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/file_util.h"
 #include "base/status.h"
 #include "gmock/gmock.h"
@@ -310,6 +314,72 @@ TEST_F(CheckpointRejectTest, ParametersOnlyFileIsNotACheckpoint) {
 // A child process trains and saves in a loop; SIGKILL lands at some point of a save (the
 // saves take most of its time). The file at `path` must always load: either the parent's
 // first checkpoint or one of the child's complete ones.
+// The Trainer's API refuses what cannot be right instead of reading out of bounds or
+// computing with wrapped sizes (a review of the library on 2026-12-03 found each).
+TEST(TrainerApiTest, ValuesThatCannotBeRightAreErrors) {
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  const std::int64_t n = trainer->data().num_samples();
+  EXPECT_THAT(trainer->set_data_cursor(-5),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("data cursor -5 is outside the data set's samples "
+                                              "[0, ",
+                                              n, ")"))));
+  EXPECT_EQ(trainer->set_data_cursor(n).code(), absl::StatusCode::kInvalidArgument);
+  PS_EXPECT_OK(trainer->set_data_cursor(n - 1));
+  PS_EXPECT_OK(trainer->Step().status());
+  EXPECT_THAT(trainer->Step(nullptr, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got a null pointer")));
+
+  struct Case {
+    std::function<void(TrainerConfig&)> change;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](TrainerConfig& c) { c.num_devices = -4; },
+       "the number of devices must be 0 (one per rank and replica) or more, not -4"},
+      {[](TrainerConfig& c) { c.synthetic_samples = -5; },
+       "the synthetic data set's size must be 0 (8 global batches) to 1099511627776 samples, "
+       "not -5"},
+      {[](TrainerConfig& c) { c.synthetic_samples = std::numeric_limits<std::int64_t>::max(); },
+       "the synthetic data set's size must be 0"},
+      {[](TrainerConfig& c) { c.replicas = std::numeric_limits<int>::max(); },
+       "the number of replicas must be in [1, 4096]"},
+      {[](TrainerConfig& c) { c.microbatch_size = 1 << 21; },
+       "the micro-batch size must be at most 1048576"},
+      {[](TrainerConfig& c) { c.model.num_layers = std::numeric_limits<int>::max(); },
+       "model num_layers must be in [1, 4096]"},
+      {[](TrainerConfig& c) { c.model.d_in = c.model.d_hidden = std::numeric_limits<int>::max(); },
+       "model d_in must be in [1, 65536]"},
+  };
+  for (const Case& c : cases) {
+    TrainerConfig config = Config(model::OptimizerKind::kSgd);
+    c.change(config);
+    EXPECT_THAT(Trainer::Create(config).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+}
+
+TEST(TrainerApiTest, AFailedImportLeavesEveryParameterAsItWas) {
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<model::HostTensor> before, trainer->ExportParameters());
+  std::vector<model::HostTensor> changed = before;
+  for (model::HostTensor& t : changed) {
+    if (t.name == "blocks.0.weight") t.bytes[0] ^= 0x7f;  // a valid new value...
+    if (t.name == "head.bias") {                          // ... and an invalid one later
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(t.bytes.data(), &nan, sizeof(nan));
+    }
+  }
+  EXPECT_THAT(
+      trainer->ImportParameters(changed),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parameter 'head.bias' holds nan")));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<model::HostTensor> after, trainer->ExportParameters());
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].bytes, before[i].bytes) << after[i].name;  // blocks.0.weight included
+  }
+}
+
 TEST(CheckpointKillTest, KillDuringSaveLeavesALoadableCheckpoint) {
   TrainerConfig c = Config(model::OptimizerKind::kAdamW);
   c.model.d_hidden = 384;  // ~3.5 MB per save: the kill usually lands mid-write

@@ -350,6 +350,50 @@ TEST(ExecutorToyTest, AFailingStageFailsTheStepWithoutHanging) {
             backend->device(0).memory_stats().current_bytes);  // no crash on teardown
 }
 
+TEST(ExecutorToyTest, AStageWhoseWorkThrowsFailsTheStepLikeOneThatReturnsAnError) {
+  // A user's StageWork that throws on its stream: the process ended (std::terminate).
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  auto backend = HostBackend(2);
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto ex,
+      Executor::Create(schedule, *backend,
+                       ToyFactory(2, {.fail_forward_of_microbatch = 1, .throw_instead = true})));
+  std::vector<float> x, t;
+  ToyData(0, 4, 8, x, t);
+  EXPECT_THAT(
+      ex->Step(AsInputs(x, t)),
+      StatusIs(absl::StatusCode::kInternal, HasSubstr("work on the stream threw: toy F of stage")));
+}
+
+TEST(ExecutorToyTest, SizesAndDataThatCannotBeRightAreErrors) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  // 2^62 bytes per micro-batch (features x batch x 4): a step's buffers would wrap 64 bits.
+  EXPECT_THAT(
+      Executor::Create(schedule, *backend, ToyFactory(2, {.features = 1 << 30, .batch = 1 << 30})),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("stage 0's input_bytes() is too large (4611686018427387904): a step's "
+                         "D x M micro-batches of it must stay within 2^56 bytes")));
+  EXPECT_THAT(Executor::Create(schedule, *backend, ToyFactory(2, {.stash_bytes = -8})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 0's stash_bytes() is negative (-8)")));
+  // Data that is a null pointer with a size.
+  PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, ToyFactory(2, {})));
+  std::vector<float> x, t;
+  ToyData(0, 2, 8, x, t);
+  StepInputs null_inputs = AsInputs(x, t);
+  null_inputs.inputs =
+      std::span<const std::byte>(static_cast<const std::byte*>(nullptr), null_inputs.inputs.size());
+  EXPECT_THAT(ex->Step(null_inputs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the step's inputs or targets are a null pointer with a size")));
+  PS_EXPECT_OK(ex->Step(AsInputs(x, t)).status());
+}
+
 TEST(ExecutorToyTest, BadConfigurationsAreErrors) {
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::Schedule schedule,
@@ -406,6 +450,9 @@ TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
     EXPECT_DOUBLE_EQ(p.op == "ZERO_GRAD" ? c.zero_grad : c.optimizer, p.end - p.start) << p.op;
   }
   EXPECT_EQ(with_phases.stages[1].f, costs.stages[1].f);
+  // Null entries are skipped, as the exporters skip them.
+  scheduler::CostModel with_nulls = MeasuredCostModel({&r.timeline, nullptr}, *ex, {nullptr});
+  EXPECT_EQ(with_nulls.stages[1].f, costs.stages[1].f);
   PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult step,
                           scheduler::Simulate(ex->schedule(), with_phases));
   // A rank's zero-grad can only hold its first action back (with this tiny work rank

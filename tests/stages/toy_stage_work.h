@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,6 +26,8 @@ struct ToyOptions {
   float lr = 0.1f;
   bool empty = false;                   // callbacks enqueue no work at all
   int fail_forward_of_microbatch = -1;  // F of this micro-batch fails (on its stream)
+  bool throw_instead = false;           // ... by throwing rather than returning an error
+  std::int64_t stash_bytes = -1;        // what stash_bytes() reports; -1: what it allocates
 };
 
 // Initial parameters of stage s: a = 1 + 0.1 * (s + 1), b = 0.05 * s.
@@ -62,7 +65,8 @@ class ToyStage final : public StageWork {
   std::size_t output_bytes() const override { return last_ ? 0 : n() * sizeof(float); }
   std::size_t target_bytes() const override { return last_ ? n() * sizeof(float) : 0; }
   std::int64_t stash_bytes() const override {
-    return static_cast<std::int64_t>(2 * n() * sizeof(float));
+    return o_.stash_bytes != -1 ? o_.stash_bytes
+                                : static_cast<std::int64_t>(2 * n() * sizeof(float));
   }
   std::int64_t num_params() const override { return 2; }
 
@@ -84,8 +88,12 @@ class ToyStage final : public StageWork {
     float* loss = io.loss;
     const std::size_t n = this->n();
     const bool fail = io.microbatch == o_.fail_forward_of_microbatch;
+    const bool throw_instead = o_.throw_instead;
     const int stage = stage_;
     return stream.EnqueueHost([=]() -> absl::Status {
+      if (fail && throw_instead) {
+        throw std::runtime_error(absl::StrCat("toy F of stage ", stage, " threw"));
+      }
       if (fail) return absl::InternalError(absl::StrCat("toy F of stage ", stage, " failed"));
       std::memcpy(st, x, n * sizeof(float));
       double sum = 0;
