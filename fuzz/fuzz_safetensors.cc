@@ -30,19 +30,25 @@ absl::StatusOr<SafetensorsFile> ReadAsFile(std::string_view bytes) {
   return ReadSafetensors("/proc/self/fd/" + std::to_string(fd));
 }
 
+// `b` (read another way) holds `a`'s tensors, in order, and its metadata.
+void CheckSame(const SafetensorsFile& a, const SafetensorsFile& b, const std::string& what) {
+  PS_FUZZ_CHECK(b.tensors.size() == a.tensors.size(), what + ": tensor count differs");
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    const HostTensor& x = a.tensors[i];
+    const HostTensor& y = b.tensors[i];
+    PS_FUZZ_CHECK(
+        x.name == y.name && x.dtype == y.dtype && x.shape == y.shape && x.bytes == y.bytes,
+        what + ": " + x.name);
+  }
+  PS_FUZZ_CHECK(b.metadata == a.metadata, what + ": metadata differs");
+}
+
 void FuzzOne(std::string_view bytes) {
   absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes, "fuzz-input");
   absl::StatusOr<SafetensorsFile> read = ReadAsFile(bytes);
   PS_FUZZ_CHECK(read.ok() == file.ok(), file.ok() ? read.status() : file.status());
   if (!file.ok()) return;
-  PS_FUZZ_CHECK(read->tensors.size() == file->tensors.size(), "ReadSafetensors' tensor count");
-  for (std::size_t i = 0; i < file->tensors.size(); ++i) {
-    const HostTensor& a = file->tensors[i];
-    const HostTensor& b = read->tensors[i];
-    PS_FUZZ_CHECK(
-        a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes, a.name);
-  }
-  PS_FUZZ_CHECK(read->metadata == file->metadata, "ReadSafetensors' metadata");
+  CheckSame(*file, *read, "ReadSafetensors");
   for (const HostTensor& t : file->tensors) {
     PS_FUZZ_CHECK(static_cast<std::int64_t>(t.bytes.size()) == t.numel() * DTypeSize(t.dtype),
                   t.name);
@@ -59,14 +65,7 @@ void FuzzOne(std::string_view bytes) {
   if (!out.ok()) return;  // e.g. a name the writer refuses
   absl::StatusOr<SafetensorsFile> again = ParseSafetensors(*out, "fuzz-reserialized");
   PS_FUZZ_CHECK(again.ok(), again.status());
-  PS_FUZZ_CHECK(again->tensors.size() == file->tensors.size(), "tensor count differs");
-  for (std::size_t i = 0; i < file->tensors.size(); ++i) {
-    const HostTensor& a = file->tensors[i];
-    const HostTensor& b = again->tensors[i];
-    PS_FUZZ_CHECK(
-        a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes, a.name);
-  }
-  PS_FUZZ_CHECK(again->metadata == file->metadata, "metadata differs");
+  CheckSame(*file, *again, "the re-serialized file");
 }
 
 }  // namespace
