@@ -5,14 +5,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -143,12 +148,113 @@ absl::Status CheckFilesDistinct(const std::vector<FlagPath>& inputs,
   return absl::OkStatus();
 }
 
+ScopedFd& ScopedFd::operator=(ScopedFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int ScopedFd::release() { return std::exchange(fd_, -1); }
+
+namespace {
+
+int OpenRetryingOnSignals(const std::string& path, int flags) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// A FIFO's open() blocks until its other end is opened, perhaps for ever. It runs on a
+// helper thread; after `wait`, this thread opens the other end itself, without blocking
+// (the blocked open counts as that end's partner), which releases the helper, and
+// reports the timeout. `flags` is O_RDONLY or O_WRONLY.
+absl::StatusOr<ScopedFd> OpenFifo(const std::string& path, int flags,
+                                  std::chrono::milliseconds wait, const std::string& shown) {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool abandoned = false;  // nobody will take the descriptor: the helper closes it
+    int fd = -1;
+    int err = 0;
+  };
+  auto pending = std::make_shared<Pending>();
+  std::thread opener([pending, path, flags] {
+    const int fd = OpenRetryingOnSignals(path, flags);
+    const int err = errno;
+    std::lock_guard<std::mutex> lock(pending->mu);
+    pending->done = true;
+    pending->fd = fd;
+    pending->err = err;
+    if (pending->abandoned && fd >= 0) ::close(fd);
+    pending->done_cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(pending->mu);
+  if (pending->done_cv.wait_for(lock, wait, [&] { return pending->done; })) {
+    lock.unlock();
+    opener.join();
+    if (pending->fd < 0) return ErrnoStatus(pending->err, "cannot open", shown);
+    return ScopedFd(pending->fd);
+  }
+  const int release_flags = (flags == O_RDONLY ? O_WRONLY : O_RDONLY) | O_NONBLOCK;
+  ScopedFd release(OpenRetryingOnSignals(path, release_flags));
+  if (release.get() < 0) {
+    // The other end cannot be opened from here (its permissions): the helper stays
+    // blocked until someone opens it, and closes what it gets.
+    pending->abandoned = true;
+    lock.unlock();
+    opener.detach();
+  } else {
+    lock.unlock();
+    opener.join();
+    if (pending->fd >= 0) ::close(pending->fd);
+  }
+  const bool reading = flags == O_RDONLY;
+  return absl::DeadlineExceededError(absl::StrCat(
+      "cannot ", reading ? "read '" : "write '", shown, "': no process opened this FIFO for ",
+      reading ? "writing" : "reading", " within ", static_cast<double>(wait.count()) / 1000, " s; ",
+      reading ? absl::StrCat("write into it (cat file > ", shown, ")")
+              : absl::StrCat("read from it (cat ", shown, ")"),
+      " or give a regular file"));
+}
+
+// `shown` is the path as the user gave it, for messages.
+absl::StatusOr<ScopedFd> OpenWaiting(const std::string& path, int flags,
+                                     std::chrono::milliseconds wait, const std::string& shown) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+    return OpenFifo(path, flags, wait, shown);
+  }
+  ScopedFd fd(OpenRetryingOnSignals(path, flags));
+  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", shown);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<ScopedFd> OpenForReading(const std::string& path,
+                                        std::chrono::milliseconds fifo_wait) {
+  return OpenWaiting(path, O_RDONLY, fifo_wait, path);
+}
+
+absl::StatusOr<ScopedFd> OpenForWriting(const std::string& path,
+                                        std::chrono::milliseconds fifo_wait) {
+  return OpenWaiting(path, O_WRONLY, fifo_wait, path);
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_bytes,
                                      std::string_view limit) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  PS_ASSIGN_OR_RETURN(ScopedFd file, OpenForReading(path));
+  const int fd = file.get();
   auto too_big = [&](std::string_view what) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read '", path, "': ", Absl(what), ", more than ",
                      limit.empty() ? "the limit" : Absl(limit), " (", HumanBytes(max_bytes),
@@ -165,9 +271,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_b
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "cannot read", path);
+      return ErrnoStatus(errno, "cannot read", path);
     }
     if (n == 0) break;
     if (static_cast<std::int64_t>(out.size()) + n > max_bytes) return too_big("it goes on");
@@ -176,7 +280,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_b
     try {
       out.append(buf, static_cast<size_t>(n));
     } catch (const std::bad_alloc&) {
-      ::close(fd);
       const std::size_t read = out.size();
       out = std::string();
       return absl::ResourceExhaustedError(
@@ -185,7 +288,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::int64_t max_b
                        "smaller file or raise the process's memory limit"));
     }
   }
-  ::close(fd);
   return out;
 }
 
@@ -225,8 +327,9 @@ absl::Status WriteFileAtomic(const std::string& requested, std::string_view cont
     return absl::OkStatus();
   }
   if (target.kind == OutputTarget::kInPlace) {
-    int fd = ::open(target.path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, "cannot open", requested);
+    PS_ASSIGN_OR_RETURN(ScopedFd opened,
+                        OpenWaiting(target.path, O_WRONLY, kFifoPartnerWait, requested));
+    const int fd = opened.release();
     const int err = WriteAll(fd, content);
     if (::close(fd) != 0 && err == 0) return ErrnoStatus(errno, "cannot write", requested);
     if (err != 0) return ErrnoStatus(err, "cannot write", requested);

@@ -1,6 +1,7 @@
 // Whole-file reads and atomic writes. Errors name the path and the OS reason.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,9 +16,48 @@ namespace pipesched {
 // file, and a bound on what a device such as /dev/zero can make it take.
 inline constexpr std::int64_t kReadFileDefaultMaxBytes = std::int64_t{1} << 30;
 
-// Reads the whole file. NotFound / PermissionDenied / Internal with the path and strerror;
-// InvalidArgument when it holds more than `max_bytes` (a regular file is refused by its
-// size, before anything is read), naming the limit: "more than <limit> (1.00 GiB)".
+// A file descriptor that closes itself. Move-only; -1 holds nothing.
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd();
+
+  int get() const { return fd_; }
+  int release();
+
+ private:
+  int fd_ = -1;
+};
+
+// How long opening a named pipe (FIFO) waits for its other end: opening one blocks until
+// a process opens it the other way, which may never happen.
+inline constexpr std::chrono::milliseconds kFifoPartnerWait{30000};
+
+// Opens `path` for reading (ErrnoStatus on failure). A FIFO waits at most `fifo_wait` for
+// a writer to open it, then fails with DeadlineExceeded "cannot read 'f': no process
+// opened this FIFO for writing within 30 s; write into it (cat schedule.json > f) or
+// give a regular file" instead of blocking for ever. Once a writer is there, reads wait
+// for its data as long as it takes (a slow producer is not an error). A pipe from the
+// shell (<(...), /dev/stdin) never waits here: its writer exists.
+absl::StatusOr<ScopedFd> OpenForReading(const std::string& path,
+                                        std::chrono::milliseconds fifo_wait = kFifoPartnerWait);
+
+// Opens an existing `path` for writing in place (a device, a FIFO): O_WRONLY, no create,
+// no truncate. A FIFO waits at most `fifo_wait` for a reader, then DeadlineExceeded
+// "cannot write 'f': no process opened this FIFO for reading within 30 s; read from it
+// (cat f) or give a regular file". Writing into a FIFO whose reader went away raises
+// SIGPIPE, as for any program writing into a pipe.
+absl::StatusOr<ScopedFd> OpenForWriting(const std::string& path,
+                                        std::chrono::milliseconds fifo_wait = kFifoPartnerWait);
+
+// Reads the whole file (opened by OpenForReading). NotFound / PermissionDenied / Internal with the
+// path and strerror; InvalidArgument when it holds more than `max_bytes` (a regular file is refused
+// by its size, before anything is read), naming the limit: "more than <limit> (1.00 GiB)".
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      std::int64_t max_bytes = kReadFileDefaultMaxBytes,
                                      std::string_view limit = "");
@@ -33,7 +73,8 @@ absl::StatusOr<std::string> ReadFileToLoad(const std::string& path);
 // followed (the file they lead to is replaced; the links stay). A link into this
 // process's open files (/dev/stdout, /dev/fd/3) is written through that descriptor, at
 // its position; an existing path that is neither a regular file nor a directory
-// (/dev/null, a pipe) is written into as it is. NotFound (no such directory),
+// (/dev/null, a pipe) is written into as it is (OpenForWriting: a FIFO without a reader
+// is DeadlineExceeded after kFifoPartnerWait). NotFound (no such directory),
 // PermissionDenied, InvalidArgument (`path` is a directory) or Internal, with the path
 // and strerror (ENOSPC: "No space left on device").
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);

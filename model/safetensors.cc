@@ -324,18 +324,6 @@ absl::StatusOr<std::uint64_t> ReadUpTo(int fd, char* out, std::uint64_t n,
   return done;
 }
 
-// Closes the descriptor when it goes out of scope.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  ~FdCloser() { ::close(fd_); }
-
- private:
-  int fd_;
-};
-
 std::string_view FileKind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISCHR(mode)) return "a character device";
@@ -363,9 +351,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
-  FdCloser closer(fd);
+  PS_ASSIGN_OR_RETURN(ScopedFd file, OpenForReading(path));
+  const int fd = file.get();
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
   // A pipe (--data=<(...)) is read as far as its header says; a device or a directory is

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -107,6 +108,82 @@ TEST(FileUtilTest, WriteIntoAPipeKeepsThePipe) {
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ::unlink(path.c_str());
+}
+
+// A FIFO that nobody opens for writing would block open() for ever: reading it gives up
+// after the wait with a message that says what to do, and leaves no thread behind
+// blocked (the next open of the same FIFO works at once).
+TEST(FileUtilTest, ReadingAFifoWithoutAWriterTimesOutNamingIt) {
+  const std::string path = TempPath("fifo_no_writer");
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_THAT(OpenForReading(path, std::chrono::milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "cannot read '" + path +
+                           "': no process opened this FIFO for writing within 0.1 s; write "
+                           "into it (cat file > " +
+                           path + ") or give a regular file"));
+  std::thread writer([&] {
+    std::ofstream out(path, std::ios::binary);
+    out << "late but there";
+  });
+  PS_ASSERT_OK_AND_ASSIGN(ScopedFd fd, OpenForReading(path, std::chrono::seconds(20)));
+  char buf[64];
+  std::string got;
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof(buf))) > 0;) got.append(buf, n);
+  writer.join();
+  EXPECT_EQ(got, "late but there");
+  ::unlink(path.c_str());
+}
+
+// A writer that opens the FIFO and then takes its time is waited for: only a FIFO that
+// nobody opens is an error.
+TEST(FileUtilTest, ReadFileWaitsForASlowWriterOfAFifo) {
+  const std::string path = TempPath("fifo_slow_writer");
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&] {
+    std::ofstream out(path, std::ios::binary);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    out << "{\"slow\": true}";
+  });
+  PS_ASSERT_OK_AND_ASSIGN(std::string got, ReadFile(path));
+  writer.join();
+  EXPECT_EQ(got, "{\"slow\": true}");
+  ::unlink(path.c_str());
+}
+
+TEST(FileUtilTest, WritingAFifoWithoutAReaderTimesOutNamingIt) {
+  const std::string path = TempPath("fifo_no_reader");
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_THAT(OpenForWriting(path, std::chrono::milliseconds(250)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "cannot write '" + path +
+                           "': no process opened this FIFO for reading within 0.25 s; read "
+                           "from it (cat " +
+                           path + ") or give a regular file"));
+  // Nothing is left holding the FIFO: a reader that comes now sees no writer and no data.
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0) << std::strerror(errno);
+  char c;
+  EXPECT_EQ(::read(reader, &c, 1), 0);
+  ::close(reader);
+  ::unlink(path.c_str());
+}
+
+TEST(FileUtilTest, OpenForReadingARegularFileAndAMissingOne) {
+  const std::string path = TempPath("plain");
+  PS_ASSERT_OK(WriteFileAtomic(path, "abc"));
+  PS_ASSERT_OK_AND_ASSIGN(ScopedFd fd, OpenForReading(path, std::chrono::milliseconds(1)));
+  char buf[8];
+  EXPECT_EQ(::read(fd.get(), buf, sizeof(buf)), 3);
+  ScopedFd moved = std::move(fd);
+  EXPECT_EQ(fd.get(), -1);
+  EXPECT_GE(moved.get(), 0);
+  EXPECT_THAT(OpenForReading(TempPath("missing/x"), std::chrono::milliseconds(1)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot open '")));
   ::unlink(path.c_str());
 }
 
