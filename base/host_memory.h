@@ -13,9 +13,51 @@
 
 namespace pipesched {
 
-// MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping,
-// page cache included); nullopt when it cannot be read (not Linux, or no such line).
+// What bounds the memory this process can still allocate.
+enum class MemoryBound {
+  kMachine,       // MemAvailable of /proc/meminfo
+  kAddressSpace,  // RLIMIT_AS (ulimit -v) less the process's VmSize
+  kDataSize,      // RLIMIT_DATA (ulimit -d) less its VmData
+  kCgroup,        // a memory cgroup's limit (a container's) less what the group cannot reclaim
+};
+
+struct MemoryHeadroom {
+  std::int64_t bytes = 0;  // >= 0
+  MemoryBound bound = MemoryBound::kMachine;
+};
+
+// The facts MemoryHeadroom is computed from, in bytes; nullopt where there is no such
+// limit (or it cannot be read).
+struct MemoryFacts {
+  std::optional<std::int64_t> mem_available;
+  std::optional<std::int64_t> address_space_limit, vm_size;
+  std::optional<std::int64_t> data_limit, vm_data;
+  // The tightest memory cgroup on the way from this process's group to the root: its
+  // limit less its usage without inactive file pages (they are reclaimed first).
+  std::optional<std::int64_t> cgroup_headroom;
+};
+
+// The least of the bounds in `facts` (a limit below what is used leaves 0); ties go to
+// the machine. nullopt without mem_available.
+std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts);
+
+// This process's MemoryFacts, read now (/proc/meminfo, getrlimit, /proc/self/status,
+// /proc/self/cgroup with cgroup v2's memory.max/current/stat or v1's
+// memory.limit_in_bytes/usage_in_bytes/stat under /sys/fs/cgroup).
+MemoryFacts ReadMemoryFacts();
+
+// HeadroomOf(ReadMemoryFacts()): what can be allocated without swapping or being killed
+// by a container's limit, and without failing under ulimit -v; nullopt when MemAvailable
+// cannot be read (not Linux).
+std::optional<MemoryHeadroom> HostMemoryHeadroom();
+
+// HostMemoryHeadroom()'s bytes.
 std::optional<std::int64_t> HostMemoryAvailableBytes();
+
+// For messages: "the machine has 20.00 GiB available", "this process's address-space
+// limit (ulimit -v) leaves 1.00 GiB", "this process's data-size limit (ulimit -d) leaves
+// ...", "the memory cgroup's limit (a container's) leaves ...".
+std::string DescribeHeadroom(const MemoryHeadroom& headroom);
 
 // The CPUs this process may run on (its affinity mask, which a container or taskset may
 // narrow below the machine's count); at least 1.

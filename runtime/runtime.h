@@ -226,10 +226,10 @@ class Device {
   // Bytes Allocate could still hand out on this device now, or nullopt when the device
   // has no memory of its own: a host device without a capacity
   // (BackendOptions::memory_capacity_bytes) shares the machine's memory with every other
-  // host device (base/host_memory.h's HostMemoryAvailableBytes is the machine's). A host
-  // device with a capacity: capacity - current bytes. CUDA: the GPU's free memory plus
-  // what this device's stream-ordered pool holds freed, at most capacity - current bytes
-  // when there is a capacity; the CUDA error otherwise.
+  // host device (base/host_memory.h's HostMemoryAvailableBytes is what this process can still
+  // take). A host device with a capacity: capacity - current bytes. CUDA: the GPU's free memory
+  // plus what this device's stream-ordered pool holds freed, at most capacity - current bytes when
+  // there is a capacity; the CUDA error otherwise.
   virtual absl::StatusOr<std::optional<std::int64_t>> AvailableBytes() = 0;
   virtual void ResetPeakMemory() = 0;
 

@@ -63,8 +63,9 @@ std::int64_t HostDataBytes(const TrainerConfig& config) {
 // the backend checks each allocation as it is made.
 absl::Status CheckHostMemory(const TrainerConfig& config,
                              const std::vector<LayerRange>& partition) {
-  const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
-  if (!available.has_value()) return absl::OkStatus();
+  const std::optional<MemoryHeadroom> headroom = HostMemoryHeadroom();
+  if (!headroom.has_value()) return absl::OkStatus();
+  const std::optional<std::int64_t> available = headroom->bytes;
   const model::OptimizerConfig& opt = config.optimizer;
   const int states = model::OptimizerStateBuffers(opt);
   std::int64_t params = 0;
@@ -83,11 +84,10 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
     if (states > 0 && need / (2 + states) * 2 <= *available) {
       also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";
     }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the model does not fit in host memory: ", params, " parameters x ",
-                     config.replicas, " replica(s), with gradients", state_name, ", need ",
-                     HumanBytes(need), " but the machine has ", HumanBytes(*available),
-                     " available; use a smaller --hidden or --layers", also));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model does not fit in host memory: ", params, " parameters x ", config.replicas,
+        " replica(s), with gradients", state_name, ", need ", HumanBytes(need), " but ",
+        DescribeHeadroom(*headroom), "; use a smaller --hidden or --layers", also));
   }
   if (!config.data_path.empty()) return absl::OkStatus();
   const std::int64_t g =
@@ -99,9 +99,9 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   return absl::ResourceExhaustedError(absl::StrCat(
       "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
       " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
-      ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need),
-      ", but the machine has ", HumanBytes(*available),
-      " available; use a smaller --microbatch-size, --microbatches or --inputs"));
+      ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need), ", but ",
+      DescribeHeadroom(*headroom),
+      "; use a smaller --microbatch-size, --microbatches or --inputs"));
 }
 
 }  // namespace

@@ -303,7 +303,7 @@ class HostBackend final : public Backend {
       : strict_(options.strict),
         spin_(std::chrono::microseconds(options.host_spin_micros)),
         epoch_(Clock::now()),
-        memory_budget_(HostMemoryAvailableBytes().value_or(0)) {
+        memory_budget_(HostMemoryHeadroom().value_or(MemoryHeadroom{})) {
     for (int i = 0; i < options.num_devices; ++i) {
       devices_.push_back(std::make_unique<HostDevice>(*this, i, options.memory_capacity_bytes));
     }
@@ -320,7 +320,7 @@ class HostBackend final : public Backend {
   // together they must stay within what it had available when the backend was created
   // (0 = unknown: not checked). Allocations that are not yet touched do not show in
   // MemAvailable, so the live bytes are counted here.
-  std::int64_t memory_budget() const { return memory_budget_; }
+  const MemoryHeadroom& memory_budget() const { return memory_budget_; }
   std::atomic<std::int64_t>& live_bytes() { return live_bytes_; }
   double NowMicros() const {
     return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
@@ -330,7 +330,7 @@ class HostBackend final : public Backend {
   const bool strict_;
   const Clock::duration spin_;
   const Clock::time_point epoch_;
-  const std::int64_t memory_budget_;
+  const MemoryHeadroom memory_budget_;
   std::atomic<std::int64_t> live_bytes_{0};
   std::vector<std::unique_ptr<HostDevice>> devices_;
 };
@@ -729,23 +729,22 @@ absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
         description_, ": cannot allocate ", HumanBytes(size), " (", bytes, " bytes): ", why));
   };
   // Linux overcommits: an allocation beyond what the machine has left may succeed and get
-  // the process killed once its pages are touched. So, without a capacity: all the
-  // backend holds (some of it not touched yet, so not in MemAvailable) must stay within
-  // what the machine had when the backend was created, and a large allocation also within
-  // what it has now (reading /proc/meminfo costs ~10 us, nothing next to touching 64 MiB).
+  // the process killed once its pages are touched (by the OOM killer, or by a container's
+  // memory limit). So, without a capacity: all the backend holds (some of it not touched
+  // yet, so not in MemAvailable) must stay within the headroom it had when it was
+  // created, and a large allocation also within the headroom now (reading /proc and the
+  // cgroup files costs ~50 us, nothing next to touching 64 MiB).
   if (memory_.capacity() == 0) {
-    const std::int64_t budget = backend_.memory_budget();
-    if (budget > 0 && live > budget) {
+    const MemoryHeadroom& budget = backend_.memory_budget();
+    if (budget.bytes > 0 && live > budget.bytes) {
       return refuse(absl::StrCat("the host backend would hold ", HumanBytes(live),
-                                 " in all, more than the ", HumanBytes(budget),
-                                 " the machine had available when it started"));
+                                 " in all, more than it could take when it started (",
+                                 DescribeHeadroom(budget), ")"));
     }
     if (bytes >= kCheckedAllocationBytes) {
-      const std::optional<std::int64_t> available = HostMemoryAvailableBytes();
-      if (available.has_value() && size > *available) {
-        return refuse(
-            absl::StrCat("the machine has ", HumanBytes(*available), " of memory available"));
-      }
+      const std::optional<MemoryHeadroom> headroom = HostMemoryHeadroom();
+      if (headroom.has_value() && size > headroom->bytes)
+        return refuse(DescribeHeadroom(*headroom));
     }
   }
   void* data = ::operator new(bytes, kAlignment, std::nothrow);
