@@ -38,6 +38,7 @@
 #include "scheduler/formats.h"
 #include "scheduler/formulas.h"
 #include "scheduler/lower.h"
+#include "scheduler/memory_fit.h"
 #include "scheduler/registry.h"
 #include "scheduler/schedule.h"
 #include "scheduler/simulator.h"

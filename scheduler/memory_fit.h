@@ -1,0 +1,54 @@
+// Searched schedules held to a device's memory in bytes. The searches (zb-1p, zb-2p,
+// zb-v-1p, ...; ScheduleInfo::uses_costs) limit each rank's live activations by count:
+// their own limit, or GeneratorParams::max_activations. What a user knows is the bytes a
+// device has, and stages whose activations differ in size (the head's, a received input,
+// a backward's workspace) make a count a poor stand-in. SearchWithinMemory finds the
+// loosest count whose searched order peaks within the bytes, as Simulate counts them.
+// It is not a search over bytes itself: the order is still found by the list scheduler
+// for a count, and the bytes only choose the count.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/registry.h"
+#include "scheduler/schedule.h"
+#include "scheduler/simulator.h"
+
+namespace pipesched::scheduler {
+
+struct MemoryFit {
+  Schedule schedule;
+  SimResult sim;  // Simulate(schedule, costs); its timeline as Simulate returns it
+  // The limit the order was searched within, in stages' worth (chunk activations / V, as
+  // GeneratorParams::max_activations); 0 when the schedule's own limit already fits.
+  double max_activations = 0;
+  // The busiest rank's peak bytes of the order at the schedule's own limit (what did not
+  // fit, when max_activations > 0).
+  std::int64_t own_peak_bytes = 0;
+  int searches = 0;  // orders searched, the one at the own limit included
+};
+
+// The busiest rank's RankStats::peak_live_bytes.
+std::int64_t PeakBytes(const SimResult& sim);
+
+// Generates the searched schedule `name` with `params` (params.costs: the costs it is
+// searched for) and simulates it with `costs` (the same costs per virtual stage, with
+// their activation, workspace and input bytes). When its busiest rank peaks above
+// `capacity_bytes`, searches again within fewer live activations per rank, bisecting over
+// whole chunk activations from one stage's worth (V) to one below the first order's
+// peak, and keeps the loosest limit whose order fits. The bisection takes a looser limit
+// never to peak lower, which the list scheduler does not promise: where it does not
+// hold, a looser fitting limit may be missed, but the order returned always fits.
+// InvalidArgument for a schedule whose order fixes its memory (not searched) and for
+// params.max_activations != 0 (a limit of its own); ResourceExhausted when even one
+// stage's worth does not fit: "zb-2p does not fit in 2.00 MiB per device even when
+// searched within one stage's worth of activations per rank (V = 1 chunk activations):
+// rank 0 peaks at 2.50 MiB; give more memory or smaller activations"; the generator's
+// and the simulator's errors otherwise.
+absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
+                                             const CostModel& costs, std::int64_t capacity_bytes);
+
+}  // namespace pipesched::scheduler

@@ -1,0 +1,175 @@
+// SearchWithinMemory: a searched schedule held to a device's bytes. What a user relies on:
+// the order returned fits, it is the loosest limit that fits (one more chunk activation
+// would not), it is the order the search gives for that limit, and when nothing fits the
+// message says how far off the tightest order is.
+#include "scheduler/memory_fit.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/validate.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::scheduler {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+CostModel UnitCostsWithBytes(std::int64_t activation_bytes, double comm = 0) {
+  CostModel costs;
+  costs.uniform = {.f = 1, .b = 2, .i = 1, .w = 1, .activation_bytes = activation_bytes};
+  costs.comm_uniform = comm;
+  return costs;
+}
+
+// Peak bytes of the search's order for `name` within `stages_worth` (0: its own limit).
+std::int64_t PeakAt(const std::string& name, GeneratorParams params, const CostModel& costs,
+                    double stages_worth) {
+  params.max_activations = stages_worth;
+  absl::StatusOr<Schedule> schedule = GenerateSchedule(name, params);
+  if (!schedule.ok()) return -1;
+  absl::StatusOr<SimResult> sim = Simulate(*schedule, costs);
+  return sim.ok() ? PeakBytes(*sim) : -1;
+}
+
+// With transfers of half an F, zb-2p uses its 2P = 8 micro-batches at P=4 (unit costs
+// need only P).
+TEST(MemoryFitTest, TheOwnLimitIsKeptWhenItFits) {
+  const CostModel costs = UnitCostsWithBytes(kMiB, 0.5);
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 16, .costs = &costs};
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit fit, SearchWithinMemory("zb-2p", params, costs, 8 * kMiB));
+  PS_ASSERT_OK_AND_ASSIGN(Schedule own, GenerateSchedule("zb-2p", params));
+  EXPECT_EQ(fit.schedule.programs, own.programs);
+  EXPECT_EQ(fit.max_activations, 0);
+  EXPECT_EQ(fit.searches, 1);
+  EXPECT_EQ(fit.own_peak_bytes, 8 * kMiB);  // 2P micro-batches of 1 MiB on rank 0
+  EXPECT_EQ(PeakBytes(fit.sim), 8 * kMiB);
+}
+
+// zb-2p holds 2P = 8 micro-batches at P=4; in 5 MiB the search is held to 5, which is
+// slower than 8 but faster than 1F1B's 4 (both at 1 MiB each).
+TEST(MemoryFitTest, ZeroBubbleTwoPInLessMemoryTakesTheLoosestLimitThatFits) {
+  const CostModel costs = UnitCostsWithBytes(kMiB, 0.5);
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 16, .costs = &costs};
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit fit, SearchWithinMemory("zb-2p", params, costs, 5 * kMiB));
+  EXPECT_EQ(fit.max_activations, 5);
+  EXPECT_EQ(PeakBytes(fit.sim), 5 * kMiB);
+  EXPECT_EQ(fit.own_peak_bytes, 8 * kMiB);
+  EXPECT_EQ(PeakAt("zb-2p", params, costs, 6), 6 * kMiB);  // one more does not fit
+  PS_ASSERT_OK_AND_ASSIGN(Schedule at_five, GenerateSchedule("zb-2p", {.num_ranks = 4,
+                                                                       .num_microbatches = 16,
+                                                                       .costs = &costs,
+                                                                       .max_activations = 5}));
+  EXPECT_EQ(fit.schedule.programs, at_five.programs);
+  PS_EXPECT_OK(Validate(fit.schedule));
+  // Bisection over [1, 7]: 4, 6, 5.
+  EXPECT_EQ(fit.searches, 4);
+  PS_ASSERT_OK_AND_ASSIGN(Schedule f1b, GenerateSchedule("1f1b", {4, 16}));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult f1b_sim, Simulate(f1b, costs));
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit own, SearchWithinMemory("zb-2p", params, costs, 8 * kMiB));
+  EXPECT_LT(fit.sim.makespan, f1b_sim.makespan);
+  EXPECT_GE(fit.sim.makespan, own.sim.makespan);
+}
+
+// On zb-v's placement a limit moves in half stages (one chunk activation of two); the
+// bytes of a chunk are half a stage's.
+TEST(MemoryFitTest, VPlacementLimitsMoveByOneChunk) {
+  const CostModel costs = UnitCostsWithBytes(kMiB / 2);  // per chunk: a stage is 1 MiB
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 16, .costs = &costs};
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit fit,
+                          SearchWithinMemory("zb-v-1p", params, costs, 3 * kMiB + kMiB / 2));
+  EXPECT_EQ(fit.max_activations, 3.5);
+  EXPECT_LE(PeakBytes(fit.sim), 3 * kMiB + kMiB / 2);
+  EXPECT_GT(PeakAt("zb-v-1p", params, costs, 4), 3 * kMiB + kMiB / 2);
+  PS_EXPECT_OK(Validate(fit.schedule));
+}
+
+// Stages whose activations differ: the bytes, not the count, decide. Rank 0's stage holds
+// 4 MiB per micro-batch, the others 1 MiB: 12 MiB allows 3 micro-batches there.
+TEST(MemoryFitTest, UnevenStagesAreHeldByTheirBytes) {
+  CostModel costs = UnitCostsWithBytes(kMiB);
+  costs.stages.assign(4, costs.uniform);
+  costs.stages[0].activation_bytes = 4 * kMiB;
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 12, .costs = &costs};
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit fit, SearchWithinMemory("zb-1p", params, costs, 12 * kMiB));
+  EXPECT_EQ(fit.own_peak_bytes, 16 * kMiB);  // P = 4 micro-batches on rank 0
+  EXPECT_EQ(fit.max_activations, 3);
+  EXPECT_EQ(fit.sim.ranks[0].peak_live_bytes, 12 * kMiB);
+}
+
+// Random per-stage times and bytes: whatever is returned fits, and one chunk activation
+// more would not (or gives no order).
+TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  int tightened = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int p = 2 + static_cast<int>(rng() % 4);
+    const int m = 2 + static_cast<int>(rng() % 14);
+    const std::string name = trial % 3 == 0 ? "zb-v-1p" : (trial % 3 == 1 ? "zb-2p" : "zb-1p");
+    const int v = name == "zb-v-1p" ? 2 : 1;
+    CostModel costs;
+    for (int s = 0; s < p * v; ++s) {
+      StageCosts& c = costs.stages.emplace_back();
+      c.f = time(rng);
+      c.i = time(rng);
+      c.w = time(rng);
+      c.b = c.i + c.w;
+      c.activation_bytes = (1 + static_cast<std::int64_t>(rng() % 8)) * kMiB;
+    }
+    const GeneratorParams params{.num_ranks = p, .num_microbatches = m, .costs = &costs};
+    const std::int64_t own = PeakAt(name, params, costs, 0);
+    const std::int64_t capacity = own / 2 + static_cast<std::int64_t>(rng() % (own / 2));
+    SCOPED_TRACE(absl::StrCat(name, " P=", p, " M=", m, " capacity ", capacity, " own ", own));
+    absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, costs, capacity);
+    if (!fit.ok()) {
+      EXPECT_THAT(fit, StatusIs(absl::StatusCode::kResourceExhausted,
+                                HasSubstr("even when searched within one stage's worth")));
+      EXPECT_GT(PeakAt(name, params, costs, 1), capacity);
+      continue;
+    }
+    EXPECT_LE(PeakBytes(fit->sim), capacity);
+    PS_EXPECT_OK(Validate(fit->schedule));
+    if (fit->max_activations > 0) {
+      ++tightened;
+      const std::int64_t looser = PeakAt(name, params, costs, fit->max_activations + 1.0 / v);
+      EXPECT_TRUE(looser < 0 || looser > capacity) << looser;
+    }
+  }
+  EXPECT_GE(tightened, 12);  // most capacities are below the own order's peak
+}
+
+TEST(MemoryFitTest, NothingFitsSaysHowFarTheTightestOrderIs) {
+  const CostModel costs = UnitCostsWithBytes(kMiB);
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 8, .costs = &costs};
+  EXPECT_THAT(SearchWithinMemory("zb-2p", params, costs, kMiB / 2),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "zb-2p does not fit in 512.0 KiB per device even when searched within "
+                       "one stage's worth of activations per rank (1 chunk activation): rank 0 "
+                       "peaks at 1.00 MiB; give more memory or smaller activations"));
+}
+
+TEST(MemoryFitTest, OnlySearchedSchedulesWithoutALimitOfTheirOwn) {
+  const CostModel costs = UnitCostsWithBytes(kMiB);
+  EXPECT_THAT(
+      SearchWithinMemory("1f1b", {.num_ranks = 4, .num_microbatches = 8}, costs, kMiB),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1f1b's order fixes its memory")));
+  EXPECT_THAT(
+      SearchWithinMemory("zb-2p", {.num_ranks = 4, .num_microbatches = 8, .max_activations = 2},
+                         costs, kMiB),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("give no max_activations")));
+  EXPECT_THAT(SearchWithinMemory("zb-2p", {.num_ranks = 4, .num_microbatches = 8}, costs, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be positive")));
+  EXPECT_THAT(SearchWithinMemory("zb-9p", {.num_ranks = 4, .num_microbatches = 8}, costs, kMiB),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("zb-9p")));
+}
+
+}  // namespace
+}  // namespace pipesched::scheduler
