@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
@@ -127,6 +128,14 @@ Row MakeRow(const scheduler::ComparedSchedule& c) {
   return row;
 }
 
+// The row's name: a searched schedule held to fit --device-memory is "zb-2p@5" (at most
+// 5 stages' worth of activations per rank).
+std::string Label(const scheduler::ComparedSchedule& c) {
+  return c.fitted_max_activations > 0
+             ? absl::StrFormat("%s@%g", c.schedule, c.fitted_max_activations)
+             : c.schedule;
+}
+
 std::string Percent(std::optional<double> f) {
   return f.has_value() ? absl::StrFormat("%.2f%%", 100 * *f) : "-";
 }
@@ -151,14 +160,20 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
       "\n|---|---|---|---|---|---|---|---|", bytes ? "---|" : "",
       r.capacity.has_value() ? "---|" : "", "\n");
   for (const Row& row : rows) {
-    absl::StrAppend(
-        &md,
-        absl::StrFormat("| %s | %d | %.6g | %.6g | %.3f | %.2f%% | %s | %.1f |", row.c->schedule,
-                        row.c->num_chunks, row.c->sim.makespan, row.step,
-                        row.step / rows.front().step, 100 * row.c->sim.bubble_fraction,
-                        Percent(row.c->closed_form), row.peak_stage_activations),
-        bytes ? absl::StrCat(" ", HumanBytes(row.peak_bytes), " |") : "",
-        r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
+    absl::StrAppend(&md,
+                    absl::StrFormat("| %s | %d | %.6g | %.6g | %.3f | %.2f%% | %s | %.1f |",
+                                    Label(*row.c), row.c->num_chunks, row.c->sim.makespan, row.step,
+                                    row.step / rows.front().step, 100 * row.c->sim.bubble_fraction,
+                                    Percent(row.c->closed_form), row.peak_stage_activations),
+                    bytes ? absl::StrCat(" ", HumanBytes(row.peak_bytes), " |") : "",
+                    r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
+  }
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const Row& row) { return row.c->fitted_max_activations > 0; })) {
+    absl::StrAppend(&md,
+                    "\nNAME@X: the searched schedule NAME held to X stages' worth of activations "
+                    "per rank, the loosest whose order fits in --device-memory=",
+                    absl::GetFlag(FLAGS_device_memory), ".\n");
   }
   return md;
 }
@@ -201,6 +216,7 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
       peak_bytes.push_back(rank.peak_live_bytes);
     }
     nlohmann::json e = {{"schedule", row.c->schedule},
+                        {"label", Label(*row.c)},
                         {"virtual", row.c->num_chunks},
                         {"makespan", row.c->sim.makespan},
                         {"step_time", row.step},
@@ -213,6 +229,13 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
     e["closed_form"] =
         row.c->closed_form.has_value() ? nlohmann::json(*row.c->closed_form) : nullptr;
     if (r.capacity.has_value()) e["fits"] = row.peak_bytes <= *r.capacity;
+    // The limit the order was searched within, in stages' worth: --max-activations, or
+    // the one fitted to --device-memory; null for a schedule's own.
+    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(row.c->schedule);
+    const double limit = row.c->fitted_max_activations > 0     ? row.c->fitted_max_activations
+                         : info != nullptr && info->uses_costs ? r.max_activations
+                                                               : 0;
+    e["max_activations"] = limit > 0 ? nlohmann::json(limit) : nullptr;
     j["ranked"].push_back(e);
   }
   j["skipped"] = nlohmann::json::array();
@@ -245,7 +268,7 @@ absl::Status Compare(const CommandContext& ctx) {
   std::vector<scheduler::ComparedSchedule> compared = scheduler::CompareSchedules(
       r.schedules, r.p, r.m, r.v, costs,
       /*keep_timelines=*/!absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty(),
-      r.max_activations);
+      r.max_activations, r.capacity);
   std::vector<Row> rows;
   for (const scheduler::ComparedSchedule& c : compared) {
     if (c.status.ok()) rows.push_back(MakeRow(c));
@@ -267,11 +290,14 @@ absl::Status Compare(const CommandContext& ctx) {
       "them\n",
       r.p, r.m, DescribeCosts(costs, source));
   const bool bytes = KnowsBytes(rows);
-  out << absl::StrFormat("%-17s %2s %11s %11s %8s %8s %8s %10s%s%s\n", "schedule", "V", "makespan",
-                         "step time", "vs best", "bubble", "closed", "peak act",
+  // The names' column fits the longest label ("interleaved-zb-1p@1.5").
+  int width = 17;
+  for (const Row& row : rows) width = std::max(width, static_cast<int>(Label(*row.c).size()));
+  out << absl::StrFormat("%-*s %2s %11s %11s %8s %8s %8s %10s%s%s\n", width, "schedule", "V",
+                         "makespan", "step time", "vs best", "bubble", "closed", "peak act",
                          bytes ? "  peak bytes" : "", r.capacity.has_value() ? "  fits" : "");
   for (const Row& row : rows) {
-    out << absl::StrFormat("%-17s %2d %11.6g %11.6g %8.3f %7.2f%% %8s %10.1f", row.c->schedule,
+    out << absl::StrFormat("%-*s %2d %11.6g %11.6g %8.3f %7.2f%% %8s %10.1f", width, Label(*row.c),
                            row.c->num_chunks, row.c->sim.makespan, row.step,
                            row.step / rows.front().step, 100 * row.c->sim.bubble_fraction,
                            Percent(row.c->closed_form), row.peak_stage_activations);
@@ -298,10 +324,20 @@ absl::Status Compare(const CommandContext& ctx) {
         "the searched schedules keep at most %g stages' worth per rank (--max-activations)\n",
         r.max_activations);
   }
-  out << absl::StrFormat("fastest: %s (V=%d)", rows.front().c->schedule,
-                         rows.front().c->num_chunks);
+  std::vector<std::string> fitted;
+  for (const scheduler::ComparedSchedule& c : compared) {
+    if (c.fitted_max_activations > 0) fitted.push_back(Label(c));
+    if (!c.fit_status.ok()) out << c.fit_status.message() << "\n";
+  }
+  if (!fitted.empty()) {
+    out << absl::StrFormat(
+        "NAME@X: the searched schedule NAME held to X stages' worth of activations per rank, "
+        "the loosest whose order fits in --device-memory=%s (%s)\n",
+        absl::GetFlag(FLAGS_device_memory), absl::StrJoin(fitted, ", "));
+  }
+  out << absl::StrFormat("fastest: %s (V=%d)", Label(*rows.front().c), rows.front().c->num_chunks);
   for (std::size_t i = 1; i < rows.size() && rows[i].rank_key == rows.front().rank_key; ++i) {
-    out << absl::StrFormat(i == 1 ? ", tied with %s (V=%d)" : ", %s (V=%d)", rows[i].c->schedule,
+    out << absl::StrFormat(i == 1 ? ", tied with %s (V=%d)" : ", %s (V=%d)", Label(*rows[i].c),
                            rows[i].c->num_chunks);
   }
   if (r.capacity.has_value()) {
@@ -314,7 +350,7 @@ absl::Status Compare(const CommandContext& ctx) {
       out << absl::StrFormat(
           "; fastest that fits in --device-memory=%s: %s (V=%d), %.3f x the "
           "fastest's step\n",
-          absl::GetFlag(FLAGS_device_memory), fits->c->schedule, fits->c->num_chunks,
+          absl::GetFlag(FLAGS_device_memory), Label(*fits->c), fits->c->num_chunks,
           fits->step / rows.front().step);
     }
   } else {
@@ -330,8 +366,8 @@ absl::Status Compare(const CommandContext& ctx) {
   std::vector<trace::Timeline> drawn;
   for (const Row& row : rows) {
     trace::Timeline t = trace::WithStepPhases(row.c->sim.timeline, row.c->sim.phases);
-    t.name = absl::StrFormat("%s V=%d: step %.6g, bubble %.1f%%", row.c->schedule,
-                             row.c->num_chunks, row.step, 100 * row.c->sim.bubble_fraction);
+    t.name = absl::StrFormat("%s V=%d: step %.6g, bubble %.1f%%", Label(*row.c), row.c->num_chunks,
+                             row.step, 100 * row.c->sim.bubble_fraction);
     drawn.push_back(std::move(t));
   }
   std::vector<const trace::Timeline*> pointers;

@@ -14,6 +14,8 @@
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
+#include "scheduler/memory_fit.h"
+#include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
 #include "stages/memory_check.h"
@@ -127,6 +129,43 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
                                {"--json", absl::GetFlag(FLAGS_json)}});
 }
 
+// A searched schedule whose order at its own limit does not fit --device-memory is searched
+// again within fewer activations per rank (scheduler::SearchWithinMemory), with a note on
+// what was done; one that cannot fit at all is left as it is, for CheckDeviceMemory to
+// refuse with its advice. Not with --from or --max-activations (a limit of the user's).
+absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostModel& search_costs,
+                               const scheduler::CostModel& costs, scheduler::Schedule* schedule) {
+  PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule->name);
+  if (!capacity.has_value() || info == nullptr || !info->uses_costs ||
+      absl::GetFlag(FLAGS_max_activations) != 0) {
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(const scheduler::SimResult own, scheduler::Simulate(*schedule, costs));
+  const std::int64_t peak = scheduler::PeakBytes(own);
+  if (peak == 0 || peak <= *capacity) return absl::OkStatus();
+  absl::StatusOr<scheduler::MemoryFit> fit =
+      scheduler::SearchWithinMemory(schedule->name,
+                                    {.num_ranks = schedule->num_ranks(),
+                                     .num_microbatches = schedule->num_microbatches,
+                                     .num_chunks = schedule->num_chunks(),
+                                     .costs = &search_costs},
+                                    costs, *capacity);
+  const std::string cap = absl::GetFlag(FLAGS_device_memory);
+  if (!fit.ok()) {
+    if (fit.status().code() != absl::StatusCode::kResourceExhausted) return fit.status();
+    *ctx.err << "pipesched: note: " << fit.status().message() << "\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << absl::StrFormat(
+      "%s: its own order peaks at %s, more than --device-memory=%s: searched within %g "
+      "stage%s worth of activations per rank instead, the loosest that fits (%d searches)\n",
+      schedule->name, HumanBytes(peak), cap, fit->max_activations,
+      fit->max_activations == 1 ? "'s" : "s'", fit->searches);
+  *schedule = std::move(fit->schedule);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunSimulate(const CommandContext& ctx) {
@@ -155,6 +194,11 @@ int RunSimulate(const CommandContext& ctx) {
   absl::StatusOr<scheduler::CostModel> costs =
       CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
+  if (search_costs.has_value()) {
+    if (absl::Status s = FitToDeviceMemory(ctx, *search_costs, *costs, &file->schedule); !s.ok()) {
+      return ReportError(ctx, s);
+    }
+  }
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }

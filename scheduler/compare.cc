@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "scheduler/formulas.h"
+#include "scheduler/memory_fit.h"
 #include "scheduler/registry.h"
 
 namespace pipesched::scheduler {
@@ -117,8 +118,16 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
                                                const CostModel& per_stage, bool keep_timelines,
-                                               double max_activations) {
+                                               double max_activations,
+                                               std::optional<std::int64_t> device_memory_bytes) {
   std::vector<ComparedSchedule> out;
+  auto finish = [&](ComparedSchedule& row, const Schedule& schedule, const CostModel& costs) {
+    if (!keep_timelines) {
+      row.sim.timeline = trace::Timeline{};
+      row.sim.phases.clear();
+    }
+    row.closed_form = ClosedFormFor(schedule, costs);
+  };
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
     row.schedule = name;
@@ -151,11 +160,23 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
       continue;
     }
     row.sim = *std::move(sim);
-    if (!keep_timelines) {
-      row.sim.timeline = trace::Timeline{};
-      row.sim.phases.clear();
+    const std::int64_t peak = PeakBytes(row.sim);
+    finish(row, *schedule, *costs);
+    if (!device_memory_bytes.has_value() || max_activations != 0 || params.costs == nullptr ||
+        peak == 0 || peak <= *device_memory_bytes) {
+      continue;
     }
-    row.closed_form = ClosedFormFor(*schedule, *costs);
+    absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, *costs, *device_memory_bytes);
+    if (!fit.ok()) {
+      out.back().fit_status = fit.status();
+      continue;
+    }
+    ComparedSchedule& fitted = out.emplace_back();
+    fitted.schedule = name;
+    fitted.num_chunks = fit->schedule.num_chunks();
+    fitted.sim = std::move(fit->sim);
+    fitted.fitted_max_activations = fit->max_activations;
+    finish(fitted, fit->schedule, *costs);
   }
   return out;
 }

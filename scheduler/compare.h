@@ -5,6 +5,7 @@
 // the model), and a schedule with V chunks per rank runs each chunk at 1/V of them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,12 @@ struct ComparedSchedule {
   absl::Status status;  // OK, or why this schedule could not be compared
   SimResult sim;        // when status is OK; its timeline only when asked for
   std::optional<double> closed_form;
+  // Only with CompareSchedules' device_memory_bytes, for a searched schedule whose order
+  // at its own limit does not fit: > 0 on the extra row that follows its own, the limit
+  // (stages' worth) SearchWithinMemory held it to so that it fits; and on the own row,
+  // when no limit fits, SearchWithinMemory's ResourceExhausted saying so.
+  double fitted_max_activations = 0;
+  absl::Status fit_status;
 };
 
 // Generates each named schedule for P ranks, M micro-batches and V chunks (0: each
@@ -52,11 +59,13 @@ struct ComparedSchedule {
 // registry (unknown ones get NotFound listing the known schedules). Timelines take tens
 // of bytes per action, for every schedule at once: they are kept only with
 // `keep_timelines` (to draw them), and cleared otherwise. `max_activations` goes to the
-// searched schedules as GeneratorParams::max_activations (0: their own limits).
-std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
-                                               int num_microbatches, int num_chunks,
-                                               const CostModel& per_stage,
-                                               bool keep_timelines = false,
-                                               double max_activations = 0);
+// searched schedules as GeneratorParams::max_activations (0: their own limits). With
+// `device_memory_bytes` and no `max_activations`, a searched schedule whose busiest rank
+// peaks above it gets a second row, its order searched within the loosest limit that
+// fits (memory_fit.h; ComparedSchedule::fitted_max_activations), right after its own.
+std::vector<ComparedSchedule> CompareSchedules(
+    const std::vector<std::string>& names, int num_ranks, int num_microbatches, int num_chunks,
+    const CostModel& per_stage, bool keep_timelines = false, double max_activations = 0,
+    std::optional<std::int64_t> device_memory_bytes = std::nullopt);
 
 }  // namespace pipesched::scheduler

@@ -151,6 +151,49 @@ TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
   EXPECT_EQ(CountLines(bad.err), 1);
 }
 
+// A searched schedule whose own order does not fit --device-memory is searched again
+// within fewer activations (the loosest limit that fits), and says so; the order it runs
+// is the one --max-activations would give. With a limit of the user's, or when nothing
+// fits, the own order is checked as it is.
+TEST(CliTest, SimulateHoldsASearchedScheduleToTheDeviceMemory) {
+  const std::vector<std::string> zb2p = {
+      "simulate",          "--nogrid",        "--schedule=zb-2p",          "--stages=4",
+      "--microbatches=16", "--cost-comm=0.5", "--activation-bytes=1048576"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = zb2p;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::string fitted_csv = TempPath("fitted.csv"), held_csv = TempPath("held.csv");
+  RunResult fitted = RunCli(with({"--device-memory=5MiB", "--csv=" + fitted_csv}));
+  ASSERT_EQ(fitted.code, 0) << fitted.err;
+  EXPECT_THAT(fitted.out,
+              HasSubstr("zb-2p: its own order peaks at 8.00 MiB, more than --device-memory=5MiB: "
+                        "searched within 5 stages' worth of activations per rank instead, the "
+                        "loosest that fits (4 searches)\n"));
+  EXPECT_THAT(fitted.out, HasSubstr("makespan 55 "));
+  EXPECT_THAT(fitted.out, HasSubstr("memory: every rank's activation peak fits in "
+                                    "--device-memory=5MiB (largest: rank 0, 5.00 MiB, 100%;"));
+  RunResult held = RunCli(with({"--max-activations=5", "--csv=" + held_csv}));
+  ASSERT_EQ(held.code, 0) << held.err;
+  EXPECT_EQ(Slurp(fitted_csv), Slurp(held_csv));
+
+  RunResult own_limit = RunCli(with({"--device-memory=5MiB", "--max-activations=8"}));
+  EXPECT_EQ(own_limit.code, 2);
+  EXPECT_THAT(own_limit.out, Not(HasSubstr("searched within")));
+  EXPECT_THAT(own_limit.err, HasSubstr("zb-2p's activations do not fit in one device "
+                                       "(--device-memory=5MiB): at its peak the plan holds "
+                                       "8.00 MiB"));
+  RunResult none = RunCli(with({"--device-memory=0.5MiB"}));
+  EXPECT_EQ(none.code, 2);
+  EXPECT_THAT(none.err,
+              HasSubstr("pipesched: note: zb-2p does not fit in 512.0 KiB per device even when "
+                        "searched within one stage's worth of activations per rank (1 chunk "
+                        "activation): rank 0 peaks at 1.00 MiB; give more memory or smaller "
+                        "activations\n"));
+  EXPECT_THAT(none.err, HasSubstr("pipesched: zb-2p's activations do not fit in one device"));
+}
+
 TEST(CliTest, SimulateWritesPicturesAndCsv) {
   std::string svg = TempPath("t.svg"), trace = TempPath("t.json"), csv = TempPath("t.csv");
   RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",

@@ -118,13 +118,70 @@ TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {
                                "     -        4.0  256.00 MiB   yes\n"));
   EXPECT_THAT(r.out, HasSubstr("fastest: dualpipe-v (V=2); fastest that fits in "
                                "--device-memory=270MiB: zb-v (V=2), 1.002 x the fastest's step"));
-  RunResult tight = RunCli({"compare", "--stages=4", "--microbatches=8",
-                            "--activation-bytes=67108864", "--device-memory=100MiB"});
+  RunResult tight =
+      RunCli({"compare", "--stages=4", "--microbatches=8", "--schedules=gpipe,1f1b,zb-v",
+              "--activation-bytes=67108864", "--device-memory=100MiB"});
   ASSERT_EQ(tight.code, 0) << tight.err;
   EXPECT_THAT(tight.out, HasSubstr("; none fits in --device-memory=100MiB\n"));
   RunResult unsized = RunCli({"compare", "--stages=4", "--microbatches=8", "--device-memory=1GiB"});
   EXPECT_EQ(unsized.code, 2);
   EXPECT_THAT(unsized.err, HasSubstr("--device-memory needs the activations' sizes"));
+}
+
+// zb-2p holds 2P = 8 micro-batches at P=4 with transfers of half an F: in 5 MiB (1 MiB
+// each) it gets a second row, searched within 5, which fits and still beats 1F1B.
+TEST(CompareTest, SearchedSchedulesAreHeldToTheDeviceMemory) {
+  const std::string json = TempPath("fit.json");
+  RunResult r = RunCli({"compare", "--stages=4", "--microbatches=16", "--cost-comm=0.5",
+                        "--activation-bytes=1048576", "--device-memory=5MiB",
+                        "--schedules=1f1b,zb-2p", "--json=" + json});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Ranking(r.out), (std::vector<std::string>{"zb-2p", "zb-2p@5", "1f1b"}));
+  EXPECT_THAT(r.out, HasSubstr("zb-2p              1        52.5        52.5    1.000    8.57%   "
+                               "     -        8.0    8.00 MiB    no\n"));
+  EXPECT_THAT(r.out, HasSubstr("zb-2p@5            1          55          55    1.048   12.73%   "
+                               "     -        5.0    5.00 MiB   yes\n"));
+  EXPECT_THAT(r.out, HasSubstr("NAME@X: the searched schedule NAME held to X stages' worth of "
+                               "activations per rank, the loosest whose order fits in "
+                               "--device-memory=5MiB (zb-2p@5)\n"));
+  EXPECT_THAT(r.out, HasSubstr("fastest that fits in --device-memory=5MiB: zb-2p@5 (V=1), 1.048 "
+                               "x the fastest's step"));
+  const nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  ASSERT_EQ(j["ranked"].size(), 3u);
+  EXPECT_EQ(j["ranked"][1]["schedule"], "zb-2p");
+  EXPECT_EQ(j["ranked"][1]["label"], "zb-2p@5");
+  EXPECT_EQ(j["ranked"][1]["max_activations"], 5.0);
+  EXPECT_EQ(j["ranked"][1]["fits"], true);
+  EXPECT_TRUE(j["ranked"][0]["max_activations"].is_null());
+
+  // A limit of the user's own is kept as it is.
+  RunResult held = RunCli({"compare", "--stages=4", "--microbatches=16", "--cost-comm=0.5",
+                           "--activation-bytes=1048576", "--device-memory=5MiB",
+                           "--schedules=1f1b,zb-2p", "--max-activations=6"});
+  ASSERT_EQ(held.code, 0) << held.err;
+  EXPECT_EQ(Ranking(held.out), (std::vector<std::string>{"zb-2p", "1f1b"}));
+
+  // On zb-v's placement limits move by half a stage; in 100 MiB of 64 MiB stages only
+  // the searched schedules fit, held to 1.5 stages' worth (zb-1p and zb-2p to 1).
+  RunResult tight = RunCli({"compare", "--stages=4", "--microbatches=8",
+                            "--activation-bytes=67108864", "--device-memory=100MiB"});
+  ASSERT_EQ(tight.code, 0) << tight.err;
+  EXPECT_THAT(tight.out, HasSubstr("fastest that fits in --device-memory=100MiB: zb-v-1p@1.5 "
+                                   "(V=2), 1.843 x the fastest's step"));
+  EXPECT_THAT(tight.out, HasSubstr("zb-1p@1                1          72          72    2.824   "
+                                   "66.67%        -        1.0   64.00 MiB   yes\n"));
+
+  // Nothing fits: said per schedule, and the own rows stay.
+  RunResult none =
+      RunCli({"compare", "--stages=4", "--microbatches=16", "--cost-comm=0.5",
+              "--activation-bytes=1048576", "--device-memory=0.5MiB", "--schedules=1f1b,zb-2p"});
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(Ranking(none.out), (std::vector<std::string>{"zb-2p", "1f1b"}));
+  EXPECT_THAT(none.out, HasSubstr("zb-2p does not fit in 512.0 KiB per device even when searched "
+                                  "within one stage's worth of activations per rank (1 chunk "
+                                  "activation): rank 0 peaks at 1.00 MiB; give more memory or "
+                                  "smaller activations\n"));
+  EXPECT_THAT(none.out, HasSubstr("; none fits in --device-memory=0.5MiB\n"));
 }
 
 TEST(CompareTest, PerStageCostFilesDescribeTheOneChunkCut) {
