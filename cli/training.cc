@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,7 @@
 #include "base/status.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
+#include "scheduler/memory_fit.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "stages/bubble_analysis.h"
@@ -123,6 +126,29 @@ absl::StatusOr<int> SearchStepsFromFlags() {
 
 namespace {
 
+// With --device-memory and no --max-activations: the least any rank's device has left
+// once the model is on it (after the measuring steps, whose activations are freed), for
+// the search to fit its activations into. nullopt without a cap, when ranks share a
+// device (their peaks add up: the Trainer's own check decides) or a device cannot say.
+absl::StatusOr<std::optional<std::int64_t>> ActivationBudget(const stages::Trainer& trainer) {
+  if (trainer.config().device_memory_bytes <= 0 || trainer.config().max_activations != 0) {
+    return std::optional<std::int64_t>();
+  }
+  const stages::Executor& executor = trainer.executor();
+  std::set<const runtime::Device*> seen;
+  std::optional<std::int64_t> budget;
+  for (int d = 0; d < executor.num_replicas(); ++d) {
+    for (int r = 0; r < executor.num_ranks(); ++r) {
+      runtime::Device& device = executor.device(d, r);
+      if (!seen.insert(&device).second) return std::optional<std::int64_t>();
+      PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> left, device.AvailableBytes());
+      if (!left.has_value()) return std::optional<std::int64_t>();
+      budget = budget.has_value() ? std::min(*budget, *left) : *left;
+    }
+  }
+  return budget;
+}
+
 // The order of `info` searched for the costs measured in `steps` steps of `trainer`, which
 // runs its unit-cost order (CreateTrainer) and is gone on return, and the note saying so.
 absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::ScheduleInfo& info,
@@ -152,7 +178,33 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
     }
   }
   shape.costs = &costs;
-  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(shape));
+  PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> budget, ActivationBudget(*trainer));
+  std::optional<scheduler::MemoryFit> fit;
+  if (budget.has_value() && *budget > 0) {
+    absl::StatusOr<scheduler::MemoryFit> fitted =
+        scheduler::SearchWithinMemory(info.name, shape, costs, *budget);
+    // Nothing fits: the own order goes on to CreateTrainer, which falls back to the
+    // unit-cost order or says what does not fit.
+    if (fitted.ok()) {
+      fit = *std::move(fitted);
+    } else if (fitted.status().code() != absl::StatusCode::kResourceExhausted) {
+      return fitted.status();
+    }
+  }
+  scheduler::Schedule searched;
+  if (fit.has_value()) {
+    searched = std::move(fit->schedule);
+  } else {
+    PS_ASSIGN_OR_RETURN(searched, info.generate(shape));
+  }
+  if (fit.has_value() && fit->max_activations > 0) {
+    *note += absl::StrFormat(
+        "%s: its order for the measured costs peaks at %s of activations, more than the %s "
+        "each device has left under --device-memory: searched within %g stage%s worth per "
+        "rank instead, the loosest that fits\n",
+        searched.name, HumanBytes(fit->own_peak_bytes), HumanBytes(*budget), fit->max_activations,
+        fit->max_activations == 1 ? "'s" : "s'");
+  }
   // Both as generated (no all-reduces), so that the two plans compare like for like.
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));
