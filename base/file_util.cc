@@ -187,16 +187,23 @@ absl::StatusOr<ScopedFd> OpenFifo(const std::string& path, int flags,
     int err = 0;
   };
   auto pending = std::make_shared<Pending>();
-  std::thread opener([pending, path, flags] {
-    const int fd = OpenRetryingOnSignals(path, flags);
-    const int err = errno;
-    std::lock_guard<std::mutex> lock(pending->mu);
-    pending->done = true;
-    pending->fd = fd;
-    pending->err = err;
-    if (pending->abandoned && fd >= 0) ::close(fd);
-    pending->done_cv.notify_all();
-  });
+  std::thread opener;
+  try {
+    opener = std::thread([pending, path, flags] {
+      const int fd = OpenRetryingOnSignals(path, flags);
+      const int err = errno;
+      std::lock_guard<std::mutex> lock(pending->mu);
+      pending->done = true;
+      pending->fd = fd;
+      pending->err = err;
+      if (pending->abandoned && fd >= 0) ::close(fd);
+      pending->done_cv.notify_all();
+    });
+  } catch (const std::system_error& e) {  // no thread to be had (ulimit -u)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot open the FIFO '", shown, "': no thread to wait for its other end with (", e.what(),
+        "); give a regular file"));
+  }
   std::unique_lock<std::mutex> lock(pending->mu);
   if (pending->done_cv.wait_for(lock, wait, [&] { return pending->done; })) {
     lock.unlock();
@@ -207,8 +214,8 @@ absl::StatusOr<ScopedFd> OpenFifo(const std::string& path, int flags,
   const int release_flags = (flags == O_RDONLY ? O_WRONLY : O_RDONLY) | O_NONBLOCK;
   ScopedFd release(OpenRetryingOnSignals(path, release_flags));
   if (release.get() < 0) {
-    // The other end cannot be opened from here (its permissions): the helper stays
-    // blocked until someone opens it, and closes what it gets.
+    // The other end cannot be opened from here (its permissions, or the FIFO is gone):
+    // the helper stays blocked until someone opens it, and closes what it gets.
     pending->abandoned = true;
     lock.unlock();
     opener.detach();
@@ -218,7 +225,7 @@ absl::StatusOr<ScopedFd> OpenFifo(const std::string& path, int flags,
     if (pending->fd >= 0) ::close(pending->fd);
   }
   const bool reading = flags == O_RDONLY;
-  return absl::DeadlineExceededError(absl::StrCat(
+  return absl::UnavailableError(absl::StrCat(
       "cannot ", reading ? "read '" : "write '", shown, "': no process opened this FIFO for ",
       reading ? "writing" : "reading", " within ", static_cast<double>(wait.count()) / 1000, " s; ",
       reading ? absl::StrCat("write into it (cat file > ", shown, ")")
@@ -226,11 +233,31 @@ absl::StatusOr<ScopedFd> OpenFifo(const std::string& path, int flags,
       " or give a regular file"));
 }
 
+// Whether `path` leads, through symbolic links, to an anonymous pipe (a shell's <(...),
+// /dev/stdin in a pipeline: /proc/self/fd/N -> "pipe:[123]"), whose open never blocks.
+bool IsAnonymousPipe(std::string path) {
+  for (int hop = 0; hop < 16; ++hop) {
+    char target[4096];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+    if (n < 0) return false;
+    const std::string next(target, static_cast<std::size_t>(n));
+    if (next.empty()) return false;
+    if (next.rfind("pipe:", 0) == 0) return true;
+    if (next.front() == '/') {
+      path = next;
+    } else {
+      const std::size_t slash = path.rfind('/');
+      path = slash == std::string::npos ? next : path.substr(0, slash + 1) + next;
+    }
+  }
+  return false;
+}
+
 // `shown` is the path as the user gave it, for messages.
 absl::StatusOr<ScopedFd> OpenWaiting(const std::string& path, int flags,
                                      std::chrono::milliseconds wait, const std::string& shown) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+  if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode) && !IsAnonymousPipe(path)) {
     return OpenFifo(path, flags, wait, shown);
   }
   ScopedFd fd(OpenRetryingOnSignals(path, flags));

@@ -39,7 +39,7 @@ class ScopedFd {
 inline constexpr std::chrono::milliseconds kFifoPartnerWait{30000};
 
 // Opens `path` for reading (ErrnoStatus on failure). A FIFO waits at most `fifo_wait` for
-// a writer to open it, then fails with DeadlineExceeded "cannot read 'f': no process
+// a writer to open it, then fails with Unavailable "cannot read 'f': no process
 // opened this FIFO for writing within 30 s; write into it (cat schedule.json > f) or
 // give a regular file" instead of blocking for ever. Once a writer is there, reads wait
 // for its data as long as it takes (a slow producer is not an error). A pipe from the
@@ -48,7 +48,7 @@ absl::StatusOr<ScopedFd> OpenForReading(const std::string& path,
                                         std::chrono::milliseconds fifo_wait = kFifoPartnerWait);
 
 // Opens an existing `path` for writing in place (a device, a FIFO): O_WRONLY, no create,
-// no truncate. A FIFO waits at most `fifo_wait` for a reader, then DeadlineExceeded
+// no truncate. A FIFO waits at most `fifo_wait` for a reader, then Unavailable
 // "cannot write 'f': no process opened this FIFO for reading within 30 s; read from it
 // (cat f) or give a regular file". Writing into a FIFO whose reader went away raises
 // SIGPIPE, as for any program writing into a pipe.
@@ -74,7 +74,7 @@ absl::StatusOr<std::string> ReadFileToLoad(const std::string& path);
 // process's open files (/dev/stdout, /dev/fd/3) is written through that descriptor, at
 // its position; an existing path that is neither a regular file nor a directory
 // (/dev/null, a pipe) is written into as it is (OpenForWriting: a FIFO without a reader
-// is DeadlineExceeded after kFifoPartnerWait). NotFound (no such directory),
+// is Unavailable after kFifoPartnerWait). NotFound (no such directory),
 // PermissionDenied, InvalidArgument (`path` is a directory) or Internal, with the path
 // and strerror (ENOSPC: "No space left on device").
 absl::Status WriteFileAtomic(const std::string& path, std::string_view content);

@@ -142,8 +142,8 @@ std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts) {
                        .bound = MemoryBound::kMachine};
   auto consider = [&](std::optional<std::int64_t> limit, std::optional<std::int64_t> used,
                       MemoryBound bound) {
-    if (!limit.has_value()) return;
-    const std::int64_t left = std::max<std::int64_t>(0, *limit - used.value_or(0));
+    if (!limit.has_value() || !used.has_value()) return;  // what is used unknown: no bound
+    const std::int64_t left = std::max<std::int64_t>(0, *limit - *used);
     if (left < least.bytes) least = {.bytes = left, .bound = bound};
   };
   consider(facts.address_space_limit, facts.vm_size, MemoryBound::kAddressSpace);

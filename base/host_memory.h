@@ -37,8 +37,8 @@ struct MemoryFacts {
   std::optional<std::int64_t> cgroup_headroom;
 };
 
-// The least of the bounds in `facts` (a limit below what is used leaves 0); ties go to
-// the machine. nullopt without mem_available.
+// The least of the bounds in `facts` (a limit below what is used leaves 0; a limit whose
+// use is unknown bounds nothing); ties go to the machine. nullopt without mem_available.
 std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts);
 
 // This process's MemoryFacts, read now (/proc/meminfo, getrlimit, /proc/self/status,

@@ -303,7 +303,7 @@ class HostBackend final : public Backend {
       : strict_(options.strict),
         spin_(std::chrono::microseconds(options.host_spin_micros)),
         epoch_(Clock::now()),
-        memory_budget_(HostMemoryHeadroom().value_or(MemoryHeadroom{})) {
+        memory_budget_(HostMemoryHeadroom()) {
     for (int i = 0; i < options.num_devices; ++i) {
       devices_.push_back(std::make_unique<HostDevice>(*this, i, options.memory_capacity_bytes));
     }
@@ -318,9 +318,9 @@ class HostBackend final : public Backend {
   Clock::time_point epoch() const { return epoch_; }
   // Without a capacity, every device's allocations come out of the machine's memory:
   // together they must stay within what it had available when the backend was created
-  // (0 = unknown: not checked). Allocations that are not yet touched do not show in
+  // (nullopt = unknown: not checked). Allocations that are not yet touched do not show in
   // MemAvailable, so the live bytes are counted here.
-  const MemoryHeadroom& memory_budget() const { return memory_budget_; }
+  const std::optional<MemoryHeadroom>& memory_budget() const { return memory_budget_; }
   std::atomic<std::int64_t>& live_bytes() { return live_bytes_; }
   double NowMicros() const {
     return std::chrono::duration<double, std::micro>(Clock::now() - epoch_).count();
@@ -330,7 +330,7 @@ class HostBackend final : public Backend {
   const bool strict_;
   const Clock::duration spin_;
   const Clock::time_point epoch_;
-  const MemoryHeadroom memory_budget_;
+  const std::optional<MemoryHeadroom> memory_budget_;
   std::atomic<std::int64_t> live_bytes_{0};
   std::vector<std::unique_ptr<HostDevice>> devices_;
 };
@@ -735,11 +735,11 @@ absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
   // created, and a large allocation also within the headroom now (reading /proc and the
   // cgroup files costs ~50 us, nothing next to touching 64 MiB).
   if (memory_.capacity() == 0) {
-    const MemoryHeadroom& budget = backend_.memory_budget();
-    if (budget.bytes > 0 && live > budget.bytes) {
+    const std::optional<MemoryHeadroom>& budget = backend_.memory_budget();
+    if (budget.has_value() && live > budget->bytes) {
       return refuse(absl::StrCat("the host backend would hold ", HumanBytes(live),
                                  " in all, more than it could take when it started (",
-                                 DescribeHeadroom(budget), ")"));
+                                 DescribeHeadroom(*budget), ")"));
     }
     if (bytes >= kCheckedAllocationBytes) {
       const std::optional<MemoryHeadroom> headroom = HostMemoryHeadroom();
