@@ -15,7 +15,7 @@ namespace {
 constexpr std::string_view kCostFlags[] = {
     "cost_f",          "cost_b",         "cost_i",         "cost_w",         "cost_comm",
     "cost_action_gap", "cost_allreduce", "cost_zero_grad", "cost_optimizer", "activation_bytes",
-    "workspace_bytes", "input_bytes",    "costs"};
+    "workspace_bytes", "input_bytes",    "static_bytes",   "costs"};
 std::vector<std::string_view> With(std::vector<std::string_view> flags,
                                    std::initializer_list<std::string_view> more = {}) {
   flags.insert(flags.end(), std::begin(kCostFlags), std::end(kCostFlags));

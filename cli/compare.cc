@@ -4,6 +4,7 @@
 #include "scheduler/compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -25,6 +26,7 @@
 #include "cli/flags.h"
 #include "cli/planning.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/memory_fit.h"
 #include "scheduler/registry.h"
 #include "trace/chrome_trace.h"
 #include "trace/svg.h"
@@ -110,7 +112,7 @@ struct Row {
   // chunk costs (27.00000000000001 against 27.000000000000014) does not decide them.
   double rank_key = 0;
   // The busiest rank's peak, in whole-stage activations (chunk activations / V: a chunk
-  // holds 1/V of a stage's) and in bytes.
+  // holds 1/V of a stage's) and in bytes (its static bytes included).
   double peak_stage_activations = 0;
   std::int64_t peak_bytes = 0;
 };
@@ -123,7 +125,7 @@ Row MakeRow(const scheduler::ComparedSchedule& c) {
     row.peak_stage_activations =
         std::max(row.peak_stage_activations,
                  static_cast<double>(rank.peak_live_microbatches) / c.num_chunks);
-    row.peak_bytes = std::max(row.peak_bytes, rank.peak_live_bytes);
+    row.peak_bytes = std::max(row.peak_bytes, rank.static_bytes + rank.peak_live_bytes);
   }
   return row;
 }
@@ -131,9 +133,9 @@ Row MakeRow(const scheduler::ComparedSchedule& c) {
 // The row's name: a searched schedule held to fit --device-memory is "zb-2p@5" (at most
 // 5 stages' worth of activations per rank).
 std::string Label(const scheduler::ComparedSchedule& c) {
-  return c.fitted_max_activations > 0
-             ? absl::StrFormat("%s@%g", c.schedule, c.fitted_max_activations)
-             : c.schedule;
+  if (c.fitted_max_activations <= 0) return c.schedule;
+  const int limit = static_cast<int>(std::lround(c.fitted_max_activations * c.num_chunks));
+  return absl::StrCat(c.schedule, "@", scheduler::MaxActivationsText(limit, c.num_chunks));
 }
 
 std::string Percent(std::optional<double> f) {
@@ -211,9 +213,11 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
   for (const Row& row : rows) {
     nlohmann::json peaks = nlohmann::json::array();
     nlohmann::json peak_bytes = nlohmann::json::array();
+    nlohmann::json static_bytes = nlohmann::json::array();
     for (const scheduler::RankStats& rank : row.c->sim.ranks) {
       peaks.push_back(rank.peak_live_microbatches);
       peak_bytes.push_back(rank.peak_live_bytes);
+      static_bytes.push_back(rank.static_bytes);
     }
     nlohmann::json e = {{"schedule", row.c->schedule},
                         {"label", Label(*row.c)},
@@ -225,6 +229,7 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
                         {"bubble_ratio", row.c->sim.bubble_ratio},
                         {"peak_activations", peaks},
                         {"peak_activation_bytes", peak_bytes},
+                        {"static_bytes", static_bytes},
                         {"peak_stage_activations", row.peak_stage_activations}};
     e["closed_form"] =
         row.c->closed_form.has_value() ? nlohmann::json(*row.c->closed_form) : nullptr;
@@ -236,6 +241,10 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
                          : info != nullptr && info->uses_costs ? r.max_activations
                                                                : 0;
     e["max_activations"] = limit > 0 ? nlohmann::json(limit) : nullptr;
+    // Why a searched schedule that does not fit has no fitted row.
+    e["fit_error"] = row.c->fit_status.ok()
+                         ? nlohmann::json()
+                         : nlohmann::json(std::string(row.c->fit_status.message()));
     j["ranked"].push_back(e);
   }
   j["skipped"] = nlohmann::json::array();
@@ -319,6 +328,13 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   out << "peak act: the busiest rank's live activations in whole stages (chunk activations / "
          "V)\n";
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& row) {
+        return std::any_of(row.c->sim.ranks.begin(), row.c->sim.ranks.end(),
+                           [](const scheduler::RankStats& s) { return s.static_bytes > 0; });
+      })) {
+    out << "peak bytes: the busiest rank's static bytes (parameters, gradients, optimizer "
+           "state) and activations at its peak\n";
+  }
   if (r.max_activations > 0) {
     out << absl::StrFormat(
         "the searched schedules keep at most %g stages' worth per rank (--max-activations)\n",

@@ -30,6 +30,8 @@ ABSL_FLAG(int64_t, activation_bytes, 0, "activation bytes stashed per micro-batc
 ABSL_FLAG(int64_t, workspace_bytes, 0, "scratch bytes one B or I holds while it runs, per stage");
 ABSL_FLAG(int64_t, input_bytes, 0,
           "the received input's part of activation-bytes, live from the action before its F");
+ABSL_FLAG(int64_t, static_bytes, 0,
+          "bytes one stage holds for the whole step (parameters, gradients, optimizer state)");
 ABSL_FLAG(std::string, costs, "", "cost-model JSON file with per-stage values");
 ABSL_FLAG(std::string, trace, "", "write a Chrome/Perfetto trace JSON");
 ABSL_FLAG(std::string, svg, "", "write an SVG timeline");

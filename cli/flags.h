@@ -27,6 +27,7 @@ ABSL_DECLARE_FLAG(double, cost_optimizer);
 ABSL_DECLARE_FLAG(int64_t, activation_bytes);
 ABSL_DECLARE_FLAG(int64_t, workspace_bytes);
 ABSL_DECLARE_FLAG(int64_t, input_bytes);
+ABSL_DECLARE_FLAG(int64_t, static_bytes);
 ABSL_DECLARE_FLAG(std::string, costs);
 ABSL_DECLARE_FLAG(std::string, trace);
 ABSL_DECLARE_FLAG(std::string, svg);

@@ -267,7 +267,9 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
        &scheduler::StageCosts::activation_bytes},
       {"workspace_bytes", "--workspace-bytes", &FLAGS_workspace_bytes,
        &scheduler::StageCosts::workspace_bytes},
-      {"input_bytes", "--input-bytes", &FLAGS_input_bytes, &scheduler::StageCosts::input_bytes}};
+      {"input_bytes", "--input-bytes", &FLAGS_input_bytes, &scheduler::StageCosts::input_bytes},
+      {"static_bytes", "--static-bytes", &FLAGS_static_bytes,
+       &scheduler::StageCosts::static_bytes}};
   for (const ByteFlag& b : kBytes) {
     if (!FlagGiven(ctx, b.flag)) continue;
     int64_t v = absl::GetFlag(*b.value);
@@ -310,17 +312,21 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
                            sim.step_time);
   }
   bool bytes = false;
+  bool held = false;
   for (int s = 0; s < schedule.num_stages(); ++s) {
     bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0;
+    held |= costs.Stage(s).static_bytes > 0;
   }
-  out << absl::StrFormat("%-6s %12s %12s %8s %10s%s\n", "rank", "busy", "idle", "bubble",
-                         "peak act", bytes ? "   peak act bytes" : "");
+  out << absl::StrFormat("%-6s %12s %12s %8s %10s%s%s\n", "rank", "busy", "idle", "bubble",
+                         "peak act", bytes ? "   peak act bytes" : "",
+                         held ? "   static bytes" : "");
   for (size_t r = 0; r < sim.ranks.size(); ++r) {
     const scheduler::RankStats& rs = sim.ranks[r];
     out << absl::StrFormat("%-6d %12.6g %12.6g %8.4f %10d", r, rs.busy, rs.idle,
                            sim.makespan > 0 ? rs.idle / sim.makespan : 0.0,
                            rs.peak_live_microbatches);
     if (bytes) out << absl::StrFormat("   %s", HumanBytes(rs.peak_live_bytes));
+    if (held) out << absl::StrFormat("   %s", HumanBytes(rs.static_bytes));
     out << "\n";
   }
 }
@@ -349,7 +355,8 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
     ranks.push_back({{"busy", rs.busy},
                      {"idle", rs.idle},
                      {"peak_activations", rs.peak_live_microbatches},
-                     {"peak_activation_bytes", rs.peak_live_bytes}});
+                     {"peak_activation_bytes", rs.peak_live_bytes},
+                     {"static_bytes", rs.static_bytes}});
   }
   j["peak_activations"] = peaks;
   j["peak_activation_bytes"] = peak_bytes;

@@ -50,23 +50,35 @@ absl::StatusOr<std::optional<std::int64_t>> DeviceMemoryFromFlags() {
   return std::optional<std::int64_t>(*bytes);
 }
 
-// Whether every rank's activation peak fits in `capacity` (one rank per device): a line
-// saying so, or stages::CheckActivationsFit's ResourceExhausted for the first rank that
-// does not fit.
+// Whether every rank's peak -- its static bytes (parameters, gradients, optimizer state)
+// and its activations -- fits in `capacity` (one rank per device): a line saying so, or a
+// ResourceExhausted for the first rank whose static bytes alone do not fit, or
+// stages::CheckActivationsFit's for the first whose activations do not fit what is left.
 absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Schedule& schedule,
                                const scheduler::CostModel& costs, const scheduler::SimResult& sim,
                                std::int64_t capacity) {
   const std::string cap = absl::GetFlag(FLAGS_device_memory);
   std::vector<stages::MemoryPlace> places;
   int worst = 0;
+  auto total = [&](int r) { return sim.ranks[r].static_bytes + sim.ranks[r].peak_live_bytes; };
   for (int r = 0; r < schedule.num_ranks(); ++r) {
-    if (sim.ranks[r].peak_live_bytes > sim.ranks[worst].peak_live_bytes) worst = r;
+    if (total(r) > total(worst)) worst = r;
+    const std::int64_t held = sim.ranks[r].static_bytes;
+    if (held > capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", r, "'s parameters, gradients and optimizer state (static_bytes) alone take ",
+          HumanBytes(held), ", more than --device-memory=", cap, " (", HumanBytes(capacity),
+          "); give more memory, or more --stages (fewer layers on each device)"));
+    }
     stages::MemoryPlace place = stages::RankPlace(schedule, costs, sim, r);
-    place.name = absl::StrCat("one device (--device-memory=", cap, ")");
-    place.available_bytes = capacity;
+    place.name =
+        absl::StrCat("one device (--device-memory=", cap,
+                     held > 0 ? absl::StrCat(", ", HumanBytes(held), " of it static)") : ")");
+    place.available_bytes = capacity - held;
     places.push_back(std::move(place));
   }
   const std::int64_t peak = sim.ranks[worst].peak_live_bytes;
+  const std::int64_t held = sim.ranks[worst].static_bytes;
   if (peak == 0) {
     return absl::InvalidArgumentError(
         "--device-memory needs the activations' sizes: give --activation-bytes (and "
@@ -79,10 +91,17 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
                                    .num_microbatches = schedule.num_microbatches,
                                    .smaller = "smaller --activation-bytes or --workspace-bytes"},
                                   places));
-  *ctx.out << absl::StrFormat(
-      "memory: every rank's activation peak fits in --device-memory=%s (largest: rank %d, "
-      "%s, %.0f%%; parameters and optimizer state come on top)\n",
-      cap, worst, HumanBytes(peak), 100.0 * peak / capacity);
+  if (held > 0) {
+    *ctx.out << absl::StrFormat(
+        "memory: every rank's peak fits in --device-memory=%s (largest: rank %d, %s static and "
+        "%s of activations, %.0f%%)\n",
+        cap, worst, HumanBytes(held), HumanBytes(peak), 100.0 * (held + peak) / capacity);
+  } else {
+    *ctx.out << absl::StrFormat(
+        "memory: every rank's activation peak fits in --device-memory=%s (largest: rank %d, "
+        "%s, %.0f%%; parameters and optimizer state come on top: give them as --static-bytes)\n",
+        cap, worst, HumanBytes(peak), 100.0 * peak / capacity);
+  }
   return absl::OkStatus();
 }
 
@@ -158,10 +177,13 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
     return absl::OkStatus();
   }
   *ctx.out << absl::StrFormat(
-      "%s: its own order peaks at %s, more than --device-memory=%s: searched within %g "
-      "stage%s worth of activations per rank instead, the loosest that fits (%d searches)\n",
-      schedule->name, HumanBytes(peak), cap, fit->max_activations,
-      fit->max_activations == 1 ? "'s" : "s'", fit->searches);
+      "%s: its own order peaks at %s, more than --device-memory=%s: searched within %s "
+      "stage%s worth of activations per rank instead (--max-activations=%s), the loosest "
+      "that fits (%d searches)\n",
+      schedule->name, HumanBytes(peak), cap,
+      scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks()),
+      fit->chunk_activations == schedule->num_chunks() ? "'s" : "s'",
+      scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks()), fit->searches);
   *schedule = std::move(fit->schedule);
   return absl::OkStatus();
 }

@@ -199,11 +199,12 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   }
   if (fit.has_value() && fit->max_activations > 0) {
     *note += absl::StrFormat(
-        "%s: its order for the measured costs peaks at %s of activations, more than the %s "
-        "each device has left under --device-memory: searched within %g stage%s worth per "
+        "%s: its order for the measured costs peaks at %s, more than the %s each device has "
+        "left under --device-memory: searched within %s stage%s worth of activations per "
         "rank instead, the loosest that fits\n",
-        searched.name, HumanBytes(fit->own_peak_bytes), HumanBytes(*budget), fit->max_activations,
-        fit->max_activations == 1 ? "'s" : "s'");
+        searched.name, HumanBytes(fit->own_peak_bytes), HumanBytes(*budget),
+        scheduler::MaxActivationsText(fit->chunk_activations, searched.num_chunks()),
+        fit->chunk_activations == searched.num_chunks() ? "'s" : "s'");
   }
   // Both as generated (no all-reduces), so that the two plans compare like for like.
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));

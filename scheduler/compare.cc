@@ -33,6 +33,7 @@ StageCosts Chunk(const StageCosts& stage, int v) {
   c.zero_grad /= v;
   c.optimizer /= v;
   c.activation_bytes = DivideRoundingUp(stage.activation_bytes, v);
+  c.static_bytes = DivideRoundingUp(stage.static_bytes, v);
   // The received input is part of the stash (Simulate checks it): a chunk too thin to
   // hold the stage's whole input tensor is taken to hold only its share.
   c.input_bytes = std::min(stage.input_bytes, c.activation_bytes);

@@ -81,6 +81,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     std::int64_t* bytes = field == "activation_bytes"  ? &costs.activation_bytes
                           : field == "workspace_bytes" ? &costs.workspace_bytes
                           : field == "input_bytes"     ? &costs.input_bytes
+                          : field == "static_bytes"    ? &costs.static_bytes
                                                        : nullptr;
     if (bytes != nullptr) {
       // An unsigned above INT64_MAX is neither below 0 nor within the bound as int64.
@@ -104,7 +105,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cost model: unknown key %s (expected f, b, i, w, allreduce, zero_grad, optimizer, "
-          "activation_bytes, workspace_bytes, input_bytes)",
+          "activation_bytes, workspace_bytes, input_bytes, static_bytes)",
           QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
@@ -204,9 +205,10 @@ absl::Status CheckCostModel(const CostModel& costs) {
           std::pair{"optimizer", c.optimizer}}) {
       PS_RETURN_IF_ERROR(time(absl::StrCat(stage, " ", name), t));
     }
-    for (const auto& [name, n] : {std::pair{"activation_bytes", c.activation_bytes},
-                                  std::pair{"workspace_bytes", c.workspace_bytes},
-                                  std::pair{"input_bytes", c.input_bytes}}) {
+    for (const auto& [name, n] :
+         {std::pair{"activation_bytes", c.activation_bytes},
+          std::pair{"workspace_bytes", c.workspace_bytes}, std::pair{"input_bytes", c.input_bytes},
+          std::pair{"static_bytes", c.static_bytes}}) {
       PS_RETURN_IF_ERROR(bytes(absl::StrCat(stage, " ", name), n));
     }
   }

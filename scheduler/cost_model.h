@@ -39,6 +39,11 @@ struct StageCosts {
   // the executor allocates the receive buffer there so that the transfer overlaps that
   // action (stages/executor.h). At most activation_bytes; 0 = all of it from the F.
   std::int64_t input_bytes = 0;
+  // What the stage holds for the whole step whatever the schedule: its parameters,
+  // gradients and optimizer state (train --save-costs measures them). Counted once on
+  // its rank (SimResult's RankStats::static_bytes), next to the activations' peak, so
+  // that a device's memory can be checked whole. 0 = not modelled.
+  std::int64_t static_bytes = 0;
   // Once per training step, outside the schedule's actions: zeroing the stage's gradients
   // before its rank's first action, and its optimizer step after its rank's last action
   // and its all-reduce. They make the simulated step time (SimResult::step_time); the
@@ -97,7 +102,8 @@ struct CostModel {
 // Parses the cost-model JSON file:
 //   {"version": 1,
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
-//                "workspace_bytes": 0, "input_bytes": 0, "zero_grad": 0, "optimizer": 0},
+//                "workspace_bytes": 0, "input_bytes": 0, "static_bytes": 0, "zero_grad": 0,
+//                "optimizer": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...],           // optional, uniform or per boundary
 //    "action_gap": 0.01}                      // optional, CostModel::action_gap
@@ -118,10 +124,10 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
 // InvalidArgument naming the first field that is out of range: a time (f, b, i, w,
 // allreduce, zero_grad, optimizer of the default and of each stage, comm_uniform, each
 // comm entry, action_gap, each entry of actions, transfers and gaps) that is not a number
-// in [0, kMaxCostTime], or a byte count (activation_bytes, workspace_bytes, input_bytes)
-// outside [0, kMaxCostBytes]. ParseCostModelJson never returns such a model; a library
-// caller (or a measured replay) may build one. Simulate and the searched generators
-// check it first.
+// in [0, kMaxCostTime], or a byte count (activation_bytes, workspace_bytes, input_bytes,
+// static_bytes) outside [0, kMaxCostBytes]. ParseCostModelJson never returns such a model; a
+// library caller (or a measured replay) may build one. Simulate and the searched generators check
+// it first.
 absl::Status CheckCostModel(const CostModel& costs);
 
 // InvalidArgument naming the stage when a stage in [1, num_stages) receives more

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -25,29 +26,40 @@ struct MemoryFit {
   // The limit the order was searched within, in stages' worth (chunk activations / V, as
   // GeneratorParams::max_activations); 0 when the schedule's own limit already fits.
   double max_activations = 0;
+  // The same limit in chunk activations per rank (max_activations x V); 0 as above.
+  int chunk_activations = 0;
   // The busiest rank's peak bytes of the order at the schedule's own limit (what did not
   // fit, when max_activations > 0).
   std::int64_t own_peak_bytes = 0;
   int searches = 0;  // orders searched, the one at the own limit included
 };
 
-// The busiest rank's RankStats::peak_live_bytes.
+// The busiest rank's memory at its peak: RankStats::static_bytes + peak_live_bytes.
 std::int64_t PeakBytes(const SimResult& sim);
 
 // Generates the searched schedule `name` with `params` (params.costs: the costs it is
 // searched for) and simulates it with `costs` (the same costs per virtual stage, with
-// their activation, workspace and input bytes). When its busiest rank peaks above
+// their activation, workspace, input and static bytes). When its busiest rank peaks
+// (PeakBytes: static bytes included) above
 // `capacity_bytes`, searches again within fewer live activations per rank, bisecting over
 // whole chunk activations from one stage's worth (V) to one below the first order's
-// peak, and keeps the loosest limit whose order fits. The bisection takes a looser limit
-// never to peak lower, which the list scheduler does not promise: where it does not
-// hold, a looser fitting limit may be missed, but the order returned always fits.
+// peak, and keeps the loosest limit whose order fits. A limit the search finds no order
+// within counts as too tight. The bisection takes a looser limit never to peak lower
+// (and a tighter one never to find an order where a looser one finds none), which the
+// list scheduler does not promise: where that fails, a looser fitting limit may be
+// missed, but the order returned always fits.
 // InvalidArgument for a schedule whose order fixes its memory (not searched) and for
 // params.max_activations != 0 (a limit of its own); ResourceExhausted when even one
 // stage's worth does not fit: "zb-2p does not fit in 2.00 MiB per device even when
-// searched within one stage's worth of activations per rank (V = 1 chunk activations):
-// rank 0 peaks at 2.50 MiB; give more memory or smaller activations"; the generator's
-// and the simulator's errors otherwise.
+// searched within one stage's worth of activations per rank (1 chunk activation):
+// rank 0 peaks at 2.50 MiB; give more memory or smaller activations" (or, when the search
+// finds no order within one stage's worth, its reason); the errors of the search and the
+// simulation at the schedule's own limit as they are.
+// The shortest decimal X that --max-activations=X (GeneratorParams::max_activations,
+// floor(X V) chunk activations) turns back into `chunk_activations` on `chunks` chunks:
+// "5", "1.5", "2.4" for 7 of 3 (7/3 printed to six digits would floor to 6).
+std::string MaxActivationsText(int chunk_activations, int chunks);
+
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes);
 

@@ -264,6 +264,11 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
 
   double total_busy = 0;
   double total_idle = 0;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    // At most P x V x 2^50 = 2^84 in all would overflow: saturate (nothing holds 2^62).
+    std::int64_t& held = result.ranks[schedule.placement.RankOf(s)].static_bytes;
+    held = std::min<std::int64_t>(held + costs.Stage(s).static_bytes, std::int64_t{1} << 62);
+  }
   for (RankStats& stats : result.ranks) {
     stats.idle = result.makespan - stats.busy;
     total_busy += stats.busy;

@@ -22,6 +22,9 @@ struct RankStats {
   // while it runs and the input_bytes of the rank's next F, received during the action
   // before it.
   std::int64_t peak_live_bytes = 0;
+  // StageCosts::static_bytes of the rank's stages (chunks), held for the whole step: the
+  // rank's memory at its peak is static_bytes + peak_live_bytes.
+  std::int64_t static_bytes = 0;
 };
 
 struct SimResult {

@@ -169,8 +169,8 @@ TEST(CliTest, SimulateHoldsASearchedScheduleToTheDeviceMemory) {
   ASSERT_EQ(fitted.code, 0) << fitted.err;
   EXPECT_THAT(fitted.out,
               HasSubstr("zb-2p: its own order peaks at 8.00 MiB, more than --device-memory=5MiB: "
-                        "searched within 5 stages' worth of activations per rank instead, the "
-                        "loosest that fits (4 searches)\n"));
+                        "searched within 5 stages' worth of activations per rank instead "
+                        "(--max-activations=5), the loosest that fits (4 searches)\n"));
   EXPECT_THAT(fitted.out, HasSubstr("makespan 55 "));
   EXPECT_THAT(fitted.out, HasSubstr("memory: every rank's activation peak fits in "
                                     "--device-memory=5MiB (largest: rank 0, 5.00 MiB, 100%;"));
@@ -192,6 +192,43 @@ TEST(CliTest, SimulateHoldsASearchedScheduleToTheDeviceMemory) {
                         "activation): rank 0 peaks at 1.00 MiB; give more memory or smaller "
                         "activations\n"));
   EXPECT_THAT(none.err, HasSubstr("pipesched: zb-2p's activations do not fit in one device"));
+}
+
+// --static-bytes: what each stage holds whatever the order (parameters, gradients,
+// optimizer state) is a column of its own and comes off --device-memory first.
+TEST(CliTest, SimulateCountsStaticBytesAgainstTheDeviceMemory) {
+  const std::vector<std::string> base = {"simulate",
+                                         "--nogrid",
+                                         "--schedule=1f1b",
+                                         "--stages=4",
+                                         "--microbatches=8",
+                                         "--activation-bytes=1048576",
+                                         "--static-bytes=3145728"};
+  std::vector<std::string> fits = base;
+  fits.push_back("--device-memory=8MiB");
+  RunResult ok = RunCli(fits);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("peak act   peak act bytes   static bytes\n"));
+  EXPECT_THAT(ok.out, HasSubstr("   4.00 MiB   3.00 MiB\n"));
+  EXPECT_THAT(ok.out, HasSubstr("memory: every rank's peak fits in --device-memory=8MiB "
+                                "(largest: rank 0, 3.00 MiB static and 4.00 MiB of activations, "
+                                "88%)\n"));
+  std::vector<std::string> tight = base;
+  tight.push_back("--device-memory=6MiB");
+  RunResult over = RunCli(tight);
+  EXPECT_EQ(over.code, 2);
+  EXPECT_THAT(over.err, HasSubstr("pipesched: 1f1b's activations do not fit in one device "
+                                  "(--device-memory=6MiB, 3.00 MiB of it static): at its peak the "
+                                  "plan holds 4.00 MiB there"));
+  EXPECT_THAT(over.err, HasSubstr("but 3.00 MiB is available"));
+  std::vector<std::string> tiny = base;
+  tiny.push_back("--device-memory=2MiB");
+  RunResult none = RunCli(tiny);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err,
+            "pipesched: rank 0's parameters, gradients and optimizer state (static_bytes) alone "
+            "take 3.00 MiB, more than --device-memory=2MiB (2.00 MiB); give more memory, or more "
+            "--stages (fewer layers on each device)\n");
 }
 
 TEST(CliTest, SimulateWritesPicturesAndCsv) {

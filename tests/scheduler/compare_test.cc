@@ -41,6 +41,7 @@ TEST(RefineCostsTest, AChunkRunsItsShareOfTheStage) {
                    .activation_bytes = 1001,
                    .workspace_bytes = 64,
                    .input_bytes = 100,
+                   .static_bytes = 7001,
                    .zero_grad = 1.5,
                    .optimizer = 3};
   costs.comm_uniform = 0.25;
@@ -55,6 +56,7 @@ TEST(RefineCostsTest, AChunkRunsItsShareOfTheStage) {
   EXPECT_DOUBLE_EQ(c.uniform.zero_grad, 0.75);
   EXPECT_DOUBLE_EQ(c.uniform.optimizer, 1.5);
   EXPECT_EQ(c.uniform.activation_bytes, 501);  // rounded up
+  EXPECT_EQ(c.uniform.static_bytes, 3501);     // each chunk holds its share of the state
   // One boundary tensor in, one backward's scratch: the same for a chunk.
   EXPECT_EQ(c.uniform.workspace_bytes, 64);
   EXPECT_EQ(c.uniform.input_bytes, 100);

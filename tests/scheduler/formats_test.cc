@@ -251,6 +251,7 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   costs.stages.resize(4);
   costs.stages[1].activation_bytes = 1 << 18;
   costs.stages[1].input_bytes = 1 << 16;
+  costs.stages[2].static_bytes = std::int64_t{3} << 30;
   costs.stages[3].b = 7.25;
   costs.comm = {0.1, 0.2, 0.3};
   costs.action_gap = 0.125;
@@ -268,9 +269,15 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(back2.costs->uniform.input_bytes, 0);
   EXPECT_EQ(back2.costs->stages[1].input_bytes, 1 << 16);
   EXPECT_EQ(back2.costs->stages[3].input_bytes, 0);
+  EXPECT_EQ(back2.costs->stages[2].static_bytes, std::int64_t{3} << 30);
+  EXPECT_EQ(back2.costs->stages[1].static_bytes, 0);
   // Only files that use input_bytes carry it, so that older builds still read the rest.
   costs.stages[1].input_bytes = 0;
   EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("input_bytes")));
+  EXPECT_THAT(ToScheduleJson(v, &costs), HasSubstr("\"static_bytes\": 3221225472"));
+  CostModel without_static = costs;
+  without_static.stages[2].static_bytes = 0;  // and for static_bytes
+  EXPECT_THAT(ToScheduleJson(v, &without_static), Not(HasSubstr("static_bytes")));
   EXPECT_EQ(back2.costs->action_gap, 0.125);
   costs.action_gap = 0;  // the same for action_gap
   EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("action_gap")));

@@ -4,6 +4,7 @@
 // message says how far off the tightest order is.
 #include "scheduler/memory_fit.h"
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -144,6 +145,39 @@ TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
     }
   }
   EXPECT_GE(tightened, 12);  // most capacities are below the own order's peak
+}
+
+// What each stage holds whatever the order comes off the device first: 8 MiB with 3 MiB
+// static leaves 5 MiB for zb-2p's activations, as in 5 MiB without it.
+TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
+  CostModel costs = UnitCostsWithBytes(kMiB, 0.5);
+  costs.uniform.static_bytes = 3 * kMiB;
+  const GeneratorParams params{.num_ranks = 4, .num_microbatches = 16, .costs = &costs};
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit fit, SearchWithinMemory("zb-2p", params, costs, 8 * kMiB));
+  EXPECT_EQ(fit.max_activations, 5);
+  EXPECT_EQ(fit.chunk_activations, 5);
+  EXPECT_EQ(fit.own_peak_bytes, 11 * kMiB);
+  EXPECT_EQ(PeakBytes(fit.sim), 8 * kMiB);
+  EXPECT_EQ(fit.sim.ranks[0].static_bytes, 3 * kMiB);
+  // Static bytes alone over the device: nothing fits, and the message counts them.
+  EXPECT_THAT(
+      SearchWithinMemory("zb-2p", params, costs, 3 * kMiB),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 0 peaks at 4.00 MiB")));
+}
+
+// The limit as --max-activations takes it back: floor(X V) must give the same chunk
+// activations, so 7 of 3 is "2.4", not six digits of 7/3 (which floor to 6).
+TEST(MemoryFitTest, MaxActivationsTextTurnsBackIntoTheSameLimit) {
+  EXPECT_EQ(MaxActivationsText(5, 1), "5");
+  EXPECT_EQ(MaxActivationsText(3, 2), "1.5");
+  EXPECT_EQ(MaxActivationsText(4, 2), "2");
+  EXPECT_EQ(MaxActivationsText(7, 3), "2.4");
+  for (int v = 1; v <= 8; ++v) {
+    for (int limit = v; limit <= 64 * v; ++limit) {
+      const double x = std::stod(MaxActivationsText(limit, v));
+      ASSERT_EQ(static_cast<int>(std::floor(x * v + 1e-9)), limit) << limit << " of " << v;
+    }
+  }
 }
 
 TEST(MemoryFitTest, NothingFitsSaysHowFarTheTightestOrderIs) {

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
+#include "scheduler/registry.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
@@ -334,6 +335,19 @@ TEST(SimulatorTest, PeakLiveBytesWeighStagesOfOneRank) {
       Simulate(HandSchedule(1, 2, 2, {"0F0 1F0 1B0 0F1 1F1 1B1 0B1 0B0"}), costs));
   EXPECT_EQ(r.ranks[0].peak_live_microbatches, 3);  // 0F0, 0F1, 1F1
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 210);
+}
+
+// What a stage holds for the whole step is counted once on its rank, whatever the order:
+// on zb-v's V, rank 0 holds stages 0 and 2P-1.
+TEST(SimulatorTest, StaticBytesAddUpPerRank) {
+  CostModel costs;
+  costs.stages.resize(4);
+  for (int s = 0; s < 4; ++s) costs.stages[s].static_bytes = std::int64_t{1} << (10 * s);
+  PS_ASSERT_OK_AND_ASSIGN(Schedule zbv, GenerateSchedule("zb-v", {2, 4, 2}));
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(zbv, costs));
+  EXPECT_EQ(r.ranks[0].static_bytes, 1 + (std::int64_t{1} << 30));  // stages 0 and 3
+  EXPECT_EQ(r.ranks[1].static_bytes, (1 << 10) + (1 << 20));        // stages 1 and 2
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 0);                         // not activations
 }
 
 // A B or I holds its stage's workspace while it runs, on top of the stashes live then
