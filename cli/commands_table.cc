@@ -49,7 +49,7 @@ const std::vector<Command>& AllCommands() {
        "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
        "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
-       "          --workspace-bytes=0 --input-bytes=0 --costs=FILE.json]\n"
+       "          --workspace-bytes=0 --input-bytes=0 --static-bytes=0 --costs=FILE.json]\n"
        "         [--device-memory=SIZE] [--max-activations=X] [--trace=F.json] [--svg=F.svg]\n"
        "         [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] [--nogrid]\n"
        "         [--color=auto|always|never]",

@@ -125,7 +125,7 @@ Row MakeRow(const scheduler::ComparedSchedule& c) {
     row.peak_stage_activations =
         std::max(row.peak_stage_activations,
                  static_cast<double>(rank.peak_live_microbatches) / c.num_chunks);
-    row.peak_bytes = std::max(row.peak_bytes, rank.static_bytes + rank.peak_live_bytes);
+    row.peak_bytes = std::max(row.peak_bytes, scheduler::PeakTotalBytes(rank));
   }
   return row;
 }
@@ -169,6 +169,14 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
                                     Percent(row.c->closed_form), row.peak_stage_activations),
                     bytes ? absl::StrCat(" ", HumanBytes(row.peak_bytes), " |") : "",
                     r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& row) {
+        return std::any_of(row.c->sim.ranks.begin(), row.c->sim.ranks.end(),
+                           [](const scheduler::RankStats& s) { return s.static_bytes > 0; });
+      })) {
+    absl::StrAppend(&md,
+                    "\npeak bytes: the busiest rank's static bytes (parameters, gradients, "
+                    "optimizer state) and activations at its peak.\n");
   }
   if (std::any_of(rows.begin(), rows.end(),
                   [](const Row& row) { return row.c->fitted_max_activations > 0; })) {
@@ -236,11 +244,17 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
     if (r.capacity.has_value()) e["fits"] = row.peak_bytes <= *r.capacity;
     // The limit the order was searched within, in stages' worth: --max-activations, or
     // the one fitted to --device-memory; null for a schedule's own.
+    // (A fitted one as its label gives it: 2.4, which floors to the same 7 of 3 chunk
+    // activations as 7/3 does.)
     const scheduler::ScheduleInfo* info = scheduler::FindSchedule(row.c->schedule);
-    const double limit = row.c->fitted_max_activations > 0     ? row.c->fitted_max_activations
-                         : info != nullptr && info->uses_costs ? r.max_activations
-                                                               : 0;
+    double limit = info != nullptr && info->uses_costs ? r.max_activations : 0;
+    if (row.c->fitted_max_activations > 0) {
+      limit = std::stod(scheduler::MaxActivationsText(
+          static_cast<int>(std::lround(row.c->fitted_max_activations * row.c->num_chunks)),
+          row.c->num_chunks));
+    }
     e["max_activations"] = limit > 0 ? nlohmann::json(limit) : nullptr;
+    e["peak_bytes"] = row.peak_bytes;  // the busiest rank's static bytes and activations
     // Why a searched schedule that does not fit has no fitted row.
     e["fit_error"] = row.c->fit_status.ok()
                          ? nlohmann::json()

@@ -60,15 +60,17 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
   const std::string cap = absl::GetFlag(FLAGS_device_memory);
   std::vector<stages::MemoryPlace> places;
   int worst = 0;
-  auto total = [&](int r) { return sim.ranks[r].static_bytes + sim.ranks[r].peak_live_bytes; };
+  auto total = [&](int r) { return scheduler::PeakTotalBytes(sim.ranks[r]); };
   for (int r = 0; r < schedule.num_ranks(); ++r) {
     if (total(r) > total(worst)) worst = r;
     const std::int64_t held = sim.ranks[r].static_bytes;
-    if (held > capacity) {
+    // Equal leaves nothing for activations: said here, not as "0 B is available".
+    if (held > capacity || (held == capacity && sim.ranks[r].peak_live_bytes > 0)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "rank ", r, "'s parameters, gradients and optimizer state (static_bytes) alone take ",
-          HumanBytes(held), ", more than --device-memory=", cap, " (", HumanBytes(capacity),
-          "); give more memory, or more --stages (fewer layers on each device)"));
+          HumanBytes(held), held > capacity ? ", more than" : ", all of", " --device-memory=", cap,
+          " (", HumanBytes(capacity), held > capacity ? ")" : ", none left for activations)",
+          "; give more memory, or more --stages (fewer layers on each device)"));
     }
     stages::MemoryPlace place = stages::RankPlace(schedule, costs, sim, r);
     place.name =
@@ -160,16 +162,17 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
       absl::GetFlag(FLAGS_max_activations) != 0) {
     return absl::OkStatus();
   }
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult own, scheduler::Simulate(*schedule, costs));
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult own, scheduler::Simulate(*schedule, costs));
   const std::int64_t peak = scheduler::PeakBytes(own);
   if (peak == 0 || peak <= *capacity) return absl::OkStatus();
+  own.timeline = trace::Timeline{};  // only its ranks are read
   absl::StatusOr<scheduler::MemoryFit> fit =
       scheduler::SearchWithinMemory(schedule->name,
                                     {.num_ranks = schedule->num_ranks(),
                                      .num_microbatches = schedule->num_microbatches,
                                      .num_chunks = schedule->num_chunks(),
                                      .costs = &search_costs},
-                                    costs, *capacity);
+                                    costs, *capacity, *schedule, std::move(own));
   const std::string cap = absl::GetFlag(FLAGS_device_memory);
   if (!fit.ok()) {
     if (fit.status().code() != absl::StatusCode::kResourceExhausted) return fit.status();

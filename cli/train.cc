@@ -364,10 +364,11 @@ absl::Status Train(const CommandContext& ctx) {
     // With each stage's parameters, gradients and optimizer state, so that simulate and
     // compare --device-memory check a device's memory whole.
     scheduler::CostModel saved = handoff_costs;
-    if (static_cast<int>(saved.stages.size()) == schedule.num_stages()) {
-      for (int s = 0; s < schedule.num_stages(); ++s) {
-        saved.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
-      }
+    if (static_cast<int>(saved.stages.size()) != schedule.num_stages()) {
+      saved.stages.assign(schedule.num_stages(), saved.uniform);  // the same model, per stage
+    }
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      saved.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
     }
     PS_RETURN_IF_ERROR(WriteFileAtomic(save_costs, scheduler::ToCostModelJson(saved)));
     out << "wrote " << save_costs << " (measured costs in us, for simulate --costs)\n";

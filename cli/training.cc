@@ -179,23 +179,20 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   }
   shape.costs = &costs;
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> budget, ActivationBudget(*trainer));
+  PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(shape));
   std::optional<scheduler::MemoryFit> fit;
   if (budget.has_value() && *budget > 0) {
+    PS_ASSIGN_OR_RETURN(scheduler::SimResult own, scheduler::Simulate(searched, costs));
     absl::StatusOr<scheduler::MemoryFit> fitted =
-        scheduler::SearchWithinMemory(info.name, shape, costs, *budget);
+        scheduler::SearchWithinMemory(info.name, shape, costs, *budget, searched, std::move(own));
     // Nothing fits: the own order goes on to CreateTrainer, which falls back to the
     // unit-cost order or says what does not fit.
     if (fitted.ok()) {
       fit = *std::move(fitted);
+      searched = fit->schedule;
     } else if (fitted.status().code() != absl::StatusCode::kResourceExhausted) {
       return fitted.status();
     }
-  }
-  scheduler::Schedule searched;
-  if (fit.has_value()) {
-    searched = std::move(fit->schedule);
-  } else {
-    PS_ASSIGN_OR_RETURN(searched, info.generate(shape));
   }
   if (fit.has_value() && fit->max_activations > 0) {
     *note += absl::StrFormat(

@@ -5,8 +5,8 @@
 // any cost model the parser accepts and CheckCostsFit finds fitting (what the command
 // line checks before it simulates); and the searches succeed for any such model, with a
 // step no longer than zb-h1's (zb-v's, interleaved-zb's) under it, and zb-v-min valid
-// within its memory; and zb-2p held to half its own peak bytes (SearchWithinMemory)
-// either fits them with a valid order or is ResourceExhausted.
+// within its memory; and zb-2p and zb-v-1p held to half their own peak bytes
+// (SearchWithinMemory) either fit them with a valid order or are ResourceExhausted.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,18 +73,18 @@ void CheckMin(const CostModel& costs, GeneratorParams params) {
   }
 }
 
-// zb-2p searched within half the bytes its own order peaks at (when it has any): an order
-// that fits, valid, or ResourceExhausted.
-void CheckFit(const CostModel& costs, GeneratorParams params) {
+// `name` searched within half the bytes its own order peaks at (when it has any): an
+// order that fits, valid, or ResourceExhausted.
+void CheckFit(const CostModel& costs, const char* name, GeneratorParams params) {
   if (!CheckCostsFit(costs, params.num_ranks, params.num_chunks).ok()) return;
   params.costs = &costs;
-  absl::StatusOr<Schedule> own = GenerateSchedule("zb-2p", params);
+  absl::StatusOr<Schedule> own = GenerateSchedule(name, params);
   PS_FUZZ_CHECK(own.ok(), own.status());
   absl::StatusOr<SimResult> own_sim = Simulate(*own, costs);
   PS_FUZZ_CHECK(own_sim.ok(), own_sim.status());
   const std::int64_t capacity = PeakBytes(*own_sim) / 2;
   if (capacity <= 0) return;
-  absl::StatusOr<MemoryFit> fit = SearchWithinMemory("zb-2p", params, costs, capacity);
+  absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, costs, capacity);
   if (!fit.ok()) {
     PS_FUZZ_CHECK(fit.status().code() == absl::StatusCode::kResourceExhausted, fit.status());
     return;
@@ -109,7 +109,8 @@ void FuzzOne(std::string_view text) {
   CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
   CheckMin(*costs, {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 2});
-  CheckFit(*costs, {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
+  CheckFit(*costs, "zb-2p", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
+  CheckFit(*costs, "zb-v-1p", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
   // interleaved-zb's P=2, M=4 order fits interleaved-zb-1p's limit (4 chunk activations).
   CheckSearch(*costs, "interleaved-zb-1p", "interleaved-zb",
               {.num_ranks = 2, .num_microbatches = 4, .num_chunks = 2});

@@ -162,12 +162,15 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     }
     row.sim = *std::move(sim);
     const std::int64_t peak = PeakBytes(row.sim);
+    const bool fit_it = device_memory_bytes.has_value() && max_activations == 0 &&
+                        params.costs != nullptr && peak > 0 && peak > *device_memory_bytes;
+    // The own order and its simulation start the fit (its ranks are all it reads).
+    SimResult own_sim;
+    if (fit_it) own_sim.ranks = row.sim.ranks;
     finish(row, *schedule, *costs);
-    if (!device_memory_bytes.has_value() || max_activations != 0 || params.costs == nullptr ||
-        peak == 0 || peak <= *device_memory_bytes) {
-      continue;
-    }
-    absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, *costs, *device_memory_bytes);
+    if (!fit_it) continue;
+    absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, *costs, *device_memory_bytes,
+                                                       *std::move(schedule), std::move(own_sim));
     if (!fit.ok()) {
       out.back().fit_status = fit.status();
       continue;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,40 +22,8 @@ int PeakChunkActivations(const SimResult& sim) {
   return peak;
 }
 
-int BusiestRank(const SimResult& sim) {
-  int busiest = 0;
-  auto total = [&](int r) { return sim.ranks[r].static_bytes + sim.ranks[r].peak_live_bytes; };
-  for (int r = 1; r < static_cast<int>(sim.ranks.size()); ++r) {
-    if (total(r) > total(busiest)) busiest = r;
-  }
-  return busiest;
-}
-
-}  // namespace
-
-std::int64_t PeakBytes(const SimResult& sim) {
-  std::int64_t peak = 0;
-  for (const RankStats& rank : sim.ranks) {
-    peak = std::max(peak, rank.static_bytes + rank.peak_live_bytes);
-  }
-  return peak;
-}
-
-std::string MaxActivationsText(int chunk_activations, int chunks) {
-  const double exact = static_cast<double>(chunk_activations) / chunks;
-  for (int digits = 0; digits <= 9; ++digits) {
-    const double scale = std::pow(10.0, digits);
-    // Rounded up, so that floor(X V) does not fall to the limit below.
-    const double x = std::ceil(exact * scale - 1e-9) / scale;
-    if (static_cast<int>(std::floor(x * chunks + 1e-9)) == chunk_activations) {
-      return absl::StrFormat("%.*f", digits, x);
-    }
-  }
-  return absl::StrFormat("%.17g", exact);
-}
-
-absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
-                                             const CostModel& costs, std::int64_t capacity_bytes) {
+absl::Status CheckFitRequest(std::string_view name, const GeneratorParams& params,
+                             std::int64_t capacity_bytes) {
   const ScheduleInfo* info = FindSchedule(name);
   if (info != nullptr && !info->uses_costs) {
     return absl::InvalidArgumentError(
@@ -73,66 +42,133 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
     return absl::InvalidArgumentError(
         absl::StrCat("a device's memory must be positive to search within, not ", capacity_bytes));
   }
-  MemoryFit fit;
-  PS_ASSIGN_OR_RETURN(fit.schedule, GenerateSchedule(name, params));
-  PS_ASSIGN_OR_RETURN(fit.sim, Simulate(fit.schedule, costs));
-  fit.searches = 1;
+  return absl::OkStatus();
+}
+
+int BusiestRank(const SimResult& sim) {
+  int busiest = 0;
+  for (int r = 1; r < static_cast<int>(sim.ranks.size()); ++r) {
+    if (PeakTotalBytes(sim.ranks[r]) > PeakTotalBytes(sim.ranks[busiest])) busiest = r;
+  }
+  return busiest;
+}
+
+}  // namespace
+
+std::int64_t PeakBytes(const SimResult& sim) {
+  std::int64_t peak = 0;
+  for (const RankStats& rank : sim.ranks) peak = std::max(peak, PeakTotalBytes(rank));
+  return peak;
+}
+
+std::string MaxActivationsText(int chunk_activations, int chunks) {
+  const double exact = static_cast<double>(chunk_activations) / chunks;
+  for (int digits = 0; digits <= 9; ++digits) {
+    const double scale = std::pow(10.0, digits);
+    // Rounded up, so that floor(X V) does not fall to the limit below.
+    const double x = std::ceil(exact * scale - 1e-9) / scale;
+    if (static_cast<int>(std::floor(x * chunks + 1e-9)) == chunk_activations) {
+      return absl::StrFormat("%.*f", digits, x);
+    }
+  }
+  return absl::StrFormat("%.17g", exact);
+}
+
+absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
+                                             const CostModel& costs, std::int64_t capacity_bytes) {
+  PS_RETURN_IF_ERROR(CheckFitRequest(name, params, capacity_bytes));
+  PS_ASSIGN_OR_RETURN(Schedule own, GenerateSchedule(name, params));
+  PS_ASSIGN_OR_RETURN(SimResult own_sim, Simulate(own, costs));
+  return SearchWithinMemory(name, params, costs, capacity_bytes, std::move(own),
+                            std::move(own_sim));
+}
+
+absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
+                                             const CostModel& costs, std::int64_t capacity_bytes,
+                                             Schedule own, SimResult own_sim) {
+  PS_RETURN_IF_ERROR(CheckFitRequest(name, params, capacity_bytes));
+  MemoryFit fit{.schedule = std::move(own), .sim = std::move(own_sim), .searches = 1};
   fit.own_peak_bytes = PeakBytes(fit.sim);
   if (fit.own_peak_bytes <= capacity_bytes) return fit;
+  // What no limit changes: a rank's static bytes alone over the device.
+  for (int r = 0; r < static_cast<int>(fit.sim.ranks.size()); ++r) {
+    const std::int64_t held = fit.sim.ranks[r].static_bytes;
+    if (held >= capacity_bytes && (held > capacity_bytes || fit.sim.ranks[r].peak_live_bytes > 0)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          Absl(name), " cannot fit in ", HumanBytes(capacity_bytes), " per device: rank ", r,
+          "'s parameters, gradients and optimizer state (static_bytes) alone take ",
+          HumanBytes(held), held > capacity_bytes ? "" : ", none left for activations",
+          "; give more memory, or more stages (fewer layers on each device)"));
+    }
+  }
 
   // The largest limit L in [V, peak - 1] chunk activations whose order fits: L = peak or
   // more gives the same order back.
   const int chunks = fit.schedule.num_chunks();
-  int lo = chunks;
-  int hi = PeakChunkActivations(fit.sim) - 1;
   std::optional<MemoryFit> best;
   std::optional<MemoryFit> tightest;         // the tightest order tried that did not fit
   std::optional<absl::Status> at_one_stage;  // one stage's worth, once tried: why no order
+  int no_order_below = std::numeric_limits<int>::max();  // the least limit with no order
   int searches = 1;
-  auto attempt = [&](int limit) -> absl::StatusOr<MemoryFit> {
+  enum class Outcome { kFits, kTooLarge, kNoOrder };
+  // Searches within `limit`: whether its order fits; keeps what the messages need.
+  auto attempt = [&](int limit) -> absl::StatusOr<Outcome> {
     GeneratorParams tighter = params;
     tighter.max_activations = static_cast<double>(limit) / chunks;
     ++searches;
+    absl::StatusOr<Schedule> schedule = GenerateSchedule(name, tighter);
+    if (limit == chunks) at_one_stage = schedule.status();
+    if (!schedule.ok()) {
+      // "found no order within N live activations per rank": too tight for the search.
+      // Anything else is not a matter of memory.
+      if (schedule.status().code() != absl::StatusCode::kResourceExhausted) {
+        return schedule.status();
+      }
+      no_order_below = std::min(no_order_below, limit);
+      return Outcome::kNoOrder;
+    }
     MemoryFit f{.max_activations = tighter.max_activations,
                 .chunk_activations = limit,
                 .own_peak_bytes = fit.own_peak_bytes};
-    PS_ASSIGN_OR_RETURN(f.schedule, GenerateSchedule(name, tighter));
+    f.schedule = *std::move(schedule);
     PS_ASSIGN_OR_RETURN(f.sim, Simulate(f.schedule, costs));
-    return f;
-  };
-  // Whether `tried` fits; keeps what the message needs when it does not.
-  auto fits = [&](int limit, absl::StatusOr<MemoryFit>& tried) {
-    if (limit == chunks) at_one_stage = tried.status();
-    if (!tried.ok()) return false;
-    if (PeakBytes(tried->sim) <= capacity_bytes) return true;
-    if (!tightest.has_value() || limit < tightest->chunk_activations) tightest = *tried;
-    return false;
-  };
-  while (lo <= hi) {
-    const int mid = lo + (hi - lo + 1) / 2;
-    absl::StatusOr<MemoryFit> tried = attempt(mid);
-    if (fits(mid, tried)) {
-      best = *std::move(tried);
-      lo = mid + 1;
-    } else if (!tried.ok()) {
-      // No order within this limit ("found no order within N"): too tight for the search,
-      // so a looser one may still fit.
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
+    if (PeakBytes(f.sim) <= capacity_bytes) {
+      best = std::move(f);
+      return Outcome::kFits;
     }
+    if (!tightest.has_value() || limit < tightest->chunk_activations) tightest = std::move(f);
+    return Outcome::kTooLarge;
+  };
+  // Bisection over [lo, hi] for the largest limit that fits.
+  auto bisect = [&](int lo, int hi) -> absl::Status {
+    while (lo <= hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      PS_ASSIGN_OR_RETURN(const Outcome outcome, attempt(mid));
+      if (outcome == Outcome::kTooLarge) {
+        hi = mid - 1;
+      } else {
+        lo = mid + 1;  // fits: look looser; no order: looser limits may find one
+      }
+    }
+    return absl::OkStatus();
+  };
+  PS_RETURN_IF_ERROR(bisect(chunks, PeakChunkActivations(fit.sim) - 1));
+  // A limit with no order, and every looser one too large: the tighter ones below it were
+  // never tried (a list scheduler need not fail at every tighter limit).
+  if (!best.has_value() && no_order_below != std::numeric_limits<int>::max()) {
+    PS_RETURN_IF_ERROR(bisect(chunks, no_order_below - 1));
   }
   if (best.has_value()) {
     best->searches = searches;
     return *std::move(best);
   }
-  // Nothing fits. Say how far off one stage's worth is: tried now if the bisection did
-  // not (an empty range means the own order holds no more than that already).
+  // Nothing fits. Say how far off one stage's worth is (an empty range means the own
+  // order holds no more than that already).
   if (!at_one_stage.has_value() && PeakChunkActivations(fit.sim) > chunks) {
-    absl::StatusOr<MemoryFit> tried = attempt(chunks);
-    if (fits(chunks, tried)) {  // where a looser limit found no order
-      tried->searches = searches;
-      return *std::move(tried);
+    PS_ASSIGN_OR_RETURN(const Outcome outcome, attempt(chunks));
+    if (outcome == Outcome::kFits) {
+      best->searches = searches;
+      return *std::move(best);
     }
   }
   if (at_one_stage.has_value() && !at_one_stage->ok()) {
@@ -147,7 +183,7 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
       Absl(name), " does not fit in ", HumanBytes(capacity_bytes),
       " per device even when searched within one stage's worth of activations per rank (", chunks,
       " chunk activation", chunks == 1 ? "" : "s", "): rank ", rank, " peaks at ",
-      HumanBytes(last.sim.ranks[rank].static_bytes + last.sim.ranks[rank].peak_live_bytes),
+      HumanBytes(PeakTotalBytes(last.sim.ranks[rank])),
       "; give more memory or smaller activations"));
 }
 

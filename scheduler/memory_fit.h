@@ -34,33 +34,41 @@ struct MemoryFit {
   int searches = 0;  // orders searched, the one at the own limit included
 };
 
-// The busiest rank's memory at its peak: RankStats::static_bytes + peak_live_bytes.
+// The busiest rank's memory at its peak: PeakTotalBytes (static bytes and activations).
 std::int64_t PeakBytes(const SimResult& sim);
 
-// Generates the searched schedule `name` with `params` (params.costs: the costs it is
-// searched for) and simulates it with `costs` (the same costs per virtual stage, with
-// their activation, workspace, input and static bytes). When its busiest rank peaks
-// (PeakBytes: static bytes included) above
-// `capacity_bytes`, searches again within fewer live activations per rank, bisecting over
-// whole chunk activations from one stage's worth (V) to one below the first order's
-// peak, and keeps the loosest limit whose order fits. A limit the search finds no order
-// within counts as too tight. The bisection takes a looser limit never to peak lower
-// (and a tighter one never to find an order where a looser one finds none), which the
-// list scheduler does not promise: where that fails, a looser fitting limit may be
-// missed, but the order returned always fits.
-// InvalidArgument for a schedule whose order fixes its memory (not searched) and for
-// params.max_activations != 0 (a limit of its own); ResourceExhausted when even one
-// stage's worth does not fit: "zb-2p does not fit in 2.00 MiB per device even when
-// searched within one stage's worth of activations per rank (1 chunk activation):
-// rank 0 peaks at 2.50 MiB; give more memory or smaller activations" (or, when the search
-// finds no order within one stage's worth, its reason); the errors of the search and the
-// simulation at the schedule's own limit as they are.
 // The shortest decimal X that --max-activations=X (GeneratorParams::max_activations,
 // floor(X V) chunk activations) turns back into `chunk_activations` on `chunks` chunks:
 // "5", "1.5", "2.4" for 7 of 3 (7/3 printed to six digits would floor to 6).
 std::string MaxActivationsText(int chunk_activations, int chunks);
 
+// Generates the searched schedule `name` with `params` (params.costs: the costs it is
+// searched for) and simulates it with `costs` (the same costs per virtual stage, with
+// their activation, workspace, input and static bytes). When its busiest rank peaks
+// (PeakBytes: static bytes included) above `capacity_bytes`, searches again within fewer
+// live activations per rank, bisecting over whole chunk activations from one stage's
+// worth (V) to one below the first order's peak, and keeps the loosest limit whose order
+// fits. A limit the search finds no order within (its ResourceExhausted) counts as too
+// tight; when nothing looser fits, the limits below it are bisected too. The bisection
+// takes a looser limit never to peak lower, which the list scheduler does not promise:
+// where that fails, a looser fitting limit may be missed, but the order returned always
+// fits.
+// InvalidArgument for a schedule whose order fixes its memory (not searched), for
+// params.max_activations != 0 (a limit of its own) and for a capacity below 1 byte;
+// ResourceExhausted when a rank's static bytes alone take the device ("zb-2p cannot fit
+// in 8.00 MiB per device: rank 0's parameters, gradients and optimizer state
+// (static_bytes) alone take 10.00 MiB; ..."), and when even one stage's worth does not
+// fit: "zb-2p does not fit in 2.00 MiB per device even when searched within one stage's
+// worth of activations per rank (1 chunk activation): rank 0 peaks at 2.50 MiB; give more
+// memory or smaller activations" (or, when the search finds no order within one stage's
+// worth, its reason); any other error of a search or a simulation as it is.
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes);
+
+// The same, from the order at the schedule's own limit and its simulation with `costs`,
+// when the caller has them already (that search is not run again).
+absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
+                                             const CostModel& costs, std::int64_t capacity_bytes,
+                                             Schedule own, SimResult own_sim);
 
 }  // namespace pipesched::scheduler

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,14 @@ struct RankStats {
   // rank's memory at its peak is static_bytes + peak_live_bytes.
   std::int64_t static_bytes = 0;
 };
+
+// static_bytes + peak_live_bytes, saturating at INT64_MAX (each may be near it).
+inline std::int64_t PeakTotalBytes(const RankStats& rank) {
+  std::int64_t total = 0;
+  return __builtin_add_overflow(rank.static_bytes, rank.peak_live_bytes, &total)
+             ? std::numeric_limits<std::int64_t>::max()
+             : total;
+}
 
 struct SimResult {
   trace::Timeline timeline;

@@ -678,7 +678,7 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     }
   }
   if (!have_best) {
-    return absl::InternalError(
+    return absl::ResourceExhaustedError(
         absl::StrCat(Absl(name), " found no order within ", limit, " live activations per rank"));
   }
   schedule.programs = std::move(best.programs);

@@ -221,6 +221,13 @@ TEST(CliTest, SimulateCountsStaticBytesAgainstTheDeviceMemory) {
                                   "(--device-memory=6MiB, 3.00 MiB of it static): at its peak the "
                                   "plan holds 4.00 MiB there"));
   EXPECT_THAT(over.err, HasSubstr("but 3.00 MiB is available"));
+  // Exactly the static bytes leaves nothing for activations: said as such.
+  std::vector<std::string> exact = base;
+  exact.push_back("--device-memory=3MiB");
+  RunResult full = RunCli(exact);
+  EXPECT_EQ(full.code, 2);
+  EXPECT_THAT(full.err, HasSubstr("(static_bytes) alone take 3.00 MiB, all of "
+                                  "--device-memory=3MiB (3.00 MiB, none left for activations)"));
   std::vector<std::string> tiny = base;
   tiny.push_back("--device-memory=2MiB");
   RunResult none = RunCli(tiny);

@@ -159,10 +159,26 @@ TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
   EXPECT_EQ(fit.own_peak_bytes, 11 * kMiB);
   EXPECT_EQ(PeakBytes(fit.sim), 8 * kMiB);
   EXPECT_EQ(fit.sim.ranks[0].static_bytes, 3 * kMiB);
-  // Static bytes alone over the device: nothing fits, and the message counts them.
+  // Static bytes that take the whole device: no limit helps, and the message says why,
+  // before any search within a limit.
+  EXPECT_THAT(SearchWithinMemory("zb-2p", params, costs, 3 * kMiB),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "zb-2p cannot fit in 3.00 MiB per device: rank 0's parameters, gradients "
+                       "and optimizer state (static_bytes) alone take 3.00 MiB, none left for "
+                       "activations; give more "
+                       "memory, or more stages (fewer layers on each device)"));
+  // Just above them, one stage's worth is what is left: a micro-batch of 1 MiB does not fit
+  // in 0.5 MiB, and the message counts the static bytes in the peak.
   EXPECT_THAT(
-      SearchWithinMemory("zb-2p", params, costs, 3 * kMiB),
+      SearchWithinMemory("zb-2p", params, costs, 3 * kMiB + kMiB / 2),
       StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 0 peaks at 4.00 MiB")));
+  // Given the own order and its simulation, the same fit without searching it again.
+  PS_ASSERT_OK_AND_ASSIGN(Schedule own, GenerateSchedule("zb-2p", params));
+  PS_ASSERT_OK_AND_ASSIGN(SimResult own_sim, Simulate(own, costs));
+  PS_ASSERT_OK_AND_ASSIGN(MemoryFit again,
+                          SearchWithinMemory("zb-2p", params, costs, 8 * kMiB, own, own_sim));
+  EXPECT_EQ(again.schedule.programs, fit.schedule.programs);
+  EXPECT_EQ(again.searches, fit.searches);
 }
 
 // The limit as --max-activations takes it back: floor(X V) must give the same chunk
