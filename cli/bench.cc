@@ -340,6 +340,13 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   scheduler::CostModel effective = stages::WithHandoffLatency(plain, handoff);
   effective.action_gap = std::max(row.gap_us, 0.0);
   row.costs = effective;
+  // With each stage's parameters, gradients and optimizer state, for --traces' cost file
+  // (simulate and compare --device-memory then check a device whole); no timing uses it.
+  if (static_cast<int>(row.costs.stages.size()) == trainer->schedule().num_stages()) {
+    for (int s = 0; s < trainer->schedule().num_stages(); ++s) {
+      row.costs.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
+    }
+  }
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,
                       scheduler::Simulate(trainer->schedule(), plain));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,

@@ -251,6 +251,12 @@ TEST(BenchTest, TracesWritesSimulatedAndMeasuredPerConfiguration) {
                 "--microbatches=4", "--costs=" + dir + "/" + stem + ".costs.json",
                 "--json=" + stats, "--nogrid"});
     ASSERT_EQ(sim.code, 0) << sim.err;
+    // Each stage's parameters, gradients and optimizer state come with the costs.
+    const nlohmann::json saved = nlohmann::json::parse(Slurp(dir + "/" + stem + ".costs.json"));
+    ASSERT_EQ(saved["stages"].size(), k == 0 ? 2u : 4u);
+    for (const nlohmann::json& stage : saved["stages"]) {
+      EXPECT_GT(stage["static_bytes"].get<std::int64_t>(), 0) << stem;
+    }
     EXPECT_DOUBLE_EQ(nlohmann::json::parse(Slurp(stats))["bubble_fraction"].get<double>(),
                      rows[k++]["bubble_simulated"].get<double>())
         << stem;

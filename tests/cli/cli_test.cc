@@ -793,6 +793,13 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   } else {
     EXPECT_FALSE(file.contains("action_gap"));
   }
+  // Each chunk's parameters, gradients and SGD momentum, fp32: blocks 8x16+16, 16x16+16
+  // twice, head 16x4+4 = 756 parameters, 3 x 4 bytes each in all.
+  std::int64_t static_bytes = 0;
+  for (const nlohmann::json& stage : file["stages"]) {
+    static_bytes += stage["static_bytes"].get<std::int64_t>();
+  }
+  EXPECT_EQ(static_bytes, 756 * 3 * 4);
   for (const nlohmann::json& stage : file["stages"]) {
     EXPECT_GT(stage["f"].get<double>(), 0);
     EXPECT_GT(stage["activation_bytes"].get<std::int64_t>(), 0);
