@@ -132,10 +132,16 @@ Row MakeRow(const scheduler::ComparedSchedule& c) {
 
 // The row's name: a searched schedule held to fit --device-memory is "zb-2p@5" (at most
 // 5 stages' worth of activations per rank).
+// The fitted limit as --max-activations takes it back ("2.4" for 7 of 3 chunks); only
+// for a fitted row.
+std::string FittedLimitText(const scheduler::ComparedSchedule& c) {
+  const int limit = static_cast<int>(std::lround(c.fitted_max_activations * c.num_chunks));
+  return scheduler::MaxActivationsText(limit, c.num_chunks);
+}
+
 std::string Label(const scheduler::ComparedSchedule& c) {
   if (c.fitted_max_activations <= 0) return c.schedule;
-  const int limit = static_cast<int>(std::lround(c.fitted_max_activations * c.num_chunks));
-  return absl::StrCat(c.schedule, "@", scheduler::MaxActivationsText(limit, c.num_chunks));
+  return absl::StrCat(c.schedule, "@", FittedLimitText(c));
 }
 
 std::string Percent(std::optional<double> f) {
@@ -151,6 +157,15 @@ std::string Fits(const Request& r, const Row& row) {
 // as no memory).
 bool KnowsBytes(const std::vector<Row>& rows) {
   return std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.peak_bytes > 0; });
+}
+
+// Whether any rank of any row holds static bytes (then peak bytes include them: said
+// under the table).
+bool KnowsStaticBytes(const std::vector<Row>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const Row& row) {
+    return std::any_of(row.c->sim.ranks.begin(), row.c->sim.ranks.end(),
+                       [](const scheduler::RankStats& s) { return s.static_bytes > 0; });
+  });
 }
 
 std::string Markdown(const Request& r, const std::vector<Row>& rows) {
@@ -170,10 +185,7 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
                     bytes ? absl::StrCat(" ", HumanBytes(row.peak_bytes), " |") : "",
                     r.capacity.has_value() ? absl::StrCat(" ", Fits(r, row), " |") : "", "\n");
   }
-  if (std::any_of(rows.begin(), rows.end(), [](const Row& row) {
-        return std::any_of(row.c->sim.ranks.begin(), row.c->sim.ranks.end(),
-                           [](const scheduler::RankStats& s) { return s.static_bytes > 0; });
-      })) {
+  if (KnowsStaticBytes(rows)) {
     absl::StrAppend(&md,
                     "\npeak bytes: the busiest rank's static bytes (parameters, gradients, "
                     "optimizer state) and activations at its peak.\n");
@@ -248,11 +260,7 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
     // activations as 7/3 does.)
     const scheduler::ScheduleInfo* info = scheduler::FindSchedule(row.c->schedule);
     double limit = info != nullptr && info->uses_costs ? r.max_activations : 0;
-    if (row.c->fitted_max_activations > 0) {
-      limit = std::stod(scheduler::MaxActivationsText(
-          static_cast<int>(std::lround(row.c->fitted_max_activations * row.c->num_chunks)),
-          row.c->num_chunks));
-    }
+    if (row.c->fitted_max_activations > 0) limit = std::stod(FittedLimitText(*row.c));
     e["max_activations"] = limit > 0 ? nlohmann::json(limit) : nullptr;
     e["peak_bytes"] = row.peak_bytes;  // the busiest rank's static bytes and activations
     // Why a searched schedule that does not fit has no fitted row.
@@ -342,10 +350,7 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   out << "peak act: the busiest rank's live activations in whole stages (chunk activations / "
          "V)\n";
-  if (std::any_of(rows.begin(), rows.end(), [](const Row& row) {
-        return std::any_of(row.c->sim.ranks.begin(), row.c->sim.ranks.end(),
-                           [](const scheduler::RankStats& s) { return s.static_bytes > 0; });
-      })) {
+  if (KnowsStaticBytes(rows)) {
     out << "peak bytes: the busiest rank's static bytes (parameters, gradients, optimizer "
            "state) and activations at its peak\n";
   }

@@ -179,14 +179,14 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
     *ctx.err << "pipesched: note: " << fit.status().message() << "\n";
     return absl::OkStatus();
   }
+  const std::string limit =
+      scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks());
   *ctx.out << absl::StrFormat(
       "%s: its own order peaks at %s, more than --device-memory=%s: searched within %s "
       "stage%s worth of activations per rank instead (--max-activations=%s), the loosest "
       "that fits (%d searches)\n",
-      schedule->name, HumanBytes(peak), cap,
-      scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks()),
-      fit->chunk_activations == schedule->num_chunks() ? "'s" : "s'",
-      scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks()), fit->searches);
+      schedule->name, HumanBytes(peak), cap, limit,
+      fit->chunk_activations == schedule->num_chunks() ? "'s" : "s'", limit, fit->searches);
   *schedule = std::move(fit->schedule);
   return absl::OkStatus();
 }

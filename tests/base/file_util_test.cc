@@ -29,6 +29,12 @@ std::string TempPath(const std::string& name) {
   return std::string(dir ? dir : "/tmp") + "/pipesched_file_util_" + name;
 }
 
+// A new FIFO at `path` (whatever was there removed); false with errno set otherwise.
+bool MakeFifo(const std::string& path) {
+  ::unlink(path.c_str());
+  return ::mkfifo(path.c_str(), 0600) == 0;
+}
+
 TEST(FileUtilTest, WriteThenReadRoundTrips) {
   std::string path = TempPath("roundtrip");
   std::string content("a\0b\nc", 5);
@@ -95,8 +101,7 @@ TEST(FileUtilTest, ReadFileStopsAtItsLimit) {
 // replaced /dev/null).
 TEST(FileUtilTest, WriteIntoAPipeKeepsThePipe) {
   const std::string path = TempPath("fifo");
-  ::unlink(path.c_str());
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_TRUE(MakeFifo(path)) << std::strerror(errno);
   std::string received;
   std::thread reader([&] {
     std::ifstream in(path, std::ios::binary);
@@ -116,8 +121,7 @@ TEST(FileUtilTest, WriteIntoAPipeKeepsThePipe) {
 // blocked (the next open of the same FIFO works at once).
 TEST(FileUtilTest, ReadingAFifoWithoutAWriterTimesOutNamingIt) {
   const std::string path = TempPath("fifo_no_writer");
-  ::unlink(path.c_str());
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_TRUE(MakeFifo(path)) << std::strerror(errno);
   EXPECT_THAT(OpenForReading(path, std::chrono::milliseconds(100)),
               StatusIs(absl::StatusCode::kUnavailable,
                        "cannot read '" + path +
@@ -141,8 +145,7 @@ TEST(FileUtilTest, ReadingAFifoWithoutAWriterTimesOutNamingIt) {
 // nobody opens is an error.
 TEST(FileUtilTest, ReadFileWaitsForASlowWriterOfAFifo) {
   const std::string path = TempPath("fifo_slow_writer");
-  ::unlink(path.c_str());
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_TRUE(MakeFifo(path)) << std::strerror(errno);
   std::thread writer([&] {
     std::ofstream out(path, std::ios::binary);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -174,8 +177,7 @@ TEST(FileUtilTest, AnonymousPipesAreReadThroughTheirDescriptorLink) {
 
 TEST(FileUtilTest, WritingAFifoWithoutAReaderTimesOutNamingIt) {
   const std::string path = TempPath("fifo_no_reader");
-  ::unlink(path.c_str());
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_TRUE(MakeFifo(path)) << std::strerror(errno);
   EXPECT_THAT(OpenForWriting(path, std::chrono::milliseconds(250)),
               StatusIs(absl::StatusCode::kUnavailable,
                        "cannot write '" + path +
