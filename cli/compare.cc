@@ -44,6 +44,7 @@ struct Request {
   int p = 0, m = 0, v = 0;
   std::optional<std::int64_t> capacity;  // --device-memory
   double max_activations = 0;            // --max-activations, for the searched schedules
+  bool refine = false;                   // --refine, for the searched schedules
 };
 
 absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t lo,
@@ -56,6 +57,7 @@ absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t 
 absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
   Request r;
   PS_ASSIGN_OR_RETURN(r.max_activations, MaxActivationsFromFlags());
+  r.refine = absl::GetFlag(FLAGS_refine);
   if (FlagGiven(ctx, "schedules")) {
     PS_ASSIGN_OR_RETURN(r.schedules, SchedulesFromFlag(absl::GetFlag(FLAGS_schedules)));
   } else {
@@ -168,6 +170,27 @@ bool KnowsStaticBytes(const std::vector<Row>& rows) {
   });
 }
 
+// What --refine bought each searched row, in rank order: "--refine: zb-v-half 67.87 ->
+// 65.56 (-3.40%), ...; no shorter step found for zb-1p, zb-2p".
+std::string RefinementNote(const std::vector<Row>& rows) {
+  std::vector<std::string> better, same;
+  for (const Row& row : rows) {
+    const std::optional<double>& before = row.c->unrefined_step_time;
+    if (!before.has_value()) continue;
+    if (row.step < *before * (1 - 1e-9)) {  // not a rounding difference
+      better.push_back(absl::StrFormat("%s %.6g -> %.6g (%+.2f%%)", Label(*row.c), *before,
+                                       row.step, 100 * (row.step - *before) / *before));
+    } else {
+      same.push_back(Label(*row.c));
+    }
+  }
+  std::string note = "--refine: the searched orders' steps before -> after local search: ";
+  absl::StrAppend(&note, better.empty() ? "none shorter" : absl::StrJoin(better, ", "));
+  if (!same.empty())
+    absl::StrAppend(&note, "; no shorter step found for ", absl::StrJoin(same, ", "));
+  return note;
+}
+
 std::string Markdown(const Request& r, const std::vector<Row>& rows) {
   const bool bytes = KnowsBytes(rows);
   std::string md = absl::StrCat(
@@ -263,6 +286,10 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
     if (row.c->fitted_max_activations > 0) limit = std::stod(FittedLimitText(*row.c));
     e["max_activations"] = limit > 0 ? nlohmann::json(limit) : nullptr;
     e["peak_bytes"] = row.peak_bytes;  // the busiest rank's static bytes and activations
+    // With --refine, a searched row's step before the refinement.
+    e["unrefined_step_time"] = row.c->unrefined_step_time.has_value()
+                                   ? nlohmann::json(*row.c->unrefined_step_time)
+                                   : nlohmann::json();
     // Why a searched schedule that does not fit has no fitted row.
     e["fit_error"] = row.c->fit_status.ok()
                          ? nlohmann::json()
@@ -298,8 +325,10 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   std::vector<scheduler::ComparedSchedule> compared = scheduler::CompareSchedules(
       r.schedules, r.p, r.m, r.v, costs,
-      /*keep_timelines=*/!absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty(),
-      r.max_activations, r.capacity);
+      {.keep_timelines = !absl::GetFlag(FLAGS_svg).empty() || !absl::GetFlag(FLAGS_trace).empty(),
+       .max_activations = r.max_activations,
+       .device_memory_bytes = r.capacity,
+       .refine = r.refine});
   std::vector<Row> rows;
   for (const scheduler::ComparedSchedule& c : compared) {
     if (c.status.ok()) rows.push_back(MakeRow(c));
@@ -359,6 +388,7 @@ absl::Status Compare(const CommandContext& ctx) {
         "the searched schedules keep at most %g stages' worth per rank (--max-activations)\n",
         r.max_activations);
   }
+  if (r.refine) out << RefinementNote(rows) << "\n";
   std::vector<std::string> fitted;
   for (const scheduler::ComparedSchedule& c : compared) {
     if (c.fitted_max_activations > 0) fitted.push_back(Label(c));

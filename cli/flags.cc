@@ -185,6 +185,9 @@ ABSL_FLAG(double, max_activations, 0,
           "the searched schedules: keep at most this many stages' worth of activations per "
           "rank (chunk activations / V, as compare's peak act) instead of the schedule's own "
           "limit; 0 = its own");
+ABSL_FLAG(bool, refine, false,
+          "the searched schedules: improve the searched order by local search (single actions "
+          "moved while the step gets shorter within the same memory limit)");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

@@ -62,7 +62,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
             absl::StrCat("--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
       }
     }
-    PS_RETURN_IF_ERROR(CheckMaxActivationsApplies("", /*from_file=*/true));
+    PS_RETURN_IF_ERROR(CheckSearchFlagsApply("", /*from_file=*/true));
     return scheduler::LoadScheduleFile(from);
   }
   int p = absl::GetFlag(FLAGS_stages);
@@ -84,14 +84,15 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
                      kMaxActions / 3, "): lower --microbatches or --stages"));
   }
   PS_ASSIGN_OR_RETURN(const double max_activations, MaxActivationsFromFlags());
-  PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(name, /*from_file=*/false));
+  PS_RETURN_IF_ERROR(CheckSearchFlagsApply(name, /*from_file=*/false));
   if (info != nullptr && info->uses_costs) NoteLongSearch(ctx, name + "'s order", actions);
   PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
                       scheduler::GenerateSchedule(name, {.num_ranks = p,
                                                          .num_microbatches = m,
                                                          .num_chunks = v,
                                                          .costs = costs,
-                                                         .max_activations = max_activations}));
+                                                         .max_activations = max_activations,
+                                                         .refine = absl::GetFlag(FLAGS_refine)}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
@@ -104,8 +105,9 @@ absl::StatusOr<double> MaxActivationsFromFlags() {
       "worth of activations per rank"));
 }
 
-absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file) {
-  if (absl::GetFlag(FLAGS_max_activations) == 0) return absl::OkStatus();
+absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file) {
+  const bool limit = absl::GetFlag(FLAGS_max_activations) != 0;
+  if (!limit && !absl::GetFlag(FLAGS_refine)) return absl::OkStatus();
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule);
   if (!from_file && info == nullptr) return absl::OkStatus();  // the generator names it
   if (from_file || !info->uses_costs) {
@@ -114,9 +116,11 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
       if (known.uses_costs) searched.emplace_back(known.name);
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "--max-activations applies to the searched schedules (", absl::StrJoin(searched, ", "),
-        "), not to ", from_file ? std::string("a schedule file") : std::string(schedule),
-        ", whose order fixes its memory; drop the flag or name a searched schedule"));
+        limit ? "--max-activations" : "--refine", " applies to the searched schedules (",
+        absl::StrJoin(searched, ", "), "), not to ",
+        from_file ? std::string("a schedule file") : std::string(schedule),
+        limit ? ", whose order fixes its memory" : ", whose order is given, not searched",
+        "; drop the flag or name a searched schedule"));
   }
   return absl::OkStatus();
 }
@@ -163,11 +167,11 @@ absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& te
       names.emplace_back(s);
     }
   }
-  if (absl::GetFlag(FLAGS_max_activations) != 0 &&
+  if ((absl::GetFlag(FLAGS_max_activations) != 0 || absl::GetFlag(FLAGS_refine)) &&
       std::none_of(names.begin(), names.end(), [](const std::string& name) {
         return scheduler::FindSchedule(name)->uses_costs;
       })) {
-    PS_RETURN_IF_ERROR(CheckMaxActivationsApplies(names.front(), /*from_file=*/false));
+    PS_RETURN_IF_ERROR(CheckSearchFlagsApply(names.front(), /*from_file=*/false));
   }
   return names;
 }

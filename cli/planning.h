@@ -30,10 +30,10 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
 absl::StatusOr<double> MaxActivationsFromFlags();
-// InvalidArgument when --max-activations is given for `schedule` (one schedule a command
-// runs as it is) and `schedule` is not searched (its order fixes its memory) or comes
-// from a file (`from_file`).
-absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_file);
+// InvalidArgument when a flag for the searched schedules (--max-activations, --refine) is
+// given for `schedule` (one schedule a command runs as it is) and `schedule` is not
+// searched (its order is fixed by its name) or comes from a file (`from_file`).
+absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file);
 
 // A line on stderr before a search that will take a while (`what`, e.g. "zb-v-min's
 // order", searched over more than a few million actions: tens of seconds to minutes), so
@@ -41,7 +41,8 @@ absl::Status CheckMaxActivationsApplies(std::string_view schedule, bool from_fil
 void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions);
 
 // compare's and bench's --schedules=a,b,... (or "all", the registry's order): every name
-// known, none empty or twice; with --max-activations, at least one of them searched.
+// known, none empty or twice; with --max-activations or --refine, at least one of them
+// searched.
 // InvalidArgument naming the problem and the known schedules otherwise.
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text);
 

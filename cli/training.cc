@@ -102,6 +102,7 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
     config.device_memory_bytes = *bytes;
   }
   PS_ASSIGN_OR_RETURN(config.max_activations, MaxActivationsFromFlags());
+  config.refine = absl::GetFlag(FLAGS_refine);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);
   return config;
@@ -165,7 +166,8 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
                                    .num_microbatches = run.num_microbatches,
                                    .num_chunks = run.num_chunks(),
-                                   .max_activations = trainer->config().max_activations};
+                                   .max_activations = trainer->config().max_activations,
+                                   .refine = trainer->config().refine};
   PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
   // Named when it is a handcrafted order (zb-h1's, zb-v's, interleaved-zb's where that
   // fits and the search finds nothing shorter for unit costs).
@@ -207,10 +209,11 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   PS_ASSIGN_OR_RETURN(scheduler::SimResult before, scheduler::Simulate(unit, costs));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult after, scheduler::Simulate(searched, costs));
   *note += absl::StrFormat(
-      "%s: searched for the costs measured in %d step%s of its unit-cost order%s: "
+      "%s: searched%s for the costs measured in %d step%s of its unit-cost order%s: "
       "planned makespan %.3f ms against %.3f ms%s\n",
-      searched.name, steps, steps == 1 ? "" : "s", unit_name, after.makespan / 1000,
-      before.makespan / 1000, searched.programs == unit.programs ? " (the same order)" : "");
+      searched.name, shape.refine ? " and refined (--refine)" : "", steps, steps == 1 ? "" : "s",
+      unit_name, after.makespan / 1000, before.makespan / 1000,
+      searched.programs == unit.programs ? " (the same order)" : "");
   return searched;
 }
 

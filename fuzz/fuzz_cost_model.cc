@@ -6,7 +6,9 @@
 // line checks before it simulates); and the searches succeed for any such model, with a
 // step no longer than zb-h1's (zb-v's, interleaved-zb's) under it, and zb-v-min valid
 // within its memory; and zb-2p and zb-v-1p held to half their own peak bytes
-// (SearchWithinMemory) either fit them with a valid order or are ResourceExhausted.
+// (SearchWithinMemory) either fit them with a valid order or are ResourceExhausted; and
+// zb-1p (P=2, M=3) refined (GeneratorParams::refine) is valid, within P activations and
+// no slower than as searched.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +57,30 @@ void CheckSearch(const CostModel& costs, const char* searched, const char* handc
   PS_FUZZ_CHECK(sim.ok() && sim_base.ok(), sim.ok() ? sim_base.status() : sim.status());
   PS_FUZZ_CHECK(sim->step_time <= sim_base->step_time * (1 + 1e-12),
                 "a searched schedule takes a longer step than the handcrafted one");
+}
+
+// zb-1p searched for `costs` and refined (when they fit the shape) is valid, keeps its
+// limit and takes no longer a step than the searched order. A small shape: the
+// refinement times thousands of orders.
+void CheckRefine(const CostModel& costs) {
+  GeneratorParams params{.num_ranks = 2, .num_microbatches = 3, .num_chunks = 1};
+  if (!CheckCostsFit(costs, params.num_ranks, params.num_chunks).ok()) return;
+  params.costs = &costs;
+  absl::StatusOr<Schedule> searched = GenerateSchedule("zb-1p", params);
+  PS_FUZZ_CHECK(searched.ok(), searched.status());
+  params.refine = true;
+  absl::StatusOr<Schedule> refined = GenerateSchedule("zb-1p", params);
+  PS_FUZZ_CHECK(refined.ok(), refined.status());
+  const absl::Status valid = Validate(*refined);
+  PS_FUZZ_CHECK(valid.ok(), valid);
+  absl::StatusOr<SimResult> before = Simulate(*searched, costs);
+  absl::StatusOr<SimResult> after = Simulate(*refined, costs);
+  PS_FUZZ_CHECK(before.ok() && after.ok(), before.ok() ? after.status() : before.status());
+  PS_FUZZ_CHECK(after->step_time <= before->step_time * (1 + 1e-12),
+                "the refined order takes a longer step than the searched one");
+  for (const RankStats& rank : after->ranks) {
+    PS_FUZZ_CHECK(rank.peak_live_microbatches <= 2, "refined zb-1p above its activation limit");
+  }
 }
 
 // zb-v-min searched for `costs` (when they fit the shape) is valid and keeps its limit.
@@ -109,6 +135,7 @@ void FuzzOne(std::string_view text) {
   CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
   CheckMin(*costs, {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 2});
+  CheckRefine(*costs);
   CheckFit(*costs, "zb-2p", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckFit(*costs, "zb-v-1p", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});
   // interleaved-zb's P=2, M=4 order fits interleaved-zb-1p's limit (4 chunk activations).

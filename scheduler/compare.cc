@@ -118,16 +118,24 @@ absl::StatusOr<CostModel> RefineCosts(const CostModel& per_stage, int num_ranks,
 
 std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
                                                int num_microbatches, int num_chunks,
-                                               const CostModel& per_stage, bool keep_timelines,
-                                               double max_activations,
-                                               std::optional<std::int64_t> device_memory_bytes) {
+                                               const CostModel& per_stage,
+                                               const CompareOptions& options) {
   std::vector<ComparedSchedule> out;
-  auto finish = [&](ComparedSchedule& row, const Schedule& schedule, const CostModel& costs) {
-    if (!keep_timelines) {
+  auto finish = [&](ComparedSchedule& row, const Schedule& schedule, const CostModel& costs,
+                    const GeneratorParams& params) {
+    if (!options.keep_timelines) {
       row.sim.timeline = trace::Timeline{};
       row.sim.phases.clear();
     }
     row.closed_form = ClosedFormFor(schedule, costs);
+    if (!params.refine || params.costs == nullptr) return;
+    // The same search without the refinement, for what the refinement bought.
+    GeneratorParams plain = params;
+    plain.refine = false;
+    absl::StatusOr<Schedule> searched = GenerateSchedule(row.schedule, plain);
+    if (!searched.ok()) return;
+    absl::StatusOr<SimResult> sim = Simulate(*searched, costs);
+    if (sim.ok()) row.unrefined_step_time = sim->step_time;
   };
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
@@ -135,7 +143,7 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     GeneratorParams params{.num_ranks = num_ranks,
                            .num_microbatches = num_microbatches,
                            .num_chunks = num_chunks,
-                           .max_activations = max_activations};
+                           .max_activations = options.max_activations};
     // A schedule searched for its costs (ScheduleInfo::uses_costs) is searched for the ones it is
     // ranked by; a refinement that fails fails again below, and is reported there.
     absl::StatusOr<CostModel> search_costs;
@@ -143,6 +151,7 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
       search_costs = RefineCosts(per_stage, num_ranks,
                                  num_chunks > 0 ? num_chunks : std::max(info->default_chunks, 1));
       if (search_costs.ok()) params.costs = &*search_costs;
+      params.refine = options.refine;
     }
     absl::StatusOr<Schedule> schedule = GenerateSchedule(name, params);
     if (!schedule.ok()) {
@@ -162,15 +171,16 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     }
     row.sim = *std::move(sim);
     const std::int64_t peak = PeakBytes(row.sim);
-    const bool fit_it = device_memory_bytes.has_value() && max_activations == 0 &&
-                        params.costs != nullptr && peak > 0 && peak > *device_memory_bytes;
+    const bool fit_it = options.device_memory_bytes.has_value() && options.max_activations == 0 &&
+                        params.costs != nullptr && peak > 0 && peak > *options.device_memory_bytes;
     // The own order and its simulation start the fit (its ranks are all it reads).
     SimResult own_sim;
     if (fit_it) own_sim.ranks = row.sim.ranks;
-    finish(row, *schedule, *costs);
+    finish(row, *schedule, *costs, params);
     if (!fit_it) continue;
-    absl::StatusOr<MemoryFit> fit = SearchWithinMemory(name, params, *costs, *device_memory_bytes,
-                                                       *std::move(schedule), std::move(own_sim));
+    absl::StatusOr<MemoryFit> fit =
+        SearchWithinMemory(name, params, *costs, *options.device_memory_bytes, *std::move(schedule),
+                           std::move(own_sim));
     if (!fit.ok()) {
       out.back().fit_status = fit.status();
       continue;
@@ -180,7 +190,9 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     fitted.num_chunks = fit->schedule.num_chunks();
     fitted.sim = std::move(fit->sim);
     fitted.fitted_max_activations = fit->max_activations;
-    finish(fitted, fit->schedule, *costs);
+    GeneratorParams fitted_params = params;
+    fitted_params.max_activations = fit->max_activations;
+    finish(fitted, fit->schedule, *costs, fitted_params);
   }
   return out;
 }

@@ -50,22 +50,33 @@ struct ComparedSchedule {
   // when no limit fits, SearchWithinMemory's ResourceExhausted saying so.
   double fitted_max_activations = 0;
   absl::Status fit_status;
+  // Only with CompareOptions::refine, for a searched schedule: the step time of its order
+  // as searched, before the refinement (sim.step_time is the refined order's).
+  std::optional<double> unrefined_step_time;
+};
+
+struct CompareOptions {
+  // Keep each row's timeline (tens of bytes per action, for every schedule at once), to
+  // draw them; cleared otherwise.
+  bool keep_timelines = false;
+  // To the searched schedules as GeneratorParams::max_activations (0: their own limits).
+  double max_activations = 0;
+  // With no max_activations: a searched schedule whose busiest rank peaks above it gets a
+  // second row, its order searched within the loosest limit that fits (memory_fit.h;
+  // ComparedSchedule::fitted_max_activations), right after its own.
+  std::optional<std::int64_t> device_memory_bytes;
+  // To the searched schedules as GeneratorParams::refine, their own rows and fitted ones.
+  bool refine = false;
 };
 
 // Generates each named schedule for P ranks, M micro-batches and V chunks (0: each
 // schedule's default), refines `per_stage` to its V and simulates it. One entry per
 // name, in the order given; a schedule that refuses the shape, whose costs do not fit
 // or that fails to simulate has its reason in `status`. Names are looked up in the
-// registry (unknown ones get NotFound listing the known schedules). Timelines take tens
-// of bytes per action, for every schedule at once: they are kept only with
-// `keep_timelines` (to draw them), and cleared otherwise. `max_activations` goes to the
-// searched schedules as GeneratorParams::max_activations (0: their own limits). With
-// `device_memory_bytes` and no `max_activations`, a searched schedule whose busiest rank
-// peaks above it gets a second row, its order searched within the loosest limit that
-// fits (memory_fit.h; ComparedSchedule::fitted_max_activations), right after its own.
-std::vector<ComparedSchedule> CompareSchedules(
-    const std::vector<std::string>& names, int num_ranks, int num_microbatches, int num_chunks,
-    const CostModel& per_stage, bool keep_timelines = false, double max_activations = 0,
-    std::optional<std::int64_t> device_memory_bytes = std::nullopt);
+// registry (unknown ones get NotFound listing the known schedules). `options` as there.
+std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& names, int num_ranks,
+                                               int num_microbatches, int num_chunks,
+                                               const CostModel& per_stage,
+                                               const CompareOptions& options = {});
 
 }  // namespace pipesched::scheduler

@@ -2,6 +2,7 @@
 // line in registry.cc. Generators are pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +32,18 @@ struct GeneratorParams {
   // at least 1; 0 = the schedule's own (zb-1p: P, zb-v-half: (P+2)/2, ...). The others
   // ignore it: their order fixes their memory.
   double max_activations = 0;
+  // A cost-aware schedule's order, once searched, improved by local search (RefineOrder in
+  // zb_search.cc): single actions moved within their rank's program while the step gets
+  // shorter, at most kRefineActions actions timed in all. Never a longer step than the search's
+  // order, and within the same limit of live activations (it may use more of it than the
+  // search's order did). The others ignore it.
+  bool refine = false;
 };
+
+// The most actions one refinement times, over all the orders it tries
+// (GeneratorParams::refine): about a second on one core of this project's machines,
+// whatever the schedule's size (a large one gets fewer tries).
+inline constexpr std::int64_t kRefineActions = 20'000'000;
 
 using GeneratorFn = absl::StatusOr<Schedule> (*)(const GeneratorParams&);
 

@@ -164,12 +164,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     // Before its shape is used: a hand-made schedule's P x V may not even fit an int.
     PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   } else {
-    PS_ASSIGN_OR_RETURN(
-        schedule,
-        scheduler::GenerateSchedule(config.schedule, {.num_ranks = config.stages,
-                                                      .num_microbatches = config.microbatches,
-                                                      .num_chunks = config.virtual_stages,
-                                                      .max_activations = config.max_activations}));
+    PS_ASSIGN_OR_RETURN(schedule, scheduler::GenerateSchedule(
+                                      config.schedule, {.num_ranks = config.stages,
+                                                        .num_microbatches = config.microbatches,
+                                                        .num_chunks = config.virtual_stages,
+                                                        .max_activations = config.max_activations,
+                                                        .refine = config.refine}));
   }
   const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
   t->config_.stages = P;

@@ -48,6 +48,8 @@ struct TrainerConfig {
   // A searched schedule's memory limit instead of its own (GeneratorParams::
   // max_activations); 0 = its own. Other schedules ignore it.
   double max_activations = 0;
+  // A searched schedule's order refined by local search (GeneratorParams::refine).
+  bool refine = false;
   std::string backend = "auto";  // "auto", "host", "cuda"
   // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
   int num_devices = 0;

@@ -422,6 +422,104 @@ class ListScheduler {
   Outcome out_;
 };
 
+// Whether `later` needs `earlier` directly (DESIGN.md's dependencies among the F, I and W
+// a search lays out), so that in one rank's program `later` cannot come first.
+bool Needs(const Action& later, const Action& earlier) {
+  if (later.microbatch != earlier.microbatch) return false;
+  switch (later.op) {
+    case Op::kF:
+      return earlier.op == Op::kF && earlier.stage == later.stage - 1;
+    case Op::kI:
+      return (earlier.op == Op::kF && earlier.stage == later.stage) ||
+             (earlier.op == Op::kI && earlier.stage == later.stage + 1);
+    case Op::kW:
+      return earlier.op == Op::kI && earlier.stage == later.stage;
+    default:
+      return false;
+  }
+}
+
+// Whether `candidate` is better than `best` by more than rounding: a step shorter by over
+// 1e-9 of it, or one as long and a makespan shorter by as much, or both and a smaller
+// peak. (The same sums added in another order differ in the last bits; a refinement
+// that kept such a move would report a gain of 1e-13.)
+bool ClearlyBetter(const Outcome& candidate, const Outcome& best) {
+  const double step_margin = 1e-9 * std::max(1.0, std::abs(best.step_time));
+  if (candidate.step_time < best.step_time - step_margin) return true;
+  if (candidate.step_time > best.step_time + step_margin) return false;
+  const double makespan_margin = 1e-9 * std::max(1.0, std::abs(best.makespan));
+  if (candidate.makespan < best.makespan - makespan_margin) return true;
+  if (candidate.makespan > best.makespan + makespan_margin) return false;
+  return candidate.peak < best.peak;
+}
+
+// The refinement (GeneratorParams::refine) in place of the paper's ILP, which polishes
+// its heuristic's order (Qi et al. 2023, section 3): hill climbing over single moves.
+// Each action, rank by rank in program order, is tried at other places in its program,
+// nearest first, in each direction until it would pass an action it needs (moving
+// earlier) or that needs it (moving later); the first move whose order replays better
+// (ClearlyBetter) within the limit is kept. Passes repeat until one keeps nothing at the
+// longest reach, or kRefineActions actions have been timed (each try counts all of its
+// order's actions). Moves that deadlock through another rank stall the replay and are
+// dropped.
+Outcome RefineOrder(ListScheduler& lister, Outcome best, int limit) {
+  std::vector<std::vector<Action>> programs = best.programs;
+  std::int64_t actions = 0;
+  for (const std::vector<Action>& program : programs) actions += program.size();
+  const std::int64_t max_replays = std::max<std::int64_t>(1, kRefineActions / actions);
+  std::int64_t replays = 0;
+  // Tries `programs` with the action at `from` of rank r moved to `to`; keeps it if better.
+  auto try_move = [&](std::size_t r, std::size_t from, std::size_t to) {
+    std::vector<Action>& program = programs[r];
+    auto rotate = [&](std::size_t a, std::size_t b) {  // the action at a goes to b
+      if (a < b) {
+        std::rotate(program.begin() + a, program.begin() + a + 1, program.begin() + b + 1);
+      } else {
+        std::rotate(program.begin() + b, program.begin() + a, program.begin() + a + 1);
+      }
+    };
+    rotate(from, to);
+    ++replays;
+    absl::StatusOr<Outcome> outcome =
+        lister.Replay(programs, Bounds{.step_time = best.step_time, .peak = limit});
+    if (outcome.ok() && !outcome->cut && outcome->peak <= limit && ClearlyBetter(*outcome, best)) {
+      best = *std::move(outcome);
+      return true;
+    }
+    rotate(to, from);
+    return false;
+  };
+  std::size_t longest = 0;
+  for (const std::vector<Action>& program : programs) longest = std::max(longest, program.size());
+  // Short moves first, the reach doubling whenever a pass keeps nothing: most of what
+  // helps is near, and the budget is better spent there than on far moves of every action.
+  for (std::size_t reach = 1; replays < max_replays;) {
+    bool kept = false;
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+      const std::size_t n = programs[r].size();
+      for (std::size_t i = 0; i < n && replays < max_replays; ++i) {
+        bool moved = false;
+        for (std::size_t to = i; to > 0 && to + reach > i && !moved && replays < max_replays;
+             --to) {
+          if (Needs(programs[r][i], programs[r][to - 1])) break;
+          moved = try_move(r, i, to - 1);
+        }
+        for (std::size_t to = i + 1; to < n && to <= i + reach && !moved && replays < max_replays;
+             ++to) {
+          if (Needs(programs[r][to], programs[r][i])) break;
+          moved = try_move(r, i, to);
+        }
+        kept |= moved;
+      }
+    }
+    if (!kept) {
+      if (reach >= longest) break;
+      reach *= 2;
+    }
+  }
+  return best;
+}
+
 // The repeated building block (Qi et al. 2024, "Pipeline Parallelism with Controllable
 // Memory"): one micro-batch's passes laid out in time, each as early as its input allows
 // (its producer's end plus the transfer) where it overlaps no other pass of the block on
@@ -681,6 +779,7 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     return absl::ResourceExhaustedError(
         absl::StrCat(Absl(name), " found no order within ", limit, " live activations per rank"));
   }
+  if (params.refine) best = RefineOrder(lister, std::move(best), limit);
   schedule.programs = std::move(best.programs);
   return schedule;
 }

@@ -551,6 +551,48 @@ TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
   EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order fixes its memory"));
 }
 
+// --refine: the searched order improved by local search, with a line saying by how much;
+// refused where the order is not searched.
+TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
+  const std::string costs = TempPath("uneven.json");
+  std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1.2, "b": 2.3, "i": 1.4, "w": 0.9},
+      {"f": 0.8, "b": 2.0, "i": 1.1, "w": 0.9}, {"f": 1.5, "b": 2.2, "i": 1.5, "w": 0.7},
+      {"f": 1.0, "b": 1.8, "i": 1.0, "w": 0.8}], "comm": 0.1})";
+  const std::vector<std::string> zb_1p = {"simulate",          "--schedule=zb-1p", "--stages=4",
+                                          "--microbatches=12", "--costs=" + costs, "--nogrid"};
+  RunResult r = RunCli(WithFlags(zb_1p, {"--refine"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("zb-1p: --refine shortened the searched order's step "
+                                           "from 48.9 to 48.2 (-1.43%)\n"));
+  EXPECT_THAT(r.out, HasSubstr("makespan 48.2 "));
+  RunResult plain = RunCli(zb_1p);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("makespan 48.9 "));
+  // Unit costs: zb-h1's order already meets the one-step bound.
+  r = RunCli(
+      {"simulate", "--schedule=zb-1p", "--stages=4", "--microbatches=8", "--refine", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(
+                         "zb-1p: --refine found no shorter step than the searched order's 27\n"));
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8", "--refine"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--refine applies to the searched schedules (zb-1p, "));
+  EXPECT_THAT(r.err, HasSubstr("not to 1f1b, whose order is given, not searched"));
+  r = RunCli({"simulate", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--refine"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order is given, not searched"));
+  r = RunCli(
+      {"train", "--schedule=gpipe", "--stages=2", "--steps=1", "--backend=host", "--refine"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not to gpipe, whose order is given"));
+  // train refines the order it searches for the measured costs.
+  r = RunCli({"train", "--schedule=zb-2p", "--stages=2", "--microbatches=4", "--layers=3",
+              "--hidden=16", "--steps=1", "--backend=host", "--refine"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zb-2p: searched and refined (--refine) for the costs measured in "
+                               "3 steps of its unit-cost order"));
+}
+
 // GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of
 // 1.5 after make a step of 11; the bubble is the schedule's, closed form included.
 TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {

@@ -259,6 +259,40 @@ TEST(CompareTest, ALongSearchIsAnnouncedSoItIsNotTakenForAHang) {
   EXPECT_THAT(small.err, ::testing::StartsWith("pipesched: --device-memory=lots:"));
 }
 
+// --refine: the searched rows are the refined orders, and what the refinement bought is
+// said under the table and kept in the JSON (zb_search_test's uneven stages).
+TEST(CompareTest, RefineSaysWhatTheLocalSearchBought) {
+  const std::string costs = TempPath("uneven.json"), json = TempPath("refined.json");
+  std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1.2, "b": 2.3, "i": 1.4, "w": 0.9},
+      {"f": 0.8, "b": 2.0, "i": 1.1, "w": 0.9}, {"f": 1.5, "b": 2.2, "i": 1.5, "w": 0.7},
+      {"f": 1.0, "b": 1.8, "i": 1.0, "w": 0.8}], "comm": 0.1})";
+  RunResult r = RunCli({"compare", "--stages=4", "--microbatches=12", "--costs=" + costs,
+                        "--schedules=1f1b,zb-1p,zb-2p", "--refine", "--json=" + json});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zb-1p              1        48.2        48.2"));
+  EXPECT_THAT(r.out, HasSubstr("--refine: the searched orders' steps before -> after local "
+                               "search: zb-2p 46.8 -> 46.6 (-0.43%), zb-1p 48.9 -> 48.2 "
+                               "(-1.43%)\n"));
+  nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  ASSERT_EQ(j["ranked"].size(), 3u);
+  EXPECT_EQ(j["ranked"][1]["schedule"], "zb-1p");
+  EXPECT_NEAR(j["ranked"][1]["unrefined_step_time"].get<double>(), 48.9, 1e-9);
+  EXPECT_NEAR(j["ranked"][1]["step_time"].get<double>(), 48.2, 1e-9);
+  EXPECT_TRUE(j["ranked"][2]["unrefined_step_time"].is_null());  // 1f1b
+  RunResult plain = RunCli(
+      {"compare", "--stages=4", "--microbatches=12", "--costs=" + costs, "--schedules=zb-1p"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("zb-1p              1        48.9        48.9"));
+  EXPECT_THAT(plain.out, Not(HasSubstr("--refine")));
+  RunResult fixed =
+      RunCli({"compare", "--stages=4", "--microbatches=12", "--schedules=1f1b,zb-v", "--refine"});
+  EXPECT_EQ(fixed.code, 2);
+  EXPECT_EQ(fixed.err,
+            "pipesched: --refine applies to the searched schedules (zb-1p, zb-2p, zb-v-1p, "
+            "interleaved-zb-1p, zb-v-half, zb-v-min), not to 1f1b, whose order is given, not "
+            "searched; drop the flag or name a searched schedule\n");
+}
+
 TEST(CompareTest, BadRequestsAreOneLineErrors) {
   RunResult skipped = RunCli(
       {"compare", "--stages=4", "--microbatches=9", "--schedules=interleaved-zb,interleaved-1f1b"});

@@ -177,7 +177,7 @@ TEST(CompareSchedulesTest, EveryScheduleRunsTheSameWorkAndRanksByItsBubble) {
   // planner's limits); with it, every action's span is.
   EXPECT_TRUE(rows[0].sim.timeline.spans.empty());
   const std::vector<ComparedSchedule> drawn =
-      CompareSchedules({"1f1b"}, 4, 8, 0, CostModel{}, /*keep_timelines=*/true);
+      CompareSchedules({"1f1b"}, 4, 8, 0, CostModel{}, {.keep_timelines = true});
   EXPECT_EQ(drawn[0].sim.timeline.spans.size(), 64u);  // 4 ranks x 8 x (F, B)
   const auto zb = std::find_if(rows.begin(), rows.end(),
                                [](const ComparedSchedule& r) { return r.schedule == "zb-h1"; });
@@ -201,6 +201,32 @@ TEST(CompareSchedulesTest, ShapesASchedulesRefuseAreSkippedWithTheirReason) {
     EXPECT_THAT(row.status,
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"stages\" has 2 entries")))
         << row.schedule;
+  }
+}
+
+TEST(CompareSchedulesTest, RefineRefinesTheSearchedRowsAndKeepsTheirSearchedSteps) {
+  // The uneven stages of zb_search_test's RefineShortensAnUnevenPipeline: zb-1p's row is
+  // the refined order (48.2) and remembers the searched one's step (48.9); 1f1b's order is
+  // fixed and has nothing to remember; without the option no row has one.
+  CostModel costs;
+  costs.stages = {{.f = 1.2, .b = 2.3, .i = 1.4, .w = 0.9},
+                  {.f = 0.8, .b = 2.0, .i = 1.1, .w = 0.9},
+                  {.f = 1.5, .b = 2.2, .i = 1.5, .w = 0.7},
+                  {.f = 1.0, .b = 1.8, .i = 1.0, .w = 0.8}};
+  costs.comm_uniform = 0.1;
+  const std::vector<ComparedSchedule> rows =
+      CompareSchedules({"1f1b", "zb-1p", "zb-v-1p"}, 4, 12, 0, costs, {.refine = true});
+  ASSERT_EQ(rows.size(), 3u);
+  for (const ComparedSchedule& row : rows) PS_ASSERT_OK(row.status);
+  EXPECT_FALSE(rows[0].unrefined_step_time.has_value());
+  ASSERT_TRUE(rows[1].unrefined_step_time.has_value());
+  EXPECT_NEAR(*rows[1].unrefined_step_time, 48.9, 1e-9);
+  EXPECT_NEAR(rows[1].sim.step_time, 48.2, 1e-9);
+  ASSERT_TRUE(rows[2].unrefined_step_time.has_value());
+  EXPECT_LE(rows[2].sim.step_time, *rows[2].unrefined_step_time);
+  for (const ComparedSchedule& row : CompareSchedules({"zb-1p"}, 4, 12, 0, costs)) {
+    EXPECT_FALSE(row.unrefined_step_time.has_value());
+    EXPECT_NEAR(row.sim.step_time, 48.9, 1e-9);
   }
 }
 
