@@ -171,13 +171,16 @@ bool KnowsStaticBytes(const std::vector<Row>& rows) {
 }
 
 // What --refine bought each searched row, in rank order: "--refine: zb-v-half 67.87 ->
-// 65.56 (-3.40%), ...; no shorter step found for zb-1p, zb-2p".
+// 65.56 (-3.40%), ...; no shorter step found for zb-1p, zb-2p; refined orders that do not
+// fit --device-memory, not kept: zb-v-min".
 std::string RefinementNote(const std::vector<Row>& rows) {
-  std::vector<std::string> better, same;
+  std::vector<std::string> better, same, too_large;
   for (const Row& row : rows) {
     const std::optional<double>& before = row.c->unrefined_step_time;
     if (!before.has_value()) continue;
-    if (row.step < *before * (1 - 1e-9)) {  // not a rounding difference
+    if (row.c->refined_too_large) {
+      too_large.push_back(Label(*row.c));
+    } else if (row.step < *before * (1 - 1e-9)) {  // not a rounding difference
       better.push_back(absl::StrFormat("%s %.6g -> %.6g (%+.2f%%)", Label(*row.c), *before,
                                        row.step, 100 * (row.step - *before) / *before));
     } else {
@@ -186,8 +189,13 @@ std::string RefinementNote(const std::vector<Row>& rows) {
   }
   std::string note = "--refine: the searched orders' steps before -> after local search: ";
   absl::StrAppend(&note, better.empty() ? "none shorter" : absl::StrJoin(better, ", "));
-  if (!same.empty())
+  if (!same.empty()) {
     absl::StrAppend(&note, "; no shorter step found for ", absl::StrJoin(same, ", "));
+  }
+  if (!too_large.empty()) {
+    absl::StrAppend(&note, "; refined orders that do not fit --device-memory, not kept: ",
+                    absl::StrJoin(too_large, ", "));
+  }
   return note;
 }
 
@@ -290,6 +298,7 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
     e["unrefined_step_time"] = row.c->unrefined_step_time.has_value()
                                    ? nlohmann::json(*row.c->unrefined_step_time)
                                    : nlohmann::json();
+    e["refined_too_large"] = row.c->refined_too_large;
     // Why a searched schedule that does not fit has no fitted row.
     e["fit_error"] = row.c->fit_status.ok()
                          ? nlohmann::json()

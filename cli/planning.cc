@@ -62,7 +62,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
             absl::StrCat("--from=", from, " takes P, V and M from the file; drop --", Absl(f)));
       }
     }
-    PS_RETURN_IF_ERROR(CheckSearchFlagsApply("", /*from_file=*/true));
+    PS_RETURN_IF_ERROR(CheckSearchFlagsApply("", /*from_file=*/true, /*refines_any_order=*/true));
     return scheduler::LoadScheduleFile(from);
   }
   int p = absl::GetFlag(FLAGS_stages);
@@ -84,15 +84,14 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
                      kMaxActions / 3, "): lower --microbatches or --stages"));
   }
   PS_ASSIGN_OR_RETURN(const double max_activations, MaxActivationsFromFlags());
-  PS_RETURN_IF_ERROR(CheckSearchFlagsApply(name, /*from_file=*/false));
+  PS_RETURN_IF_ERROR(CheckSearchFlagsApply(name, /*from_file=*/false, /*refines_any_order=*/true));
   if (info != nullptr && info->uses_costs) NoteLongSearch(ctx, name + "'s order", actions);
   PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
                       scheduler::GenerateSchedule(name, {.num_ranks = p,
                                                          .num_microbatches = m,
                                                          .num_chunks = v,
                                                          .costs = costs,
-                                                         .max_activations = max_activations,
-                                                         .refine = absl::GetFlag(FLAGS_refine)}));
+                                                         .max_activations = max_activations}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
@@ -105,9 +104,10 @@ absl::StatusOr<double> MaxActivationsFromFlags() {
       "worth of activations per rank"));
 }
 
-absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file) {
+absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
+                                   bool refines_any_order) {
   const bool limit = absl::GetFlag(FLAGS_max_activations) != 0;
-  if (!limit && !absl::GetFlag(FLAGS_refine)) return absl::OkStatus();
+  if (!limit && (refines_any_order || !absl::GetFlag(FLAGS_refine))) return absl::OkStatus();
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule);
   if (!from_file && info == nullptr) return absl::OkStatus();  // the generator names it
   if (from_file || !info->uses_costs) {

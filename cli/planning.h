@@ -32,8 +32,11 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
 absl::StatusOr<double> MaxActivationsFromFlags();
 // InvalidArgument when a flag for the searched schedules (--max-activations, --refine) is
 // given for `schedule` (one schedule a command runs as it is) and `schedule` is not
-// searched (its order is fixed by its name) or comes from a file (`from_file`).
-absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file);
+// searched (its order is fixed by its name) or comes from a file (`from_file`). With
+// `refines_any_order` (simulate, which refines any order with a split backward through
+// scheduler::RefineSchedule) only --max-activations is checked.
+absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
+                                   bool refines_any_order = false);
 
 // A line on stderr before a search that will take a while (`what`, e.g. "zb-v-min's
 // order", searched over more than a few million actions: tens of seconds to minutes), so

@@ -15,6 +15,7 @@
 #include "cli/flags.h"
 #include "cli/planning.h"
 #include "scheduler/memory_fit.h"
+#include "scheduler/refine.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
@@ -154,10 +155,13 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
 // again within fewer activations per rank (scheduler::SearchWithinMemory), with a note on
 // what was done; one that cannot fit at all is left as it is, for CheckDeviceMemory to
 // refuse with its advice. Not with --from or --max-activations (a limit of the user's).
-// `max_activations` becomes the fitted limit when there is one.
+// `max_activations` becomes the fitted limit when there is one. With --refine the order
+// that fits, its own included, comes back refined where the refined one fits too, and
+// `fit` says so.
 absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostModel& search_costs,
                                const scheduler::CostModel& costs, scheduler::Schedule* schedule,
-                               double* max_activations) {
+                               double* max_activations,
+                               std::optional<scheduler::MemoryFit>* refined_fit) {
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule->name);
   if (!capacity.has_value() || info == nullptr || !info->uses_costs ||
@@ -166,8 +170,8 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
   }
   PS_ASSIGN_OR_RETURN(scheduler::SimResult own, scheduler::Simulate(*schedule, costs));
   const std::int64_t peak = scheduler::PeakBytes(own);
-  if (peak == 0 || peak <= *capacity) return absl::OkStatus();
-  own.timeline = trace::Timeline{};  // only its ranks are read
+  const bool refine = absl::GetFlag(FLAGS_refine);
+  if (peak == 0 || (peak <= *capacity && !refine)) return absl::OkStatus();
   absl::StatusOr<scheduler::MemoryFit> fit =
       scheduler::SearchWithinMemory(schedule->name,
                                     {.num_ranks = schedule->num_ranks(),
@@ -182,6 +186,11 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
     *ctx.err << "pipesched: note: " << fit.status().message() << "\n";
     return absl::OkStatus();
   }
+  if (fit->max_activations == 0) {  // the own order fits; refined
+    *schedule = fit->schedule;
+    *refined_fit = *std::move(fit);
+    return absl::OkStatus();
+  }
   const std::string limit =
       scheduler::MaxActivationsText(fit->chunk_activations, schedule->num_chunks());
   *ctx.out << absl::StrFormat(
@@ -190,34 +199,58 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
       "that fits (%d searches)\n",
       schedule->name, HumanBytes(peak), cap, limit,
       fit->chunk_activations == schedule->num_chunks() ? "'s" : "s'", limit, fit->searches);
-  *schedule = std::move(fit->schedule);
+  *schedule = fit->schedule;
   *max_activations = fit->max_activations;
+  if (refine) *refined_fit = *std::move(fit);
   return absl::OkStatus();
 }
 
-// With --refine: what the refinement bought, the searched order without it simulated
-// with the same costs and limit against `refined`'s step.
-absl::Status NoteRefinement(const CommandContext& ctx, const scheduler::CostModel& search_costs,
-                            const scheduler::CostModel& costs, const scheduler::Schedule& refined,
-                            double max_activations) {
-  PS_ASSIGN_OR_RETURN(
-      const scheduler::Schedule searched,
-      scheduler::GenerateSchedule(refined.name, {.num_ranks = refined.num_ranks(),
-                                                 .num_microbatches = refined.num_microbatches,
-                                                 .num_chunks = refined.num_chunks(),
-                                                 .costs = &search_costs,
-                                                 .max_activations = max_activations}));
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult before, scheduler::Simulate(searched, costs));
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult after, scheduler::Simulate(refined, costs));
-  if (after.step_time < before.step_time * (1 - 1e-9)) {  // not a rounding difference
-    *ctx.out << absl::StrFormat(
-        "%s: --refine shortened the searched order's step from %.6g to %.6g (%+.2f%%)\n",
-        refined.name, before.step_time, after.step_time,
-        100 * (after.step_time - before.step_time) / before.step_time);
+// With --refine: a searched schedule is refined at its limit (`max_activations`, or its
+// own) by its generator, or was by the memory fit (`fit`, which keeps a refined order
+// only where it fits the device too); any other order -- a file, a handcrafted one -- is
+// refined here, within its own peak (scheduler::RefineSchedule). One line says what the
+// refinement bought against the order without it, simulated with `costs`.
+absl::Status RefineAndNote(const CommandContext& ctx, const scheduler::CostModel* search_costs,
+                           const scheduler::CostModel& costs, double max_activations,
+                           const std::optional<scheduler::MemoryFit>& fit,
+                           scheduler::Schedule* schedule) {
+  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule->name);
+  const bool searched = search_costs != nullptr && info != nullptr && info->uses_costs;
+  const char* order = searched ? "the searched order's" : "its order's";
+  double was = 0;
+  if (fit.has_value()) {
+    if (fit->refined_too_large) {
+      *ctx.out << absl::StrFormat(
+          "%s: --refine's order peaks above --device-memory=%s: kept the searched order\n",
+          schedule->name, absl::GetFlag(FLAGS_device_memory));
+      return absl::OkStatus();
+    }
+    was = fit->unrefined_step_time.value_or(fit->sim.step_time);
   } else {
-    *ctx.out << absl::StrFormat(
-        "%s: --refine found no shorter step than the searched order's %.6g\n", refined.name,
-        before.step_time);
+    PS_ASSIGN_OR_RETURN(const scheduler::SimResult before, scheduler::Simulate(*schedule, costs));
+    was = before.step_time;
+    if (searched) {
+      PS_ASSIGN_OR_RETURN(
+          *schedule, scheduler::GenerateSchedule(schedule->name,
+                                                 {.num_ranks = schedule->num_ranks(),
+                                                  .num_microbatches = schedule->num_microbatches,
+                                                  .num_chunks = schedule->num_chunks(),
+                                                  .costs = search_costs,
+                                                  .max_activations = max_activations,
+                                                  .refine = true}));
+    } else {
+      PS_ASSIGN_OR_RETURN(*schedule, scheduler::RefineSchedule(*schedule, costs));
+    }
+  }
+  PS_ASSIGN_OR_RETURN(const scheduler::SimResult is, scheduler::Simulate(*schedule, costs));
+  if (is.step_time < was * (1 - 1e-9)) {  // not a rounding difference
+    *ctx.out << absl::StrFormat("%s: --refine shortened %s step from %.6g to %.6g (%+.2f%%)%s\n",
+                                schedule->name, order, was, is.step_time,
+                                100 * (is.step_time - was) / was,
+                                searched ? "" : ", with no more live activations per rank");
+  } else {
+    *ctx.out << absl::StrFormat("%s: --refine found no shorter step than %s %.6g\n", schedule->name,
+                                order, was);
   }
   return absl::OkStatus();
 }
@@ -250,17 +283,19 @@ int RunSimulate(const CommandContext& ctx) {
   absl::StatusOr<scheduler::CostModel> costs =
       CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
+  double max_activations = absl::GetFlag(FLAGS_max_activations);
+  std::optional<scheduler::MemoryFit> refined_fit;
   if (search_costs.has_value()) {
-    double max_activations = absl::GetFlag(FLAGS_max_activations);
-    if (absl::Status s =
-            FitToDeviceMemory(ctx, *search_costs, *costs, &file->schedule, &max_activations);
+    if (absl::Status s = FitToDeviceMemory(ctx, *search_costs, *costs, &file->schedule,
+                                           &max_activations, &refined_fit);
         !s.ok()) {
       return ReportError(ctx, s);
     }
-    if (absl::GetFlag(FLAGS_refine)) {
-      absl::Status s = NoteRefinement(ctx, *search_costs, *costs, file->schedule, max_activations);
-      if (!s.ok()) return ReportError(ctx, s);
-    }
+  }
+  if (absl::GetFlag(FLAGS_refine)) {
+    absl::Status s = RefineAndNote(ctx, search_costs.has_value() ? &*search_costs : nullptr, *costs,
+                                   max_activations, refined_fit, &file->schedule);
+    if (!s.ok()) return ReportError(ctx, s);
   }
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
   return s.ok() ? kExitOk : ReportError(ctx, s);

@@ -151,10 +151,12 @@ absl::StatusOr<std::optional<std::int64_t>> ActivationBudget(const stages::Train
 }
 
 // The order of `info` searched for the costs measured in `steps` steps of `trainer`, which
-// runs its unit-cost order (CreateTrainer) and is gone on return, and the note saying so.
+// runs its unit-cost order as searched (CreateTrainer) and is gone on return, and the note
+// saying so; with `refine`, refined (within the devices' memory too, when it is held to it).
 absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::ScheduleInfo& info,
                                                            std::unique_ptr<stages::Trainer> trainer,
-                                                           int steps, std::string* note) {
+                                                           int steps, bool refine,
+                                                           std::string* note) {
   stages::StepResult last;
   for (int step = 0; step < steps; ++step) {
     PS_ASSIGN_OR_RETURN(last, trainer->Step());
@@ -166,8 +168,7 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
                                    .num_microbatches = run.num_microbatches,
                                    .num_chunks = run.num_chunks(),
-                                   .max_activations = trainer->config().max_activations,
-                                   .refine = trainer->config().refine};
+                                   .max_activations = trainer->config().max_activations};
   PS_ASSIGN_OR_RETURN(scheduler::Schedule unit, info.generate(shape));
   // Named when it is a handcrafted order (zb-h1's, zb-v's, interleaved-zb's where that
   // fits and the search finds nothing shorter for unit costs).
@@ -182,6 +183,7 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   shape.costs = &costs;
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> budget, ActivationBudget(*trainer));
   PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(shape));
+  shape.refine = refine;  // the fit chooses its limit from the orders as searched
   std::optional<scheduler::MemoryFit> fit;
   if (budget.has_value() && *budget > 0) {
     PS_ASSIGN_OR_RETURN(scheduler::SimResult own, scheduler::Simulate(searched, costs));
@@ -195,6 +197,14 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
     } else if (fitted.status().code() != absl::StatusCode::kResourceExhausted) {
       return fitted.status();
     }
+  }
+  if (refine && !fit.has_value()) {
+    PS_ASSIGN_OR_RETURN(searched, info.generate(shape));
+  }
+  if (fit.has_value() && fit->refined_too_large) {
+    *note += absl::StrFormat(
+        "%s: --refine's order peaks above what each device has left; kept the searched order\n",
+        searched.name);
   }
   if (fit.has_value() && fit->max_activations > 0) {
     *note += absl::StrFormat(
@@ -211,8 +221,9 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   *note += absl::StrFormat(
       "%s: searched%s for the costs measured in %d step%s of its unit-cost order%s: "
       "planned makespan %.3f ms against %.3f ms%s\n",
-      searched.name, shape.refine ? " and refined (--refine)" : "", steps, steps == 1 ? "" : "s",
-      unit_name, after.makespan / 1000, before.makespan / 1000,
+      searched.name,
+      refine && !(fit.has_value() && fit->refined_too_large) ? " and refined (--refine)" : "",
+      steps, steps == 1 ? "" : "s", unit_name, after.makespan / 1000, before.makespan / 1000,
       searched.programs == unit.programs ? " (the same order)" : "");
   return searched;
 }
@@ -226,12 +237,16 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerCo
   if (config->schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
     return stages::Trainer::Create(*config);
   }
-  // The trainer of the unit-cost order, for the measuring steps. A configuration that
-  // cannot run fails here with its own message, as it would without the search.
-  absl::StatusOr<std::unique_ptr<stages::Trainer>> measuring = stages::Trainer::Create(*config);
+  // The trainer of the unit-cost order as searched (refining it would only slow the
+  // measuring down), for the measuring steps. A configuration that cannot run fails here
+  // with its own message, as it would without the search.
+  stages::TrainerConfig measuring_config = *config;
+  measuring_config.refine = false;
+  absl::StatusOr<std::unique_ptr<stages::Trainer>> measuring =
+      stages::Trainer::Create(measuring_config);
   if (!measuring.ok()) return measuring.status();
   absl::StatusOr<scheduler::Schedule> searched =
-      SearchForMeasuredCosts(*info, *std::move(measuring), search_steps, note);
+      SearchForMeasuredCosts(*info, *std::move(measuring), search_steps, config->refine, note);
   if (!searched.ok()) {
     return absl::Status(
         searched.status().code(),

@@ -39,6 +39,7 @@
 #include "scheduler/formulas.h"
 #include "scheduler/lower.h"
 #include "scheduler/memory_fit.h"
+#include "scheduler/refine.h"
 #include "scheduler/registry.h"
 #include "scheduler/schedule.h"
 #include "scheduler/simulator.h"

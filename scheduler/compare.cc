@@ -121,21 +121,12 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
                                                const CostModel& per_stage,
                                                const CompareOptions& options) {
   std::vector<ComparedSchedule> out;
-  auto finish = [&](ComparedSchedule& row, const Schedule& schedule, const CostModel& costs,
-                    const GeneratorParams& params) {
+  auto finish = [&](ComparedSchedule& row, const Schedule& schedule, const CostModel& costs) {
     if (!options.keep_timelines) {
       row.sim.timeline = trace::Timeline{};
       row.sim.phases.clear();
     }
     row.closed_form = ClosedFormFor(schedule, costs);
-    if (!params.refine || params.costs == nullptr) return;
-    // The same search without the refinement, for what the refinement bought.
-    GeneratorParams plain = params;
-    plain.refine = false;
-    absl::StatusOr<Schedule> searched = GenerateSchedule(row.schedule, plain);
-    if (!searched.ok()) return;
-    absl::StatusOr<SimResult> sim = Simulate(*searched, costs);
-    if (sim.ok()) row.unrefined_step_time = sim->step_time;
   };
   for (const std::string& name : names) {
     ComparedSchedule& row = out.emplace_back();
@@ -151,8 +142,10 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
       search_costs = RefineCosts(per_stage, num_ranks,
                                  num_chunks > 0 ? num_chunks : std::max(info->default_chunks, 1));
       if (search_costs.ok()) params.costs = &*search_costs;
-      params.refine = options.refine;
     }
+    const bool refine = options.refine && params.costs != nullptr;
+    // The order as searched first: the memory fit chooses its limit from those, and the
+    // refined order is told against it.
     absl::StatusOr<Schedule> schedule = GenerateSchedule(name, params);
     if (!schedule.ok()) {
       row.status = schedule.status();
@@ -170,29 +163,50 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
       continue;
     }
     row.sim = *std::move(sim);
+    params.refine = refine;
+    // The own row refined at the schedule's limit (it does not fit, or no device is given).
+    auto refine_own = [&]() -> absl::Status {
+      if (!refine) return absl::OkStatus();
+      PS_ASSIGN_OR_RETURN(*schedule, GenerateSchedule(name, params));
+      PS_ASSIGN_OR_RETURN(SimResult refined, Simulate(*schedule, *costs));
+      row.unrefined_step_time = row.sim.step_time;
+      row.sim = std::move(refined);
+      return absl::OkStatus();
+    };
     const std::int64_t peak = PeakBytes(row.sim);
+    // With --refine a fitting own order goes through the fit too, which keeps it refined
+    // only where the refined order fits as well.
     const bool fit_it = options.device_memory_bytes.has_value() && options.max_activations == 0 &&
-                        params.costs != nullptr && peak > 0 && peak > *options.device_memory_bytes;
-    // The own order and its simulation start the fit (its ranks are all it reads).
-    SimResult own_sim;
-    if (fit_it) own_sim.ranks = row.sim.ranks;
-    finish(row, *schedule, *costs, params);
-    if (!fit_it) continue;
-    absl::StatusOr<MemoryFit> fit =
-        SearchWithinMemory(name, params, *costs, *options.device_memory_bytes, *std::move(schedule),
-                           std::move(own_sim));
-    if (!fit.ok()) {
-      out.back().fit_status = fit.status();
+                        params.costs != nullptr && peak > 0 &&
+                        (peak > *options.device_memory_bytes || refine);
+    absl::StatusOr<MemoryFit> fit = absl::UnknownError("not fitted");
+    if (fit_it) {
+      fit = SearchWithinMemory(name, params, *costs, *options.device_memory_bytes, *schedule,
+                               row.sim);
+      if (!fit.ok()) row.fit_status = fit.status();
+    }
+    if (fit.ok() && fit->max_activations == 0) {  // the own order fits
+      *schedule = std::move(fit->schedule);
+      row.sim = std::move(fit->sim);
+      row.unrefined_step_time = fit->unrefined_step_time;
+      row.refined_too_large = fit->refined_too_large;
+      finish(row, *schedule, *costs);
       continue;
     }
+    if (absl::Status refined = refine_own(); !refined.ok()) {
+      row.status = refined;
+      continue;
+    }
+    finish(row, *schedule, *costs);
+    if (!fit.ok()) continue;
     ComparedSchedule& fitted = out.emplace_back();
     fitted.schedule = name;
     fitted.num_chunks = fit->schedule.num_chunks();
     fitted.sim = std::move(fit->sim);
     fitted.fitted_max_activations = fit->max_activations;
-    GeneratorParams fitted_params = params;
-    fitted_params.max_activations = fit->max_activations;
-    finish(fitted, fit->schedule, *costs, fitted_params);
+    fitted.unrefined_step_time = fit->unrefined_step_time;
+    fitted.refined_too_large = fit->refined_too_large;
+    finish(fitted, fit->schedule, *costs);
   }
   return out;
 }

@@ -51,8 +51,10 @@ struct ComparedSchedule {
   double fitted_max_activations = 0;
   absl::Status fit_status;
   // Only with CompareOptions::refine, for a searched schedule: the step time of its order
-  // as searched, before the refinement (sim.step_time is the refined order's).
+  // as searched, before the refinement (sim.step_time is the refined order's, or the same
+  // when the refined order did not fit the device: refined_too_large).
   std::optional<double> unrefined_step_time;
+  bool refined_too_large = false;
 };
 
 struct CompareOptions {
@@ -66,6 +68,9 @@ struct CompareOptions {
   // ComparedSchedule::fitted_max_activations), right after its own.
   std::optional<std::int64_t> device_memory_bytes;
   // To the searched schedules as GeneratorParams::refine, their own rows and fitted ones.
+  // With device_memory_bytes the fit chooses its limit from the orders as searched, and a
+  // refined order that does not fit where the searched one does is not kept
+  // (SearchWithinMemory).
   bool refine = false;
 };
 

@@ -77,7 +77,9 @@ std::string MaxActivationsText(int chunk_activations, int chunks) {
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes) {
   PS_RETURN_IF_ERROR(CheckFitRequest(name, params, capacity_bytes));
-  PS_ASSIGN_OR_RETURN(Schedule own, GenerateSchedule(name, params));
+  GeneratorParams searched = params;
+  searched.refine = false;
+  PS_ASSIGN_OR_RETURN(Schedule own, GenerateSchedule(name, searched));
   PS_ASSIGN_OR_RETURN(SimResult own_sim, Simulate(own, costs));
   return SearchWithinMemory(name, params, costs, capacity_bytes, std::move(own),
                             std::move(own_sim));
@@ -89,7 +91,22 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
   PS_RETURN_IF_ERROR(CheckFitRequest(name, params, capacity_bytes));
   MemoryFit fit{.schedule = std::move(own), .sim = std::move(own_sim), .searches = 1};
   fit.own_peak_bytes = PeakBytes(fit.sim);
-  if (fit.own_peak_bytes <= capacity_bytes) return fit;
+  // With params.refine: the order that fits, refined at its limit; kept when it fits too.
+  auto refined = [&](MemoryFit f) -> absl::StatusOr<MemoryFit> {
+    if (!params.refine) return f;
+    f.unrefined_step_time = f.sim.step_time;
+    GeneratorParams at_limit = params;
+    at_limit.max_activations = f.max_activations;
+    PS_ASSIGN_OR_RETURN(Schedule schedule, GenerateSchedule(name, at_limit));
+    PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, costs));
+    f.refined_too_large = PeakBytes(sim) > capacity_bytes;
+    if (!f.refined_too_large) {
+      f.schedule = std::move(schedule);
+      f.sim = std::move(sim);
+    }
+    return f;
+  };
+  if (fit.own_peak_bytes <= capacity_bytes) return refined(std::move(fit));
   // What no limit changes: a rank's static bytes alone over the device.
   for (int r = 0; r < static_cast<int>(fit.sim.ranks.size()); ++r) {
     const std::int64_t held = fit.sim.ranks[r].static_bytes;
@@ -115,6 +132,7 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
   auto attempt = [&](int limit) -> absl::StatusOr<Outcome> {
     GeneratorParams tighter = params;
     tighter.max_activations = static_cast<double>(limit) / chunks;
+    tighter.refine = false;
     ++searches;
     absl::StatusOr<Schedule> schedule = GenerateSchedule(name, tighter);
     if (limit == chunks) at_one_stage = schedule.status();
@@ -160,7 +178,7 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
   }
   if (best.has_value()) {
     best->searches = searches;
-    return *std::move(best);
+    return refined(*std::move(best));
   }
   // Nothing fits. Say how far off one stage's worth is (an empty range means the own
   // order holds no more than that already).
@@ -168,7 +186,7 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
     PS_ASSIGN_OR_RETURN(const Outcome outcome, attempt(chunks));
     if (outcome == Outcome::kFits) {
       best->searches = searches;
-      return *std::move(best);
+      return refined(*std::move(best));
     }
   }
   if (at_one_stage.has_value() && !at_one_stage->ok()) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,11 @@ struct MemoryFit {
   // fit, when max_activations > 0).
   std::int64_t own_peak_bytes = 0;
   int searches = 0;  // orders searched, the one at the own limit included
+  // With GeneratorParams::refine: the step of the order as searched, before the
+  // refinement; unset otherwise. When the refined order peaks above the device
+  // (refined_too_large) the searched one is kept, and this is its own step.
+  std::optional<double> unrefined_step_time;
+  bool refined_too_large = false;
 };
 
 // The busiest rank's memory at its peak: PeakTotalBytes (static bytes and activations).
@@ -53,6 +59,10 @@ std::string MaxActivationsText(int chunk_activations, int chunks);
 // takes a looser limit never to peak lower, which the list scheduler does not promise:
 // where that fails, a looser fitting limit may be missed, but the order returned always
 // fits.
+// With params.refine, the bisection runs on the orders as searched (a refined order may
+// use more of a limit, so it would choose a tighter one), and only the order returned is
+// refined, at its limit, and kept refined when it still fits (MemoryFit::
+// unrefined_step_time).
 // InvalidArgument for a schedule whose order fixes its memory (not searched), for
 // params.max_activations != 0 (a limit of its own) and for a capacity below 1 byte;
 // ResourceExhausted when a rank's static bytes alone take the device ("zb-2p cannot fit
@@ -65,8 +75,9 @@ std::string MaxActivationsText(int chunk_activations, int chunks);
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes);
 
-// The same, from the order at the schedule's own limit and its simulation with `costs`,
-// when the caller has them already (that search is not run again).
+// The same, from the order at the schedule's own limit (as searched: not refined) and its
+// simulation with `costs`, when the caller has them already (that search is not run
+// again).
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes,
                                              Schedule own, SimResult own_sim);

@@ -552,7 +552,8 @@ TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
 }
 
 // --refine: the searched order improved by local search, with a line saying by how much;
-// refused where the order is not searched.
+// any other order with a split backward (a file, a handcrafted one) within its own peak;
+// within --device-memory only where the refined order fits too.
 TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
   const std::string costs = TempPath("uneven.json");
   std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1.2, "b": 2.3, "i": 1.4, "w": 0.9},
@@ -574,13 +575,40 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith(
                          "zb-1p: --refine found no shorter step than the searched order's 27\n"));
+  r = RunCli(
+      {"simulate", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--refine", "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("2-rank: --refine shortened its order's step from 50 "
+                                           "to 49 (-2.00%), with no more live activations per "
+                                           "rank\n"));
+  EXPECT_THAT(r.out, HasSubstr("makespan 49 "));
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8", "--refine"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--refine applies to the searched schedules (zb-1p, "));
-  EXPECT_THAT(r.err, HasSubstr("not to 1f1b, whose order is given, not searched"));
-  r = RunCli({"simulate", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--refine"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order is given, not searched"));
+  EXPECT_EQ(r.err,
+            "pipesched: cannot refine 1f1b: rank 0 runs 0B0, and the refinement moves only F, I "
+            "and W actions; give a schedule whose backward is split into I and W\n");
+  // Within a device: the order as searched fits 15 MiB (78.57), the refined one would not.
+  const std::string sized = TempPath("sized.json");
+  std::ofstream(sized) << R"({"version": 1, "stages": [
+      {"f": 1.71, "i": 1.28, "w": 1.21, "b": 2.49, "activation_bytes": 4194304},
+      {"f": 1.92, "i": 1.22, "w": 0.86, "b": 2.08, "activation_bytes": 2097152},
+      {"f": 1.91, "i": 1.12, "w": 1.66, "b": 2.78, "activation_bytes": 4194304},
+      {"f": 1.02, "i": 1.31, "w": 1.32, "b": 2.63, "activation_bytes": 3145728},
+      {"f": 1.19, "i": 0.54, "w": 0.61, "b": 1.15, "activation_bytes": 2097152},
+      {"f": 1.33, "i": 0.77, "w": 0.36, "b": 1.13, "activation_bytes": 3145728},
+      {"f": 0.55, "i": 1.92, "w": 0.33, "b": 2.25, "activation_bytes": 1048576},
+      {"f": 1.18, "i": 1.63, "w": 0.71, "b": 2.34, "activation_bytes": 3145728}]})";
+  const std::vector<std::string> v_min = {
+      "simulate",         "--schedule=zb-v-min",   "--stages=4", "--microbatches=8",
+      "--costs=" + sized, "--device-memory=15MiB", "--nogrid"};
+  r = RunCli(v_min);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 78.57 "));
+  r = RunCli(WithFlags(v_min, {"--refine"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("zb-v-min: --refine's order peaks above "
+                                           "--device-memory=15MiB: kept the searched order\n"));
+  EXPECT_THAT(r.out, HasSubstr("makespan 78.57 "));
   r = RunCli(
       {"train", "--schedule=gpipe", "--stages=2", "--steps=1", "--backend=host", "--refine"});
   EXPECT_EQ(r.code, 2);

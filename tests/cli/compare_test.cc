@@ -293,6 +293,40 @@ TEST(CompareTest, RefineSaysWhatTheLocalSearchBought) {
             "searched; drop the flag or name a searched schedule\n");
 }
 
+// --refine with --device-memory: the fit chooses its limit from the orders as searched,
+// and a refined order that would not fit where the searched one does is not kept.
+TEST(CompareTest, RefineWithinADeviceNeverCostsTheFit) {
+  const std::string costs = TempPath("sized.json"), json = TempPath("sized_out.json");
+  std::ofstream(costs) << R"({"version": 1, "stages": [
+      {"f": 1.66, "i": 0.98, "w": 0.93, "b": 1.91, "activation_bytes": 4194304},
+      {"f": 1.8, "i": 1.68, "w": 1.69, "b": 3.37, "activation_bytes": 3145728},
+      {"f": 0.67, "i": 1.38, "w": 1.87, "b": 3.25, "activation_bytes": 1048576},
+      {"f": 1.36, "i": 0.84, "w": 0.35, "b": 1.19, "activation_bytes": 3145728}]})";
+  const std::vector<std::string> base = {"compare",
+                                         "--stages=4",
+                                         "--microbatches=8",
+                                         "--costs=" + costs,
+                                         "--schedules=interleaved-zb-1p,zb-1p",
+                                         "--device-memory=12MiB"};
+  RunResult plain = RunCli(base);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("interleaved-zb-1p  2      35.505      35.505"));
+  RunResult r = RunCli(WithFlags(base, {"--refine", "--json=" + json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("interleaved-zb-1p  2      35.505      35.505"));
+  EXPECT_THAT(r.out, HasSubstr("--refine: the searched orders' steps before -> after local "
+                               "search: zb-1p@3 45.37 -> 43.89 (-3.26%); no shorter step found "
+                               "for zb-1p; refined orders that do not fit --device-memory, not "
+                               "kept: interleaved-zb-1p\n"));
+  nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  ASSERT_EQ(j["ranked"].size(), 3u);
+  for (const nlohmann::json& row : j["ranked"]) {
+    EXPECT_EQ(row["refined_too_large"], row["label"] == "interleaved-zb-1p") << row["label"];
+    if (row["label"] == "zb-1p") continue;  // its own order does not fit, refined or not
+    EXPECT_TRUE(row["fits"].get<bool>()) << row["label"];
+  }
+}
+
 TEST(CompareTest, BadRequestsAreOneLineErrors) {
   RunResult skipped = RunCli(
       {"compare", "--stages=4", "--microbatches=9", "--schedules=interleaved-zb,interleaved-1f1b"});

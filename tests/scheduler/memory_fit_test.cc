@@ -30,6 +30,22 @@ CostModel UnitCostsWithBytes(std::int64_t activation_bytes, double comm = 0) {
   return costs;
 }
 
+// `stages` stages with F, I, W drawn from [0.2, 2), B = I + W, and 1 to `max_mib` MiB of
+// activations each.
+CostModel RandomSizedStages(std::mt19937& rng, int stages, int max_mib) {
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  CostModel costs;
+  for (int s = 0; s < stages; ++s) {
+    StageCosts& c = costs.stages.emplace_back();
+    c.f = time(rng);
+    c.i = time(rng);
+    c.w = time(rng);
+    c.b = c.i + c.w;
+    c.activation_bytes = (1 + static_cast<std::int64_t>(rng() % max_mib)) * kMiB;
+  }
+  return costs;
+}
+
 // Peak bytes of the search's order for `name` within `stages_worth` (0: its own limit).
 std::int64_t PeakAt(const std::string& name, GeneratorParams params, const CostModel& costs,
                     double stages_worth) {
@@ -109,22 +125,13 @@ TEST(MemoryFitTest, UnevenStagesAreHeldByTheirBytes) {
 // more would not (or gives no order).
 TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
   std::mt19937 rng(5);
-  std::uniform_real_distribution<double> time(0.2, 2.0);
   int tightened = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const int p = 2 + static_cast<int>(rng() % 4);
     const int m = 2 + static_cast<int>(rng() % 14);
     const std::string name = trial % 3 == 0 ? "zb-v-1p" : (trial % 3 == 1 ? "zb-2p" : "zb-1p");
     const int v = name == "zb-v-1p" ? 2 : 1;
-    CostModel costs;
-    for (int s = 0; s < p * v; ++s) {
-      StageCosts& c = costs.stages.emplace_back();
-      c.f = time(rng);
-      c.i = time(rng);
-      c.w = time(rng);
-      c.b = c.i + c.w;
-      c.activation_bytes = (1 + static_cast<std::int64_t>(rng() % 8)) * kMiB;
-    }
+    const CostModel costs = RandomSizedStages(rng, p * v, 8);
     const GeneratorParams params{.num_ranks = p, .num_microbatches = m, .costs = &costs};
     const std::int64_t own = PeakAt(name, params, costs, 0);
     const std::int64_t capacity = own / 2 + static_cast<std::int64_t>(rng() % (own / 2));
@@ -149,6 +156,41 @@ TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
 
 // What each stage holds whatever the order comes off the device first: 8 MiB with 3 MiB
 // static leaves 5 MiB for zb-2p's activations, as in 5 MiB without it.
+// GeneratorParams::refine: the limit is chosen from the orders as searched (a refined
+// order may use more of a limit, which would choose a tighter one), and the order returned
+// is refined only where the refined one fits too. So --refine within a device never takes
+// a longer step than without it, and always fits.
+TEST(MemoryFitTest, RefineNeverCostsTheFitAndNeverLengthensTheStep) {
+  std::mt19937 rng(17);
+  int shorter = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int p = 2 + static_cast<int>(rng() % 3);
+    const int m = 2 + static_cast<int>(rng() % 8);
+    const std::string name = trial % 2 == 0 ? "zb-v-min" : "zb-1p";
+    const int v = name == "zb-v-min" ? 2 : 1;
+    const CostModel costs = RandomSizedStages(rng, p * v, 4);
+    GeneratorParams params{.num_ranks = p, .num_microbatches = m, .costs = &costs};
+    const std::int64_t own = PeakAt(name, params, costs, 0);
+    const std::int64_t capacity = own / 2 + static_cast<std::int64_t>(rng() % own);
+    SCOPED_TRACE(absl::StrCat(name, " P=", p, " M=", m, " capacity ", capacity, " own ", own));
+    absl::StatusOr<MemoryFit> plain = SearchWithinMemory(name, params, costs, capacity);
+    params.refine = true;
+    absl::StatusOr<MemoryFit> refined = SearchWithinMemory(name, params, costs, capacity);
+    ASSERT_EQ(plain.ok(), refined.ok()) << refined.status();
+    if (!plain.ok()) continue;
+    EXPECT_FALSE(plain->unrefined_step_time.has_value());
+    EXPECT_EQ(refined->max_activations, plain->max_activations);  // the same limit
+    EXPECT_LE(PeakBytes(refined->sim), capacity);
+    PS_EXPECT_OK(Validate(refined->schedule));
+    ASSERT_TRUE(refined->unrefined_step_time.has_value());
+    EXPECT_EQ(*refined->unrefined_step_time, plain->sim.step_time);
+    EXPECT_LE(refined->sim.step_time, plain->sim.step_time);
+    if (refined->refined_too_large) EXPECT_EQ(refined->schedule.programs, plain->schedule.programs);
+    shorter += refined->sim.step_time < plain->sim.step_time;
+  }
+  EXPECT_GE(shorter, 3) << "of 12";
+}
+
 TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
   CostModel costs = UnitCostsWithBytes(kMiB, 0.5);
   costs.uniform.static_bytes = 3 * kMiB;
