@@ -206,48 +206,45 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
 }
 
 // With --refine: a searched schedule is refined at its limit (`max_activations`, or its
-// own) by its generator, or was by the memory fit (`fit`, which keeps a refined order
-// only where it fits the device too); any other order -- a file, a handcrafted one -- is
-// refined here, within its own peak (scheduler::RefineSchedule). One line says what the
-// refinement bought against the order without it, simulated with `costs`.
+// own) by its generator, or was by the memory fit (`fit`); any other order -- a file, a
+// handcrafted one -- by scheduler::RefineSchedule, within its busiest rank's peak. With
+// --device-memory a refined order is kept only where it fits too (RefineWithinMemory).
+// One line says what the refinement bought against the order without it.
 absl::Status RefineAndNote(const CommandContext& ctx, const scheduler::CostModel* search_costs,
                            const scheduler::CostModel& costs, double max_activations,
-                           const std::optional<scheduler::MemoryFit>& fit,
-                           scheduler::Schedule* schedule) {
+                           std::optional<scheduler::MemoryFit> fit, scheduler::Schedule* schedule) {
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule->name);
   const bool searched = search_costs != nullptr && info != nullptr && info->uses_costs;
-  const char* order = searched ? "the searched order's" : "its order's";
-  double was = 0;
+  scheduler::Refined refined;
   if (fit.has_value()) {
-    if (fit->refined_too_large) {
-      *ctx.out << absl::StrFormat(
-          "%s: --refine's order peaks above --device-memory=%s: kept the searched order\n",
-          schedule->name, absl::GetFlag(FLAGS_device_memory));
-      return absl::OkStatus();
-    }
-    was = fit->unrefined_step_time.value_or(fit->sim.step_time);
+    refined = {.schedule = std::move(fit->schedule),
+               .sim = std::move(fit->sim),
+               .unrefined_step_time = fit->unrefined_step_time.value_or(fit->sim.step_time),
+               .too_large = fit->refined_too_large};
   } else {
-    PS_ASSIGN_OR_RETURN(const scheduler::SimResult before, scheduler::Simulate(*schedule, costs));
-    was = before.step_time;
-    if (searched) {
-      PS_ASSIGN_OR_RETURN(
-          *schedule, scheduler::GenerateSchedule(schedule->name,
-                                                 {.num_ranks = schedule->num_ranks(),
-                                                  .num_microbatches = schedule->num_microbatches,
-                                                  .num_chunks = schedule->num_chunks(),
-                                                  .costs = search_costs,
-                                                  .max_activations = max_activations,
-                                                  .refine = true}));
-    } else {
-      PS_ASSIGN_OR_RETURN(*schedule, scheduler::RefineSchedule(*schedule, costs));
-    }
+    PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
+    PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(*schedule, costs));
+    const scheduler::GeneratorParams params{.num_ranks = schedule->num_ranks(),
+                                            .num_microbatches = schedule->num_microbatches,
+                                            .num_chunks = schedule->num_chunks(),
+                                            .costs = search_costs,
+                                            .max_activations = max_activations};
+    PS_ASSIGN_OR_RETURN(
+        refined, scheduler::RefineWithinMemory(*schedule, std::move(sim),
+                                               searched ? &params : nullptr, costs, capacity));
   }
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult is, scheduler::Simulate(*schedule, costs));
-  if (is.step_time < was * (1 - 1e-9)) {  // not a rounding difference
-    *ctx.out << absl::StrFormat("%s: --refine shortened %s step from %.6g to %.6g (%+.2f%%)%s\n",
-                                schedule->name, order, was, is.step_time,
-                                100 * (is.step_time - was) / was,
-                                searched ? "" : ", with no more live activations per rank");
+  *schedule = std::move(refined.schedule);
+  const double was = refined.unrefined_step_time, is = refined.sim.step_time;
+  const char* order = searched ? "the searched order's" : "its order's";
+  if (refined.too_large) {
+    *ctx.out << absl::StrFormat("%s: --refine's order peaks above --device-memory=%s: kept %s\n",
+                                schedule->name, absl::GetFlag(FLAGS_device_memory),
+                                searched ? "the searched order" : "its order");
+  } else if (is < was * (1 - 1e-9)) {  // not a rounding difference
+    *ctx.out << absl::StrFormat(
+        "%s: --refine shortened %s step from %.6g to %.6g (%+.2f%%)%s\n", schedule->name, order,
+        was, is, 100 * (is - was) / was,
+        searched ? "" : ", within its busiest rank's peak of live activations");
   } else {
     *ctx.out << absl::StrFormat("%s: --refine found no shorter step than %s %.6g\n", schedule->name,
                                 order, was);
@@ -294,7 +291,7 @@ int RunSimulate(const CommandContext& ctx) {
   }
   if (absl::GetFlag(FLAGS_refine)) {
     absl::Status s = RefineAndNote(ctx, search_costs.has_value() ? &*search_costs : nullptr, *costs,
-                                   max_activations, refined_fit, &file->schedule);
+                                   max_activations, std::move(refined_fit), &file->schedule);
     if (!s.ok()) return ReportError(ctx, s);
   }
   absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);

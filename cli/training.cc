@@ -127,14 +127,13 @@ absl::StatusOr<int> SearchStepsFromFlags() {
 
 namespace {
 
-// With --device-memory and no --max-activations: the least any rank's device has left
-// once the model is on it (after the measuring steps, whose activations are freed), for
-// the search to fit its activations into. nullopt without a cap, when ranks share a
-// device (their peaks add up: the Trainer's own check decides) or a device cannot say.
+// With --device-memory: the least any rank's device has left once the model is on it
+// (after the measuring steps, whose activations are freed), for the search (without
+// --max-activations) and the refinement to fit its activations into. nullopt without a
+// cap, when ranks share a device (their peaks add up: the Trainer's own check decides) or
+// a device cannot say.
 absl::StatusOr<std::optional<std::int64_t>> ActivationBudget(const stages::Trainer& trainer) {
-  if (trainer.config().device_memory_bytes <= 0 || trainer.config().max_activations != 0) {
-    return std::optional<std::int64_t>();
-  }
+  if (trainer.config().device_memory_bytes <= 0) return std::optional<std::int64_t>();
   const stages::Executor& executor = trainer.executor();
   std::set<const runtime::Device*> seen;
   std::optional<std::int64_t> budget;
@@ -183,25 +182,36 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   shape.costs = &costs;
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> budget, ActivationBudget(*trainer));
   PS_ASSIGN_OR_RETURN(scheduler::Schedule searched, info.generate(shape));
-  shape.refine = refine;  // the fit chooses its limit from the orders as searched
+  // What each device has left for activations; none at all is CreateTrainer's to report.
+  const std::optional<std::int64_t> room =
+      budget.has_value() && *budget > 0 ? budget : std::optional<std::int64_t>();
   std::optional<scheduler::MemoryFit> fit;
-  if (budget.has_value() && *budget > 0) {
+  bool refined_too_large = false;
+  if (room.has_value() && shape.max_activations == 0) {
     PS_ASSIGN_OR_RETURN(scheduler::SimResult own, scheduler::Simulate(searched, costs));
-    absl::StatusOr<scheduler::MemoryFit> fitted =
-        scheduler::SearchWithinMemory(info.name, shape, costs, *budget, searched, std::move(own));
+    scheduler::GeneratorParams refined_shape = shape;
+    refined_shape.refine = refine;  // the fit chooses its limit from the orders as searched
+    absl::StatusOr<scheduler::MemoryFit> fitted = scheduler::SearchWithinMemory(
+        info.name, refined_shape, costs, *room, searched, std::move(own));
     // Nothing fits: the own order goes on to CreateTrainer, which falls back to the
     // unit-cost order or says what does not fit.
     if (fitted.ok()) {
       fit = *std::move(fitted);
       searched = fit->schedule;
+      refined_too_large = fit->refined_too_large;
     } else if (fitted.status().code() != absl::StatusCode::kResourceExhausted) {
       return fitted.status();
     }
   }
   if (refine && !fit.has_value()) {
-    PS_ASSIGN_OR_RETURN(searched, info.generate(shape));
+    PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(searched, costs));
+    PS_ASSIGN_OR_RETURN(
+        scheduler::Refined refined,
+        scheduler::RefineWithinMemory(searched, std::move(sim), &shape, costs, room));
+    searched = std::move(refined.schedule);
+    refined_too_large = refined.too_large;
   }
-  if (fit.has_value() && fit->refined_too_large) {
+  if (refined_too_large) {
     *note += absl::StrFormat(
         "%s: --refine's order peaks above what each device has left; kept the searched order\n",
         searched.name);
@@ -221,9 +231,8 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   *note += absl::StrFormat(
       "%s: searched%s for the costs measured in %d step%s of its unit-cost order%s: "
       "planned makespan %.3f ms against %.3f ms%s\n",
-      searched.name,
-      refine && !(fit.has_value() && fit->refined_too_large) ? " and refined (--refine)" : "",
-      steps, steps == 1 ? "" : "s", unit_name, after.makespan / 1000, before.makespan / 1000,
+      searched.name, refine && !refined_too_large ? " and refined (--refine)" : "", steps,
+      steps == 1 ? "" : "s", unit_name, after.makespan / 1000, before.makespan / 1000,
       searched.programs == unit.programs ? " (the same order)" : "");
   return searched;
 }
@@ -235,7 +244,20 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerCo
                                                                std::string* note) {
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(config->schedule);
   if (config->schedule_override || info == nullptr || !info->uses_costs || search_steps <= 0) {
-    return stages::Trainer::Create(*config);
+    absl::StatusOr<std::unique_ptr<stages::Trainer>> trainer = stages::Trainer::Create(*config);
+    if (trainer.ok() || !config->refine ||
+        trainer.status().code() != absl::StatusCode::kResourceExhausted) {
+      return trainer;
+    }
+    // A refinement never costs the fit: the order as searched, where it fits.
+    config->refine = false;
+    trainer = stages::Trainer::Create(*config);
+    if (trainer.ok()) {
+      *note += absl::StrCat(config->schedule,
+                            ": --refine's order does not fit the devices' memory; running the "
+                            "order as searched, which does\n");
+    }
+    return trainer;
   }
   // The trainer of the unit-cost order as searched (refining it would only slow the
   // measuring down), for the measuring steps. A configuration that cannot run fails here
@@ -264,6 +286,7 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerCo
   *note += absl::StrCat(config->schedule,
                         ": the searched order's activations do not fit the devices' memory; "
                         "running its unit-cost order, which does\n");
+  *config = measuring_config;  // the order the measuring steps ran
   return stages::Trainer::Create(*config);
 }
 

@@ -164,13 +164,17 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     }
     row.sim = *std::move(sim);
     params.refine = refine;
-    // The own row refined at the schedule's limit (it does not fit, or no device is given).
+    if (!options.keep_timelines) row.sim.timeline = trace::Timeline{};  // not drawn: not copied
+    // The own row refined at the schedule's limit, not where that costs it the device.
     auto refine_own = [&]() -> absl::Status {
       if (!refine) return absl::OkStatus();
-      PS_ASSIGN_OR_RETURN(*schedule, GenerateSchedule(name, params));
-      PS_ASSIGN_OR_RETURN(SimResult refined, Simulate(*schedule, *costs));
-      row.unrefined_step_time = row.sim.step_time;
-      row.sim = std::move(refined);
+      PS_ASSIGN_OR_RETURN(
+          Refined r, RefineWithinMemory(*std::move(schedule), std::move(row.sim), &params, *costs,
+                                        options.device_memory_bytes));
+      *schedule = std::move(r.schedule);
+      row.sim = std::move(r.sim);
+      row.unrefined_step_time = r.unrefined_step_time;
+      row.refined_too_large = r.too_large;
       return absl::OkStatus();
     };
     const std::int64_t peak = PeakBytes(row.sim);
@@ -183,6 +187,10 @@ std::vector<ComparedSchedule> CompareSchedules(const std::vector<std::string>& n
     if (fit_it) {
       fit = SearchWithinMemory(name, params, *costs, *options.device_memory_bytes, *schedule,
                                row.sim);
+      if (!fit.ok() && peak <= *options.device_memory_bytes) {  // not a matter of memory
+        row.status = fit.status();
+        continue;
+      }
       if (!fit.ok()) row.fit_status = fit.status();
     }
     if (fit.ok() && fit->max_activations == 0) {  // the own order fits

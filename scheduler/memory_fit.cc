@@ -12,6 +12,7 @@
 #include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "scheduler/refine.h"
 
 namespace pipesched::scheduler {
 namespace {
@@ -74,6 +75,33 @@ std::string MaxActivationsText(int chunk_activations, int chunks) {
   return absl::StrFormat("%.17g", exact);
 }
 
+absl::StatusOr<Refined> RefineWithinMemory(Schedule order, SimResult order_sim,
+                                           const GeneratorParams* searched_params,
+                                           const CostModel& costs,
+                                           std::optional<std::int64_t> capacity_bytes) {
+  Refined out{.unrefined_step_time = order_sim.step_time};
+  absl::StatusOr<Schedule> refined = absl::UnknownError("");
+  if (searched_params != nullptr) {
+    GeneratorParams params = *searched_params;
+    params.refine = true;
+    refined = GenerateSchedule(order.name, params);
+  } else {
+    refined = RefineSchedule(order, costs);
+  }
+  PS_RETURN_IF_ERROR(refined.status());
+  PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(*refined, costs));
+  out.too_large = capacity_bytes.has_value() && PeakBytes(sim) > *capacity_bytes &&
+                  PeakBytes(order_sim) <= *capacity_bytes;
+  if (out.too_large) {
+    out.schedule = std::move(order);
+    out.sim = std::move(order_sim);
+  } else {
+    out.schedule = *std::move(refined);
+    out.sim = std::move(sim);
+  }
+  return out;
+}
+
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes) {
   PS_RETURN_IF_ERROR(CheckFitRequest(name, params, capacity_bytes));
@@ -94,16 +122,14 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
   // With params.refine: the order that fits, refined at its limit; kept when it fits too.
   auto refined = [&](MemoryFit f) -> absl::StatusOr<MemoryFit> {
     if (!params.refine) return f;
-    f.unrefined_step_time = f.sim.step_time;
     GeneratorParams at_limit = params;
     at_limit.max_activations = f.max_activations;
-    PS_ASSIGN_OR_RETURN(Schedule schedule, GenerateSchedule(name, at_limit));
-    PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, costs));
-    f.refined_too_large = PeakBytes(sim) > capacity_bytes;
-    if (!f.refined_too_large) {
-      f.schedule = std::move(schedule);
-      f.sim = std::move(sim);
-    }
+    PS_ASSIGN_OR_RETURN(Refined r, RefineWithinMemory(std::move(f.schedule), std::move(f.sim),
+                                                      &at_limit, costs, capacity_bytes));
+    f.schedule = std::move(r.schedule);
+    f.sim = std::move(r.sim);
+    f.unrefined_step_time = r.unrefined_step_time;
+    f.refined_too_large = r.too_large;
     return f;
   };
   if (fit.own_peak_bytes <= capacity_bytes) return refined(std::move(fit));

@@ -75,6 +75,26 @@ std::string MaxActivationsText(int chunk_activations, int chunks);
 absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const GeneratorParams& params,
                                              const CostModel& costs, std::int64_t capacity_bytes);
 
+// What refining an order bought, within a device's memory (RefineWithinMemory).
+struct Refined {
+  Schedule schedule;               // the refined order, or the one given when that did not fit
+  SimResult sim;                   // Simulate(schedule, costs)
+  double unrefined_step_time = 0;  // the given order's step
+  // The refined order peaked above the device where the given one did not: not kept.
+  bool too_large = false;
+};
+
+// `order` (simulated with `costs` as `order_sim`) refined: a searched schedule by its
+// generator with `searched_params` (the parameters it was generated with; refine is set
+// here), any other order by RefineSchedule (refine.h) within its own peak
+// (`searched_params` null). With `capacity_bytes`, the refined order is kept only when its
+// busiest rank fits (PeakBytes) or the given order's does not either: a refinement never
+// costs a fit.
+absl::StatusOr<Refined> RefineWithinMemory(Schedule order, SimResult order_sim,
+                                           const GeneratorParams* searched_params,
+                                           const CostModel& costs,
+                                           std::optional<std::int64_t> capacity_bytes);
+
 // The same, from the order at the schedule's own limit (as searched: not refined) and its
 // simulation with `costs`, when the caller has them already (that search is not run
 // again).

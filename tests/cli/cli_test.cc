@@ -579,8 +579,8 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
       {"simulate", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--refine", "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith("2-rank: --refine shortened its order's step from 50 "
-                                           "to 49 (-2.00%), with no more live activations per "
-                                           "rank\n"));
+                                           "to 49 (-2.00%), within its busiest rank's peak of "
+                                           "live activations\n"));
   EXPECT_THAT(r.out, HasSubstr("makespan 49 "));
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=4", "--microbatches=8", "--refine"});
   EXPECT_EQ(r.code, 2);
@@ -609,6 +609,36 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
   EXPECT_THAT(r.out, ::testing::StartsWith("zb-v-min: --refine's order peaks above "
                                            "--device-memory=15MiB: kept the searched order\n"));
   EXPECT_THAT(r.out, HasSubstr("makespan 78.57 "));
+  // A handcrafted order too: zb-v's refined order would take rank 0 above 40 MiB.
+  const std::string zb_v_costs = TempPath("zb_v.json");
+  std::ofstream(zb_v_costs) << R"({"version": 1, "stages": [
+      {"f": 0.78, "i": 1.71, "w": 1.06, "b": 2.77, "activation_bytes": 6291456},
+      {"f": 0.64, "i": 0.96, "w": 0.36, "b": 1.32, "activation_bytes": 1048576,
+       "workspace_bytes": 2097152},
+      {"f": 1.97, "i": 1.95, "w": 1.38, "b": 3.33, "activation_bytes": 6291456,
+       "workspace_bytes": 2097152},
+      {"f": 0.74, "i": 0.52, "w": 1.15, "b": 1.67, "activation_bytes": 1048576},
+      {"f": 0.79, "i": 0.86, "w": 0.25, "b": 1.11, "activation_bytes": 4194304,
+       "workspace_bytes": 1048576},
+      {"f": 1.16, "i": 1.76, "w": 1.13, "b": 2.89, "activation_bytes": 3145728,
+       "workspace_bytes": 1048576},
+      {"f": 0.51, "i": 0.63, "w": 1.38, "b": 2.01, "activation_bytes": 4194304,
+       "workspace_bytes": 2097152},
+      {"f": 1.99, "i": 1.76, "w": 1.47, "b": 3.23, "activation_bytes": 3145728}],
+      "comm": 0.5})";
+  r = RunCli({"simulate", "--schedule=zb-v", "--stages=4", "--microbatches=5",
+              "--costs=" + zb_v_costs, "--device-memory=40MiB", "--nogrid", "--refine"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("zb-v: --refine's order peaks above "
+                                           "--device-memory=40MiB: kept its order\n"));
+  // train with --search-steps=0 runs the order as searched when the refined one does not fit.
+  r = RunCli({"train", "--schedule=zb-v-min", "--stages=3", "--microbatches=3",
+              "--microbatch-size=8", "--layers=12", "--hidden=64", "--inputs=512", "--classes=512",
+              "--steps=1", "--backend=host", "--device-memory=950164", "--search-steps=0",
+              "--refine"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zb-v-min: --refine's order does not fit the devices' memory; "
+                               "running the order as searched, which does\n"));
   r = RunCli(
       {"train", "--schedule=gpipe", "--stages=2", "--steps=1", "--backend=host", "--refine"});
   EXPECT_EQ(r.code, 2);

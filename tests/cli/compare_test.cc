@@ -318,6 +318,27 @@ TEST(CompareTest, RefineWithinADeviceNeverCostsTheFit) {
                                "search: zb-1p@3 45.37 -> 43.89 (-3.26%); no shorter step found "
                                "for zb-1p; refined orders that do not fit --device-memory, not "
                                "kept: interleaved-zb-1p\n"));
+  // With a limit of the user's there is no fit, and the refined rows are held to the
+  // device all the same.
+  const std::string two = TempPath("two.json");
+  std::ofstream(two) << R"({"version": 1, "stages": [
+      {"f": 1.07, "i": 1.33, "w": 1.07, "b": 2.4, "activation_bytes": 6291456},
+      {"f": 0.58, "i": 1.87, "w": 1.78, "b": 3.65, "activation_bytes": 3145728}], "comm": 0.5})";
+  const std::vector<std::string> limited = {"compare",
+                                            "--stages=2",
+                                            "--microbatches=6",
+                                            "--costs=" + two,
+                                            "--device-memory=8MiB",
+                                            "--max-activations=1.5",
+                                            "--schedules=zb-v-1p,zb-v-half"};
+  for (const std::vector<std::string>& args : {limited, WithFlags(limited, {"--refine"})}) {
+    RunResult run = RunCli(args);
+    ASSERT_EQ(run.code, 0) << run.err;
+    EXPECT_THAT(run.out, HasSubstr("fastest that fits in --device-memory=8MiB: zb-v-1p (V=2)"));
+  }
+  EXPECT_THAT(RunCli(WithFlags(limited, {"--refine"})).out,
+              HasSubstr("refined orders that do not fit --device-memory, not kept: zb-v-1p, "
+                        "zb-v-half\n"));
   nlohmann::json j = nlohmann::json::parse(Slurp(json));
   ASSERT_EQ(j["ranked"].size(), 3u);
   for (const nlohmann::json& row : j["ranked"]) {

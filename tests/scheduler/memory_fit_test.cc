@@ -154,8 +154,6 @@ TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
   EXPECT_GE(tightened, 12);  // most capacities are below the own order's peak
 }
 
-// What each stage holds whatever the order comes off the device first: 8 MiB with 3 MiB
-// static leaves 5 MiB for zb-2p's activations, as in 5 MiB without it.
 // GeneratorParams::refine: the limit is chosen from the orders as searched (a refined
 // order may use more of a limit, which would choose a tighter one), and the order returned
 // is refined only where the refined one fits too. So --refine within a device never takes
@@ -191,6 +189,8 @@ TEST(MemoryFitTest, RefineNeverCostsTheFitAndNeverLengthensTheStep) {
   EXPECT_GE(shorter, 3) << "of 12";
 }
 
+// What each stage holds whatever the order comes off the device first: 8 MiB with 3 MiB
+// static leaves 5 MiB for zb-2p's activations, as in 5 MiB without it.
 TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
   CostModel costs = UnitCostsWithBytes(kMiB, 0.5);
   costs.uniform.static_bytes = 3 * kMiB;
