@@ -221,6 +221,7 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
                     "\npeak bytes: the busiest rank's static bytes (parameters, gradients, "
                     "optimizer state) and activations at its peak.\n");
   }
+  if (r.refine) absl::StrAppend(&md, "\n", RefinementNote(rows), ".\n");
   if (std::any_of(rows.begin(), rows.end(),
                   [](const Row& row) { return row.c->fitted_max_activations > 0; })) {
     absl::StrAppend(&md,

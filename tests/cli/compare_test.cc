@@ -266,13 +266,18 @@ TEST(CompareTest, RefineSaysWhatTheLocalSearchBought) {
   std::ofstream(costs) << R"({"version": 1, "stages": [{"f": 1.2, "b": 2.3, "i": 1.4, "w": 0.9},
       {"f": 0.8, "b": 2.0, "i": 1.1, "w": 0.9}, {"f": 1.5, "b": 2.2, "i": 1.5, "w": 0.7},
       {"f": 1.0, "b": 1.8, "i": 1.0, "w": 0.8}], "comm": 0.1})";
-  RunResult r = RunCli({"compare", "--stages=4", "--microbatches=12", "--costs=" + costs,
-                        "--schedules=1f1b,zb-1p,zb-2p", "--refine", "--json=" + json});
+  const std::string md = TempPath("refined.md");
+  RunResult r =
+      RunCli({"compare", "--stages=4", "--microbatches=12", "--costs=" + costs,
+              "--schedules=1f1b,zb-1p,zb-2p", "--refine", "--json=" + json, "--md=" + md});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("zb-1p              1        48.2        48.2"));
   EXPECT_THAT(r.out, HasSubstr("--refine: the searched orders' steps before -> after local "
                                "search: zb-2p 46.8 -> 46.6 (-0.43%), zb-1p 48.9 -> 48.2 "
                                "(-1.43%)\n"));
+  EXPECT_THAT(Slurp(md), HasSubstr("\n--refine: the searched orders' steps before -> after "
+                                   "local search: zb-2p 46.8 -> 46.6 (-0.43%), zb-1p 48.9 -> "
+                                   "48.2 (-1.43%).\n"));
   nlohmann::json j = nlohmann::json::parse(Slurp(json));
   ASSERT_EQ(j["ranked"].size(), 3u);
   EXPECT_EQ(j["ranked"][1]["schedule"], "zb-1p");

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/registry.h"
+#include "test_costs.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
@@ -208,12 +209,7 @@ TEST(CompareSchedulesTest, RefineRefinesTheSearchedRowsAndKeepsTheirSearchedStep
   // The uneven stages of zb_search_test's RefineShortensAnUnevenPipeline: zb-1p's row is
   // the refined order (48.2) and remembers the searched one's step (48.9); 1f1b's order is
   // fixed and has nothing to remember; without the option no row has one.
-  CostModel costs;
-  costs.stages = {{.f = 1.2, .b = 2.3, .i = 1.4, .w = 0.9},
-                  {.f = 0.8, .b = 2.0, .i = 1.1, .w = 0.9},
-                  {.f = 1.5, .b = 2.2, .i = 1.5, .w = 0.7},
-                  {.f = 1.0, .b = 1.8, .i = 1.0, .w = 0.8}};
-  costs.comm_uniform = 0.1;
+  const CostModel costs = testing::UnevenFourStages();
   const std::vector<ComparedSchedule> rows =
       CompareSchedules({"1f1b", "zb-1p", "zb-v-1p"}, 4, 12, 0, costs, {.refine = true});
   ASSERT_EQ(rows.size(), 3u);

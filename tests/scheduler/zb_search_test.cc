@@ -19,6 +19,7 @@
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
+#include "test_costs.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
@@ -561,12 +562,7 @@ TEST(ZbSearchTest, RefineShortensAnUnevenPipeline) {
   // Four uneven stages (docs/schedules.md's example): the search's zb-1p order takes 48.9,
   // the refined one 48.2 within the same 4 activations per rank; at the one-step bound
   // (unit costs) there is nothing to gain and zb-h1's order stays.
-  CostModel costs;
-  costs.stages = {{.f = 1.2, .b = 2.3, .i = 1.4, .w = 0.9},
-                  {.f = 0.8, .b = 2.0, .i = 1.1, .w = 0.9},
-                  {.f = 1.5, .b = 2.2, .i = 1.5, .w = 0.7},
-                  {.f = 1.0, .b = 1.8, .i = 1.0, .w = 0.8}};
-  costs.comm_uniform = 0.1;
+  const CostModel costs = testing::UnevenFourStages();
   GeneratorParams params{.num_ranks = 4, .num_microbatches = 12, .costs = &costs};
   PS_ASSERT_OK_AND_ASSIGN(Schedule searched, GenerateSchedule("zb-1p", params));
   params.refine = true;
