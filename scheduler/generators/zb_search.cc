@@ -473,7 +473,7 @@ bool ClearlyBetter(const Outcome& candidate, const Outcome& best, bool by_flow) 
 
 // The refinement (GeneratorParams::refine) in place of the paper's ILP, which polishes
 // its heuristic's order (Qi et al. 2023, section 3): hill climbing over single moves.
-// Each action, rank by rank in program order, is tried at other places in its program,
+// Each action (place by place across the ranks) is tried at other places in its program,
 // nearest first, in each direction until it would pass an action it needs (moving
 // earlier) or that needs it (moving later); the first move whose order replays better
 // (ClearlyBetter) within the limit is kept. Passes repeat until one keeps nothing at the

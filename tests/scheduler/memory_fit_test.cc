@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/validate.h"
+#include "test_costs.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
@@ -27,22 +28,6 @@ CostModel UnitCostsWithBytes(std::int64_t activation_bytes, double comm = 0) {
   CostModel costs;
   costs.uniform = {.f = 1, .b = 2, .i = 1, .w = 1, .activation_bytes = activation_bytes};
   costs.comm_uniform = comm;
-  return costs;
-}
-
-// `stages` stages with F, I, W drawn from [0.2, 2), B = I + W, and 1 to `max_mib` MiB of
-// activations each.
-CostModel RandomSizedStages(std::mt19937& rng, int stages, int max_mib) {
-  std::uniform_real_distribution<double> time(0.2, 2.0);
-  CostModel costs;
-  for (int s = 0; s < stages; ++s) {
-    StageCosts& c = costs.stages.emplace_back();
-    c.f = time(rng);
-    c.i = time(rng);
-    c.w = time(rng);
-    c.b = c.i + c.w;
-    c.activation_bytes = (1 + static_cast<std::int64_t>(rng() % max_mib)) * kMiB;
-  }
   return costs;
 }
 
@@ -131,7 +116,7 @@ TEST(MemoryFitTest, RandomModelsFitAndOneMoreWouldNot) {
     const int m = 2 + static_cast<int>(rng() % 14);
     const std::string name = trial % 3 == 0 ? "zb-v-1p" : (trial % 3 == 1 ? "zb-2p" : "zb-1p");
     const int v = name == "zb-v-1p" ? 2 : 1;
-    const CostModel costs = RandomSizedStages(rng, p * v, 8);
+    const CostModel costs = testing::RandomStages(rng, p * v, /*phases=*/false, /*max_mib=*/8);
     const GeneratorParams params{.num_ranks = p, .num_microbatches = m, .costs = &costs};
     const std::int64_t own = PeakAt(name, params, costs, 0);
     const std::int64_t capacity = own / 2 + static_cast<std::int64_t>(rng() % (own / 2));
@@ -166,7 +151,7 @@ TEST(MemoryFitTest, RefineNeverCostsTheFitAndNeverLengthensTheStep) {
     const int m = 2 + static_cast<int>(rng() % 8);
     const std::string name = trial % 2 == 0 ? "zb-v-min" : "zb-1p";
     const int v = name == "zb-v-min" ? 2 : 1;
-    const CostModel costs = RandomSizedStages(rng, p * v, 4);
+    const CostModel costs = testing::RandomStages(rng, p * v, /*phases=*/false, /*max_mib=*/4);
     GeneratorParams params{.num_ranks = p, .num_microbatches = m, .costs = &costs};
     const std::int64_t own = PeakAt(name, params, costs, 0);
     const std::int64_t capacity = own / 2 + static_cast<std::int64_t>(rng() % own);

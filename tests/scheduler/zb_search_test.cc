@@ -27,6 +27,7 @@ namespace {
 
 using ::pipesched::testing::StatusIs;
 using ::testing::HasSubstr;
+using testing::RandomStages;
 
 absl::StatusOr<SimResult> Search(const std::string& name, int p, int m, const CostModel& costs) {
   PS_ASSIGN_OR_RETURN(
@@ -40,25 +41,6 @@ int PeakLive(const SimResult& sim) {
   int peak = 0;
   for (const RankStats& rank : sim.ranks) peak = std::max(peak, rank.peak_live_microbatches);
   return peak;
-}
-
-// P stages with F, I, W drawn from [0.2, 2), B = I + W; with `phases`, each stage zeroes
-// its gradients and steps its optimizer for a time in [0.4, 4) half the time.
-CostModel RandomStages(std::mt19937& rng, int p, bool phases) {
-  std::uniform_real_distribution<double> time(0.2, 2.0);
-  CostModel costs;
-  for (int s = 0; s < p; ++s) {
-    StageCosts& c = costs.stages.emplace_back();
-    c.f = time(rng);
-    c.i = time(rng);
-    c.w = time(rng);
-    c.b = c.i + c.w;
-    if (phases) {
-      c.zero_grad = rng() % 2 ? 2 * time(rng) : 0;
-      c.optimizer = rng() % 2 ? 2 * time(rng) : 0;
-    }
-  }
-  return costs;
 }
 
 CostModel Uniform(double f, double i, double w, double comm) {
