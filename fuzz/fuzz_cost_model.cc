@@ -8,7 +8,9 @@
 // within its memory; and zb-2p and zb-v-1p held to half their own peak bytes
 // (SearchWithinMemory) either fit them with a valid order or are ResourceExhausted; and
 // zb-1p (P=2, M=3) refined (GeneratorParams::refine) is valid, within P activations and
-// no slower than as searched.
+// no slower than as searched; and the same costs with activation recomputation
+// (WithRecompute) simulate 1f1b and interleaved-1f1b no faster and in no more memory per
+// rank, or are refused as InvalidArgument.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -120,6 +122,30 @@ void CheckFit(const CostModel& costs, const char* name, GeneratorParams params) 
   PS_FUZZ_CHECK(valid.ok(), valid);
 }
 
+// Recomputation keeps a subset of what each micro-batch held and makes B and I longer:
+// no rank's peak may grow, and no step may shorten (durations only grew, the order is the
+// same). Refused only as InvalidArgument (costs that recompute already, a B + F above
+// kMaxCostTime).
+void CheckRecompute(const CostModel& costs, const Schedule& schedule, const SimResult& plain) {
+  absl::StatusOr<CostModel> recomputing = WithRecompute(costs);
+  if (!recomputing.ok()) {
+    PS_FUZZ_CHECK(recomputing.status().code() == absl::StatusCode::kInvalidArgument,
+                  recomputing.status());
+    return;
+  }
+  absl::StatusOr<SimResult> sim = Simulate(schedule, *recomputing);
+  if (!sim.ok()) {
+    PS_FUZZ_CHECK(sim.status().code() == absl::StatusCode::kInvalidArgument, sim.status());
+    return;
+  }
+  PS_FUZZ_CHECK(sim->makespan >= plain.makespan * (1 - 1e-12),
+                "recomputation shortened the makespan");
+  for (std::size_t r = 0; r < sim->ranks.size(); ++r) {
+    PS_FUZZ_CHECK(sim->ranks[r].peak_live_bytes <= plain.ranks[r].peak_live_bytes,
+                  "recomputation raised a rank's peak bytes");
+  }
+}
+
 void FuzzOne(std::string_view text) {
   absl::StatusOr<CostModel> costs = ParseCostModelJson(text);
   if (!costs.ok()) return;
@@ -131,6 +157,7 @@ void FuzzOne(std::string_view text) {
     PS_FUZZ_CHECK(!(sim->makespan < 0), "negative makespan");
     PS_FUZZ_CHECK(std::isfinite(sim->step_time) && sim->step_time >= sim->makespan,
                   "a step shorter than its makespan");
+    CheckRecompute(*costs, schedule, *sim);
   }
   CheckSearch(*costs, "zb-2p", "zb-h1", {.num_ranks = 3, .num_microbatches = 5, .num_chunks = 1});
   CheckSearch(*costs, "zb-v-1p", "zb-v", {.num_ranks = 2, .num_microbatches = 3, .num_chunks = 2});

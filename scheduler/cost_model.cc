@@ -2,6 +2,7 @@
 // this file: its exceptions are caught here and become InvalidArgument naming the key.
 #include "scheduler/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -82,6 +83,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
                           : field == "workspace_bytes" ? &costs.workspace_bytes
                           : field == "input_bytes"     ? &costs.input_bytes
                           : field == "static_bytes"    ? &costs.static_bytes
+                          : field == "recompute_bytes" ? &costs.recompute_bytes
                                                        : nullptr;
     if (bytes != nullptr) {
       // An unsigned above INT64_MAX is neither below 0 nor within the bound as int64.
@@ -105,7 +107,7 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cost model: unknown key %s (expected f, b, i, w, allreduce, zero_grad, optimizer, "
-          "activation_bytes, workspace_bytes, input_bytes, static_bytes)",
+          "activation_bytes, workspace_bytes, input_bytes, static_bytes, recompute_bytes)",
           QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
@@ -208,7 +210,8 @@ absl::Status CheckCostModel(const CostModel& costs) {
     for (const auto& [name, n] :
          {std::pair{"activation_bytes", c.activation_bytes},
           std::pair{"workspace_bytes", c.workspace_bytes}, std::pair{"input_bytes", c.input_bytes},
-          std::pair{"static_bytes", c.static_bytes}}) {
+          std::pair{"static_bytes", c.static_bytes},
+          std::pair{"recompute_bytes", c.recompute_bytes}}) {
       PS_RETURN_IF_ERROR(bytes(absl::StrCat(stage, " ", name), n));
     }
   }
@@ -246,6 +249,31 @@ absl::Status CheckInputBytes(const CostModel& costs, std::int64_t num_stages) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CostModel> WithRecompute(const CostModel& costs) {
+  if (!costs.actions.empty()) {
+    return absl::InvalidArgumentError(
+        "cannot add activation recomputation to a replayed step's per-action durations: they "
+        "are what the run measured; give per-stage costs");
+  }
+  CostModel out = costs;
+  for (int s = -1; s < static_cast<int>(out.stages.size()); ++s) {
+    StageCosts& c = s < 0 ? out.uniform : out.stages[s];
+    if (c.recompute_bytes > 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
+          "and I include the second forward); leave out --recompute",
+          s < 0 ? std::string("the default") : absl::StrCat("stage ", s, "'s"), c.recompute_bytes));
+    }
+    // The received input stays (it is part of activation_bytes; CheckInputBytes).
+    const std::int64_t kept = std::min(c.input_bytes, c.activation_bytes);
+    c.recompute_bytes = c.activation_bytes - kept;
+    c.activation_bytes = kept;
+    c.b += c.f;
+    c.i += c.f;
+  }
+  return out;
 }
 
 absl::StatusOr<CostModel> ParseCostModelJson(std::string_view text) {

@@ -44,6 +44,14 @@ struct StageCosts {
   // its rank (SimResult's RankStats::static_bytes), next to the activations' peak, so
   // that a device's memory can be checked whole. 0 = not modelled.
   std::int64_t static_bytes = 0;
+  // Activation recomputation (activation checkpointing): what the stage drops after each
+  // F and rebuilds at the start of the micro-batch's backward by running its forward
+  // again (the b and i times then include that forward). Live while the F runs, then
+  // from the start of the B or I until the end of the B, or of the W when the backward
+  // is split (W needs the rebuilt activations too); activation_bytes is then only what
+  // the stage keeps from F to backward. 0 = no recomputation. WithRecompute turns costs
+  // without it into costs with it.
+  std::int64_t recompute_bytes = 0;
   // Once per training step, outside the schedule's actions: zeroing the stage's gradients
   // before its rank's first action, and its optimizer step after its rank's last action
   // and its all-reduce. They make the simulated step time (SimResult::step_time); the
@@ -99,11 +107,20 @@ struct CostModel {
   double GapBefore(const Action& action) const;
 };
 
+// The same stages with activation recomputation: each keeps only its received input
+// (input_bytes) from its F to its backward; the rest of its activation_bytes becomes
+// recompute_bytes, rebuilt by running F again at the start of the B or I, which each take
+// F longer (B = I + W still holds). InvalidArgument, naming the stage, when a stage's
+// costs recompute already (recompute_bytes > 0: measured with recomputation, its times
+// include it) or when `costs` carries per-action overrides (a replayed measured step,
+// whose durations are what they were).
+absl::StatusOr<CostModel> WithRecompute(const CostModel& costs);
+
 // Parses the cost-model JSON file:
 //   {"version": 1,
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,
-//                "workspace_bytes": 0, "input_bytes": 0, "static_bytes": 0, "zero_grad": 0,
-//                "optimizer": 0},
+//                "workspace_bytes": 0, "input_bytes": 0, "static_bytes": 0,
+//                "recompute_bytes": 0, "zero_grad": 0, "optimizer": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...],           // optional, uniform or per boundary
 //    "action_gap": 0.01}                      // optional, CostModel::action_gap
@@ -125,9 +142,9 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
 // allreduce, zero_grad, optimizer of the default and of each stage, comm_uniform, each
 // comm entry, action_gap, each entry of actions, transfers and gaps) that is not a number
 // in [0, kMaxCostTime], or a byte count (activation_bytes, workspace_bytes, input_bytes,
-// static_bytes) outside [0, kMaxCostBytes]. ParseCostModelJson never returns such a model; a
-// library caller (or a measured replay) may build one. Simulate and the searched generators check
-// it first.
+// static_bytes, recompute_bytes) outside [0, kMaxCostBytes]. ParseCostModelJson never returns such
+// a model; a library caller (or a measured replay) may build one. Simulate and the searched
+// generators check it first.
 absl::Status CheckCostModel(const CostModel& costs);
 
 // InvalidArgument naming the stage when a stage in [1, num_stages) receives more

@@ -251,12 +251,13 @@ namespace {
 
 // Fields that older builds do not know are written only by models that use them (on
 // every entry then, since absent fields of a stage take the default's), so that those
-// builds read the rest: input_bytes, static_bytes, and the per-step zero_grad and
-// optimizer.
+// builds read the rest: input_bytes, static_bytes, recompute_bytes, and the per-step
+// zero_grad and optimizer.
 struct OptionalFields {
   bool input = false;
   bool step = false;
   bool static_state = false;
+  bool recompute = false;
 };
 
 json StageCostsJson(const StageCosts& c, OptionalFields with) {
@@ -269,6 +270,7 @@ json StageCostsJson(const StageCosts& c, OptionalFields with) {
            {"workspace_bytes", c.workspace_bytes}};
   if (with.input) out["input_bytes"] = c.input_bytes;
   if (with.static_state) out["static_bytes"] = c.static_bytes;
+  if (with.recompute) out["recompute_bytes"] = c.recompute_bytes;
   if (with.step) {
     out["zero_grad"] = c.zero_grad;
     out["optimizer"] = c.optimizer;
@@ -282,6 +284,7 @@ json CostModelJson(const CostModel& costs) {
   auto note = [&with](const StageCosts& s) {
     with.input |= s.input_bytes != 0;
     with.static_state |= s.static_bytes != 0;
+    with.recompute |= s.recompute_bytes != 0;
     with.step |= s.zero_grad != 0 || s.optimizer != 0;
   };
   note(costs.uniform);

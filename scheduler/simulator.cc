@@ -198,7 +198,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         return absl::InvalidArgumentError(absl::StrFormat(
             "rank %d's live bytes overflow 64 bits at %s: %d bytes live plus %s %d; the "
             "micro-batches in flight times activation_bytes must stay below 2^63: use smaller "
-            "activation_bytes, workspace_bytes or input_bytes, or fewer micro-batches",
+            "activation_bytes, workspace_bytes, input_bytes or recompute_bytes, or fewer "
+            "micro-batches",
             r, ToString(a), live_bytes, what, added));
       };
       auto add = [&](std::int64_t added, const char* what) -> absl::Status {
@@ -222,18 +223,25 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
         prefetched = costs.Stage(program[next].stage).input_bytes;
         PS_RETURN_IF_ERROR(add(prefetched, "input_bytes"));
       }
-      stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
+      const std::int64_t recompute = stage_costs.recompute_bytes;
       if (a.op == Op::kB || a.op == Op::kI) {
-        // Its scratch lives while it runs, before it releases the stash.
-        std::int64_t with_workspace = 0;
-        if (__builtin_add_overflow(live_bytes, stage_costs.workspace_bytes, &with_workspace)) {
-          return overflow(stage_costs.workspace_bytes, "workspace_bytes");
-        }
-        stats.peak_live_bytes = std::max(stats.peak_live_bytes, with_workspace);
+        // Recomputation rebuilds the dropped activations at the backward's start.
+        PS_RETURN_IF_ERROR(add(recompute, "recompute_bytes"));
       }
+      stats.peak_live_bytes = std::max(stats.peak_live_bytes, live_bytes);
+      // Held only while the action runs: a B's or I's scratch, before it releases the
+      // stash; an F's activations that recomputation drops at its end.
+      const std::int64_t transient = a.op == Op::kB || a.op == Op::kI ? stage_costs.workspace_bytes
+                                     : a.op == Op::kF                 ? recompute
+                                                                      : 0;
+      std::int64_t with_transient = 0;
+      if (__builtin_add_overflow(live_bytes, transient, &with_transient)) {
+        return overflow(transient, a.op == Op::kF ? "recompute_bytes" : "workspace_bytes");
+      }
+      stats.peak_live_bytes = std::max(stats.peak_live_bytes, with_transient);
       if (index.ReleasesActivation(a)) {
         --live;
-        live_bytes -= bytes;
+        live_bytes -= bytes + recompute;
       }
     }
   }

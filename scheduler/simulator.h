@@ -20,8 +20,9 @@ struct RankStats {
   double idle = 0;                 // makespan - busy
   int peak_live_microbatches = 0;  // stashed activations alive at once, all stages
   // Same, weighted by StageCosts::activation_bytes, plus the workspace_bytes of a B or I
-  // while it runs and the input_bytes of the rank's next F, received during the action
-  // before it.
+  // while it runs, the input_bytes of the rank's next F, received during the action
+  // before it, and with recomputation the recompute_bytes of each F while it runs and of
+  // each backward from its B or I to its end.
   std::int64_t peak_live_bytes = 0;
   // StageCosts::static_bytes of the rank's stages (chunks), held for the whole step: the
   // rank's memory at its peak is static_bytes + peak_live_bytes.
@@ -57,7 +58,8 @@ struct SimResult {
 
 // An activation of (stage, mb) is live from the start of F until the end of B, or of W
 // when the backward is split (W still needs the stage input); its input_bytes (stage > 0)
-// from the start of the compute action before that F on the same rank, if any.
+// from the start of the compute action before that F on the same rank, if any; its
+// recompute_bytes during the F and again from the start of the B or I.
 // InvalidArgument when a stage's input_bytes exceeds its activation_bytes.
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
 // InvalidArgument when Validate() would reject it, when CheckCostModel() refuses `costs`

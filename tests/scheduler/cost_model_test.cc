@@ -201,6 +201,54 @@ TEST(CostModelTest, TimesAndBytesHaveUpperBounds) {
               StatusIs(kBad, HasSubstr("\"version\" must be 1")));
 }
 
+// Recomputation keeps a stage's received input from F to backward, rebuilds the rest,
+// and runs F again inside B and I.
+TEST(CostModelTest, WithRecomputeKeepsTheInputAndRerunsTheForward) {
+  CostModel costs;
+  costs.uniform = StageCosts{.f = 1, .b = 2, .i = 1.25, .w = 0.75, .activation_bytes = 100};
+  costs.stages = {costs.uniform, costs.uniform};
+  costs.stages[1].f = 3;
+  costs.stages[1].input_bytes = 10;
+  costs.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel rc, WithRecompute(costs));
+  EXPECT_EQ(rc.stages[0].activation_bytes, 0);  // stage 0 receives nothing
+  EXPECT_EQ(rc.stages[0].recompute_bytes, 100);
+  EXPECT_EQ(rc.stages[0].b, 3);
+  EXPECT_EQ(rc.stages[0].i, 2.25);
+  EXPECT_EQ(rc.stages[0].w, 0.75);
+  EXPECT_EQ(rc.stages[1].activation_bytes, 10);
+  EXPECT_EQ(rc.stages[1].input_bytes, 10);
+  EXPECT_EQ(rc.stages[1].recompute_bytes, 90);
+  EXPECT_EQ(rc.stages[1].b, 5);
+  EXPECT_EQ(rc.stages[1].i, 4.25);
+  EXPECT_EQ(rc.stages[1].f, 3);
+  EXPECT_EQ(rc.uniform.recompute_bytes, 100);
+  EXPECT_EQ(rc.comm_uniform, 0.5);
+  // Twice would count the second forward twice; a replay's durations are measured.
+  EXPECT_THAT(WithRecompute(rc),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the default costs recompute already (recompute_bytes 100: "
+                                 "measured with recomputation")));
+  CostModel measured = costs;
+  measured.stages[1].recompute_bytes = 7;
+  measured.uniform.recompute_bytes = 0;
+  EXPECT_THAT(WithRecompute(measured), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("stage 1's costs recompute already")));
+  CostModel replay = costs;
+  replay.actions[{0, Op::kF, 0}] = 2;
+  EXPECT_THAT(WithRecompute(replay),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cannot add activation recomputation to a replayed step's")));
+  // Read from and written to cost files.
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel file,
+                          ParseCostModelJson(R"({"stages": [{"recompute_bytes": 64}, {}]})"));
+  EXPECT_EQ(file.stages[0].recompute_bytes, 64);
+  EXPECT_EQ(file.stages[1].recompute_bytes, 0);
+  EXPECT_THAT(ParseCostModelJson(R"({"default": {"recompute_bytes": -1}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"default.recompute_bytes\" must be an integer in")));
+}
+
 // "comm": [5] at P=4 used to cost boundary 0 only, the others silently 0.
 TEST(CostModelTest, CheckCostsFitStatesTheLengthExpected) {
   const auto kBad = absl::StatusCode::kInvalidArgument;

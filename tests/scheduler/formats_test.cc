@@ -278,6 +278,12 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   CostModel without_static = costs;
   without_static.stages[2].static_bytes = 0;  // and for static_bytes
   EXPECT_THAT(ToScheduleJson(v, &without_static), Not(HasSubstr("static_bytes")));
+  EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("recompute_bytes")));  // and that
+  CostModel recomputing = costs;
+  recomputing.stages[1].recompute_bytes = 4096;
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile back3, ParseScheduleJson(ToScheduleJson(v, &recomputing)));
+  EXPECT_EQ(back3.costs->stages[1].recompute_bytes, 4096);
+  EXPECT_EQ(back3.costs->stages[0].recompute_bytes, 0);
   EXPECT_EQ(back2.costs->action_gap, 0.125);
   costs.action_gap = 0;  // the same for action_gap
   EXPECT_THAT(ToScheduleJson(v, &costs), Not(HasSubstr("action_gap")));

@@ -168,7 +168,9 @@ TEST(MemoryFitTest, RefineNeverCostsTheFitAndNeverLengthensTheStep) {
     ASSERT_TRUE(refined->unrefined_step_time.has_value());
     EXPECT_EQ(*refined->unrefined_step_time, plain->sim.step_time);
     EXPECT_LE(refined->sim.step_time, plain->sim.step_time);
-    if (refined->refined_too_large) EXPECT_EQ(refined->schedule.programs, plain->schedule.programs);
+    if (refined->refined_too_large) {
+      EXPECT_EQ(refined->schedule.programs, plain->schedule.programs);
+    }
     shorter += refined->sim.step_time < plain->sim.step_time;
   }
   EXPECT_GE(shorter, 3) << "of 12";

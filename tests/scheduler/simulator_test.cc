@@ -376,6 +376,36 @@ TEST(SimulatorTest, WorkspaceOfBAndICountsOnTopOfTheLiveStashes) {
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 610);
 }
 
+// Recomputation: an F holds the activations it drops only while it runs; a B or I
+// rebuilds them at its start and holds them to its end, or, when split, to the W's end.
+TEST(SimulatorTest, RecomputeBytesLiveDuringFAndFromTheBackwardToItsEnd) {
+  CostModel costs;
+  costs.uniform.activation_bytes = 10;  // kept from F to the backward
+  costs.uniform.recompute_bytes = 100;  // dropped at the F's end, rebuilt by the backward
+  costs.uniform.workspace_bytes = 5;
+  // 0F2 peaks at 3 x 10 + 100; 0B0 at 3 x 10 + 100 + its workspace.
+  PS_ASSERT_OK_AND_ASSIGN(SimResult r,
+                          Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0F2 0B0 0B1 0B2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 135);
+  EXPECT_EQ(r.ranks[0].peak_live_microbatches, 3);
+  // Split, W right after I: one rebuilt stash at a time.
+  PS_ASSERT_OK_AND_ASSIGN(
+      r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0F2 0I0 0W0 0I1 0W1 0I2 0W2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 135);
+  // W's deferred: each I's rebuilt stash waits for its W, 3 x 10 + 3 x 100 + 5 at 0I2.
+  PS_ASSERT_OK_AND_ASSIGN(
+      r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0F2 0I0 0I1 0I2 0W0 0W1 0W2"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 335);
+  // The F alone peaks when the rebuilt stash is larger than the workspace and the kept
+  // bytes: 0F0 holds 10 + 1000, 0B0 10 + 1000 + 5.
+  costs.uniform.recompute_bytes = 1000;
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 1, {"0F0 0B0"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 1015);
+  costs.uniform.workspace_bytes = 0;
+  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 2, {"0F0 0B0 0F1 0B1"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 1010);
+}
+
 // The received input of an F of a stage > 0 is live from the start of the compute action
 // before it on its rank (the executor's receive buffer): a 1F1B backward in the steady
 // state holds the next F's input on top of the stashes; stage 0 receives nothing.
@@ -471,7 +501,8 @@ TEST(SimulatorTest, RejectsCostsOutOfRangeNamingTheField) {
   }
   for (auto [field, name] : {std::pair{&StageCosts::activation_bytes, "activation_bytes"},
                              std::pair{&StageCosts::workspace_bytes, "workspace_bytes"},
-                             std::pair{&StageCosts::input_bytes, "input_bytes"}}) {
+                             std::pair{&StageCosts::input_bytes, "input_bytes"},
+                             std::pair{&StageCosts::recompute_bytes, "recompute_bytes"}}) {
     CostModel c;
     c.uniform.*field = -5;
     expect_refused(c, absl::StrCat("the default ", name,
