@@ -139,10 +139,13 @@ scheduler::StageCosts Executor::WithMemoryCosts(int stage, scheduler::StageCosts
   costs.activation_bytes = activation_bytes(stage);
   costs.workspace_bytes = workspace_bytes(stage);
   costs.input_bytes = input_bytes(stage);
+  costs.recompute_bytes = recompute_bytes(stage);
   return costs;
 }
 
 std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
+
+std::int64_t Executor::recompute_bytes(int stage) const { return works_[stage]->recompute_bytes(); }
 
 std::int64_t Executor::actions_per_step() const {
   std::int64_t n = 0;
@@ -230,7 +233,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
                  {"output_bytes()", static_cast<__int128>(w.output_bytes())},
                  {"target_bytes()", static_cast<__int128>(w.target_bytes())},
                  {"stash_bytes()", static_cast<__int128>(w.stash_bytes())},
-                 {"workspace_bytes()", static_cast<__int128>(w.workspace_bytes())}};
+                 {"workspace_bytes()", static_cast<__int128>(w.workspace_bytes())},
+                 {"recompute_bytes()", static_cast<__int128>(w.recompute_bytes())}};
     for (const auto& [name, bytes] : sizes) {
       if (bytes < 0 || bytes * D * M > kMaxStepBytes) {
         const std::string value = bytes < 0 ? absl::StrCat(static_cast<long long>(bytes))
@@ -1258,7 +1262,14 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
       c.w = Median(ops["W"]);
     }
     if (has_b) c.b = Median(ops["B"]);
-    if (has_b && !has_iw) c.i = c.w = c.b / 2;
+    if (has_b && !has_iw) {
+      c.i = c.w = c.b / 2;
+      // With recomputation a B runs F again first, which a split would put in I.
+      if (executor.recompute_bytes(s) > 0) {
+        c.w = std::max(0.0, c.b - c.f) / 2;
+        c.i = c.b - c.w;
+      }
+    }
     if (has_iw && !has_b) c.b = c.i + c.w;
     c.allreduce = Median(ops["ALLREDUCE"]);
     c.zero_grad = Median(ops["ZERO_GRAD"]);

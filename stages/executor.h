@@ -158,8 +158,9 @@ class Executor {
   // The received input's part of activation_bytes (0 for stage 0), allocated before the
   // rank's compute action preceding the F. What scheduler::StageCosts::input_bytes wants.
   std::int64_t input_bytes(int stage) const;
-  // `costs` (times) with `stage`'s activation_bytes, workspace_bytes and input_bytes: the
-  // stage costs whose simulated peak is the runtime's.
+  // `costs` (times) with `stage`'s activation_bytes, workspace_bytes, input_bytes and
+  // recompute_bytes (StageWork::recompute_bytes): the stage costs whose simulated peak is
+  // the runtime's.
   scheduler::StageCosts WithMemoryCosts(int stage, scheduler::StageCosts costs = {}) const;
   // Whether stage-1 -> stage of `replica` stays on one rank (its compute stream): then
   // both copies across the boundary run on that compute stream, in its order, instead
@@ -168,6 +169,9 @@ class Executor {
   // What one B or I of `stage` allocates while it runs (StageWork::workspace_bytes). What
   // scheduler::StageCosts::workspace_bytes wants.
   std::int64_t workspace_bytes(int stage) const;
+  // What `stage` drops after each F and rebuilds at its backward
+  // (StageWork::recompute_bytes); 0 without activation recomputation.
+  std::int64_t recompute_bytes(int stage) const;
   // Host actions issued per step (compute actions x D, transfers x D, all-reduces).
   std::int64_t actions_per_step() const;
 
@@ -245,9 +249,10 @@ class Executor {
 // the median span duration over all replicas, micro-batches and `timelines`; per
 // boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE, the
 // median ZERO_GRAD and OPTIMIZER of `phases` (StepResult::phases; 0 without them) and the
-// executor's activation_bytes, workspace_bytes and input_bytes. Stages that ran B only
-// get I = W = B / 2; stages that ran I and W get B = I + W. Null entries, and spans whose
-// duration is not finite and non-negative, are skipped.
+// executor's activation_bytes, workspace_bytes, input_bytes and recompute_bytes. Stages
+// that ran B only get I = W = B / 2 (with recomputation W = (B - F) / 2 and I = B - W: the
+// second forward is part of I); stages that ran I and W get B = I + W. Null entries, and spans
+// whose duration is not finite and non-negative, are skipped.
 scheduler::CostModel MeasuredCostModel(
     const std::vector<const trace::Timeline*>& timelines, const Executor& executor,
     const std::vector<const std::vector<trace::Span>*>& phases = {});

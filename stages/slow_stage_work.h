@@ -17,40 +17,24 @@
 
 namespace pipesched::stages {
 
-class SlowStageWork final : public StageWork {
+class SlowStageWork final : public ForwardingStageWork {
  public:
   // InvalidArgument unless factor >= 1 (and finite) and inner is set.
   static absl::StatusOr<std::unique_ptr<SlowStageWork>> Create(std::unique_ptr<StageWork> inner,
                                                                double factor);
 
-  StageWork& inner() const { return *inner_; }
   double factor() const { return factor_; }
 
-  std::size_t input_bytes() const override { return inner_->input_bytes(); }
-  std::size_t output_bytes() const override { return inner_->output_bytes(); }
-  std::size_t target_bytes() const override { return inner_->target_bytes(); }
-  std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
-  std::int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
-  std::int64_t num_params() const override { return inner_->num_params(); }
-  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& stream) override {
-    return inner_->AllocateStash(stream);
-  }
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override;
   absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override;
   absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override;
   absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override;
-  absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
-  absl::Status OptimizerStep(runtime::Stream& stream) override {
-    return inner_->OptimizerStep(stream);
-  }
-  std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
 
  private:
   SlowStageWork(std::unique_ptr<StageWork> inner, double factor)
-      : inner_(std::move(inner)), factor_(factor) {}
+      : ForwardingStageWork(std::move(inner)), factor_(factor) {}
   template <typename Fn>
   absl::Status Stretched(runtime::Stream& stream, Fn&& enqueue_work);
-  std::unique_ptr<StageWork> inner_;
   double factor_;
 };
 

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -100,6 +101,12 @@ class StageWork {
   // simulator adds it to the live stashes while a B or I runs
   // (scheduler::StageCosts::workspace_bytes), so that its peak matches the runtime's.
   virtual std::int64_t workspace_bytes() const { return 0; }
+  // Activation recomputation (stages/recompute_stage_work.h): what the stage's F holds
+  // only while it runs and its B or I rebuilds, held from the start of the B or I to the
+  // end of the B, or of the W when split (allocated through the stage's runtime::Device,
+  // stream-ordered). 0 for a stage that keeps its stash from F to backward. What
+  // scheduler::StageCosts::recompute_bytes wants.
+  virtual std::int64_t recompute_bytes() const { return 0; }
   virtual std::int64_t num_params() const = 0;
 
   // A stash for one micro-batch, usable by work enqueued on `stream` after this call
@@ -137,5 +144,45 @@ inline absl::Status StageWork::Backward(const MicrobatchIO& io, runtime::Stream&
   if (!s.ok()) return s;
   return BackwardWeight(io, stream);
 }
+
+// A StageWork that hands every call to another it owns: the base of wrappers that change
+// only some of them (SlowStageWork, RecomputeStageWork). `inner` must not be null (the
+// wrappers' Create functions check it).
+class ForwardingStageWork : public StageWork {
+ public:
+  StageWork& inner() const { return *inner_; }
+
+  std::size_t input_bytes() const override { return inner_->input_bytes(); }
+  std::size_t output_bytes() const override { return inner_->output_bytes(); }
+  std::size_t target_bytes() const override { return inner_->target_bytes(); }
+  std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
+  std::int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+  std::int64_t recompute_bytes() const override { return inner_->recompute_bytes(); }
+  std::int64_t num_params() const override { return inner_->num_params(); }
+  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& stream) override {
+    return inner_->AllocateStash(stream);
+  }
+  absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->Forward(io, stream);
+  }
+  absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->Backward(io, stream);
+  }
+  absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->BackwardInput(io, stream);
+  }
+  absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override {
+    return inner_->BackwardWeight(io, stream);
+  }
+  absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
+  absl::Status OptimizerStep(runtime::Stream& stream) override {
+    return inner_->OptimizerStep(stream);
+  }
+  std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
+
+ protected:
+  explicit ForwardingStageWork(std::unique_ptr<StageWork> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<StageWork> inner_;
+};
 
 }  // namespace pipesched::stages

@@ -16,14 +16,17 @@
 #include "stages/checkpoint.h"
 #include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
+#include "stages/recompute_stage_work.h"
 #include "stages/slow_stage_work.h"
 
 namespace pipesched::stages {
 namespace {
 
-// The MLP behind a stage work the Trainer made (possibly wrapped for skew injection).
+// The MLP behind a stage work the Trainer made (possibly wrapped for skew injection and
+// recomputation).
 MlpStageWork& Mlp(StageWork& work) {
   if (auto* slow = dynamic_cast<SlowStageWork*>(&work)) return Mlp(slow->inner());
+  if (auto* rc = dynamic_cast<RecomputeStageWork*>(&work)) return Mlp(rc->inner());
   return static_cast<MlpStageWork&>(work);
 }
 
@@ -215,8 +218,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                               .last_layer = partition[stage].last,
                               .seed = c.seed,
                               .optimizer = c.optimizer};
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStageWork> work,
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
                         MlpStageWork::Create(chunk, c.microbatch_size, device));
+    if (c.recompute) {
+      // Inside the skew injection: a slow stage recomputes slowly too.
+      PS_ASSIGN_OR_RETURN(work, RecomputeStageWork::Create(std::move(work)));
+    }
     if (c.slow_rank >= 0 && placement.RankOf(stage) == c.slow_rank && c.slow_factor != 1) {
       PS_ASSIGN_OR_RETURN(std::unique_ptr<SlowStageWork> slow,
                           SlowStageWork::Create(std::move(work), c.slow_factor));

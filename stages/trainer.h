@@ -50,6 +50,10 @@ struct TrainerConfig {
   double max_activations = 0;
   // A searched schedule's order refined by local search (GeneratorParams::refine).
   bool refine = false;
+  // Activation recomputation on every stage (stages/recompute_stage_work.h): a stage
+  // keeps nothing of its own from a micro-batch's F to its backward and runs the F again
+  // at the start of its B or I. Less memory, one more F per backward; the same numbers.
+  bool recompute = false;
   std::string backend = "auto";  // "auto", "host", "cuda"
   // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
   int num_devices = 0;

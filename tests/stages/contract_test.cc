@@ -47,6 +47,16 @@ TrainerConfig TinyConfig(const Case& c) {
   return config;
 }
 
+// Plain single-device training of the same model and optimizer on the same global batch,
+// split into the same D x M micro-batches.
+absl::StatusOr<std::unique_ptr<model::ReferenceTrainer>> ReferenceFor(const TrainerConfig& config) {
+  return model::ReferenceTrainer::Create(
+      {.config = config.model,
+       .seed = config.seed,
+       .optimizer = config.optimizer,
+       .num_microbatches = config.replicas * config.microbatches});
+}
+
 // |a - r| <= atol + rtol * |r| for every element; names the first mismatch.
 void ExpectParametersEqual(const std::vector<model::HostTensor>& got,
                            const std::vector<model::HostTensor>& want) {
@@ -85,11 +95,7 @@ TEST(ContractTest, EveryScheduleMatchesSingleDeviceTraining) {
       searched_orders += config.schedule_override->programs != unit.programs;
     }
     PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
-    PS_ASSERT_OK_AND_ASSIGN(auto reference,
-                            model::ReferenceTrainer::Create({.config = config.model,
-                                                             .seed = config.seed,
-                                                             .optimizer = config.optimizer,
-                                                             .num_microbatches = c.d * c.m}));
+    PS_ASSERT_OK_AND_ASSIGN(auto reference, ReferenceFor(config));
     const std::int64_t g = trainer->global_batch();
     const model::Dataset& data = trainer->data();
     for (int step = 0; step < 3; ++step) {
@@ -115,11 +121,7 @@ TEST(ContractTest, AdamWMatchesToo) {
     config.optimizer.kind = model::OptimizerKind::kAdamW;
     config.optimizer.adamw.lr = 1e-2f;
     PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
-    PS_ASSERT_OK_AND_ASSIGN(auto reference,
-                            model::ReferenceTrainer::Create({.config = config.model,
-                                                             .seed = config.seed,
-                                                             .optimizer = config.optimizer,
-                                                             .num_microbatches = c.d * c.m}));
+    PS_ASSERT_OK_AND_ASSIGN(auto reference, ReferenceFor(config));
     const std::int64_t g = trainer->global_batch();
     for (int step = 0; step < 3; ++step) {
       const float* x = trainer->data().x.data() + step * g * config.model.d_in;
@@ -211,6 +213,98 @@ TEST(ContractTest, PeakActivationBytesMatchTheSimulator) {
   // P = 4: zb-v-half keeps at most 6 chunk activations, zb-v-min 4, zb-v 8.
   EXPECT_LT(busiest["zb-v-half"], busiest["zb-v"]);
   EXPECT_LT(busiest["zb-v-min"], busiest["zb-v-half"]);
+}
+
+// Activation recomputation (TrainerConfig::recompute) changes memory and time, never the
+// numbers: the rebuilt stash is the one the first F would have kept, so the parameters
+// after 3 steps are bit for bit those of the same run without it, and within the
+// contract's tolerance of single-device training, for schedules with B and with I and W
+// (W deferred, several rebuilt stashes waiting), one and two chunks, D in {1, 2}.
+TEST(ContractTest, RecomputeTrainsTheSameParameters) {
+  for (const Case& c : std::vector<Case>{{"gpipe", 2, 1, 1, 4},
+                                         {"1f1b", 4, 1, 2, 8},
+                                         {"zb-h1", 2, 1, 1, 4},
+                                         {"zb-1p", 4, 1, 1, 8},
+                                         {"interleaved-1f1b", 2, 2, 2, 4},
+                                         {"zb-v", 2, 2, 1, 8},
+                                         {"dualpipe-v", 2, 2, 1, 4}}) {
+    SCOPED_TRACE(c.Name());
+    TrainerConfig config = TinyConfig(c);
+    PS_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(config));
+    config.recompute = true;
+    PS_ASSERT_OK_AND_ASSIGN(auto recomputing, Trainer::Create(config));
+    EXPECT_GT(recomputing->executor().recompute_bytes(0), 0);
+    EXPECT_EQ(plain->executor().recompute_bytes(0), 0);
+    PS_ASSERT_OK_AND_ASSIGN(auto reference, ReferenceFor(config));
+    const std::int64_t g = recomputing->global_batch();
+    for (int step = 0; step < 3; ++step) {
+      const float* x = recomputing->data().x.data() + step * g * config.model.d_in;
+      const std::int32_t* y = recomputing->data().y.data() + step * g;
+      PS_ASSERT_OK_AND_ASSIGN(StepResult with, recomputing->Step(x, y));
+      PS_ASSERT_OK_AND_ASSIGN(StepResult without, plain->Step(x, y));
+      PS_ASSERT_OK(reference->Step(x, y, static_cast<int>(g)));
+      EXPECT_EQ(with.loss, without.loss) << "step " << step;
+    }
+    PS_ASSERT_OK_AND_ASSIGN(auto got, recomputing->ExportParameters());
+    PS_ASSERT_OK_AND_ASSIGN(auto same, plain->ExportParameters());
+    ASSERT_EQ(got.size(), same.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].ToFloats().value(), same[k].ToFloats().value()) << got[k].name;
+    }
+    ExpectParametersEqual(got, reference->ExportParameters().value());
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// With recomputation the runtime's peak still equals the simulator's, now fed with the
+// executor's recompute_bytes too: a micro-batch in flight keeps only its input and
+// boundary buffers, and one rebuilt stash at a time is live with B (GPipe:
+// M x activation_bytes + the rebuilt stash + the workspace). Deferred W's keep theirs
+// until they run, which the simulator follows too.
+TEST(ContractTest, RecomputePeakBytesMatchTheSimulator) {
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1", "zb-v", "interleaved-zb"}) {
+    const int v = name == "zb-v" || name == "interleaved-zb" ? 2 : 1;
+    for (int p : {2, 4}) {
+      for (int m : {1, 4, 8}) {
+        TrainerConfig config = TinyConfig({name, p, v, 1, m});
+        config.model.num_layers = 2 * p * v - 1;
+        config.partition = std::vector<int>(p * v, 2);
+        config.exact_memory_accounting = true;
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        PS_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(config));
+        config.recompute = true;
+        PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+        const Executor& ex = trainer->executor();
+        scheduler::CostModel costs;
+        for (int s = 0; s < p * v; ++s) {
+          // What the stage drops is what it would have stashed.
+          EXPECT_EQ(ex.recompute_bytes(s),
+                    plain->executor().activation_bytes(s) - ex.activation_bytes(s));
+          costs.stages.push_back(ex.WithMemoryCosts(s));
+        }
+        PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim,
+                                scheduler::Simulate(trainer->schedule(), costs));
+        PS_ASSERT_OK_AND_ASSIGN(StepResult without, plain->Step());
+        for (int step = 0; step < 2; ++step) {
+          PS_ASSERT_OK_AND_ASSIGN(StepResult r, trainer->Step());
+          for (int rank = 0; rank < p; ++rank) {
+            EXPECT_EQ(r.peak_activation_bytes[rank], sim.ranks[rank].peak_live_bytes)
+                << "rank " << rank << " step " << step;
+            if (m >= 4 && rank == 0 && (name == "gpipe" || name == "1f1b")) {
+              EXPECT_LT(r.peak_activation_bytes[rank], without.peak_activation_bytes[rank])
+                  << "rank " << rank;
+            }
+            if (name == "gpipe") {
+              EXPECT_EQ(r.peak_activation_bytes[rank], m * ex.activation_bytes(rank) +
+                                                           ex.recompute_bytes(rank) +
+                                                           ex.workspace_bytes(rank))
+                  << "rank " << rank;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(ContractTest, PlannedReplaysTheMeasuredCosts) {
