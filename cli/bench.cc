@@ -584,6 +584,7 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   j["microbatches"] = r.m;
   j["microbatch_size"] = sweep.base.microbatch_size;
   j["replicas"] = sweep.base.replicas;
+  j["recompute"] = sweep.base.recompute;
   j["slow_stage"] = sweep.slow_rank >= 0 ? nlohmann::json(sweep.slow_rank) : nlohmann::json();
   j["slow_factor"] = sweep.slow_factor;
   j["status"] = r.skipped.empty() ? "ok" : (r.failed ? "failed" : "skipped");
@@ -821,9 +822,9 @@ int Bench(const CommandContext& ctx) {
   const Sweep& sweep = *parsed;
   const stages::TrainerConfig& b = sweep.base;
   const std::string model = absl::StrFormat(
-      "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s",
+      "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s%s",
       b.model.d_in, b.model.num_layers, b.model.d_hidden, b.model.num_classes, b.microbatch_size,
-      b.replicas, b.backend);
+      b.replicas, b.backend, b.recompute ? "; activation recomputation" : "");
   const std::string load = LoadAverage();
   out << "bench: " << model << "\n"
       << absl::StrFormat(

@@ -25,10 +25,10 @@ std::vector<std::string_view> With(std::vector<std::string_view> flags,
 // The model, data, optimizer and backend flags that train and bench share
 // (TrainerConfigFromFlags reads them).
 constexpr std::string_view kTrainingFlags[] = {
-    "virtual",   "replicas", "microbatch_size", "layers",          "hidden",
-    "inputs",    "classes",  "partition",       "steps",           "lr",
-    "optimizer", "momentum", "weight_decay",    "backend",         "devices",
-    "seed",      "data",     "device_memory",   "max_activations", "refine"};
+    "virtual",         "replicas",  "microbatch_size", "layers", "hidden",    "inputs",
+    "classes",         "partition", "steps",           "lr",     "optimizer", "momentum",
+    "weight_decay",    "backend",   "devices",         "seed",   "data",      "device_memory",
+    "max_activations", "refine",    "recompute"};
 std::vector<std::string_view> Training(std::initializer_list<std::string_view> first,
                                        std::initializer_list<std::string_view> more) {
   std::vector<std::string_view> flags(first);
@@ -50,24 +50,24 @@ const std::vector<Command>& AllCommands() {
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
        "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
        "          --workspace-bytes=0 --input-bytes=0 --static-bytes=0 --costs=FILE.json]\n"
-       "         [--device-memory=SIZE] [--max-activations=X] [--refine] [--trace=F.json]\n"
+       "         [--device-memory=SIZE] [--max-activations=X] [--refine] [--recompute]\n"
+       "         [--trace=F.json]"
        "         [--svg=F.svg] [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] "
        "[--nogrid]\n"
        "         [--color=auto|always|never]",
        "simulate a schedule with stage costs: grid, makespan, bubble, peak activations",
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
-             "schedule_json", "grid", "color", "device_memory", "max_activations", "refine"}),
+             "schedule_json", "grid", "color", "device_memory", "max_activations", "refine",
+             "recompute"}),
        &RunSimulate},
       {"compare",
        "compare [--schedules=all|NAME,NAME,...] --stages=P --microbatches=M [--virtual=V]\n"
        "        [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 ... --costs=FILE.json]\n"
-       "        [--device-memory=SIZE] [--max-activations=X] [--refine] [--json=F.json] "
-       "[--md=F.md]\n"
-       "        [--svg=F.svg] "
-       "[--trace=F.json]",
+       "        [--device-memory=SIZE] [--max-activations=X] [--refine] [--recompute]\n"
+       "        [--json=F.json] [--md=F.md] [--svg=F.svg] [--trace=F.json]",
        "rank the schedules for one model's per-stage costs at equal work: step, bubble, memory",
        With({"schedules", "stages", "microbatches", "virtual", "device_memory", "max_activations",
-             "refine", "json", "md", "svg", "trace"}),
+             "refine", "recompute", "json", "md", "svg", "trace"}),
        &RunCompare},
       {"validate",
        "validate FILE [--costs=FILE.json --cost-*=...] [--device-memory=SIZE]\n"
@@ -83,7 +83,8 @@ const std::vector<Command>& AllCommands() {
        "[--init=F.safetensors]\n"
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
-       "      [--save-costs=COSTS.json] [--search-steps=3] [--max-activations=X] [--refine]",
+       "      [--save-costs=COSTS.json] [--search-steps=3] [--max-activations=X] [--refine]\n"
+       "      [--recompute]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
@@ -92,7 +93,7 @@ const std::vector<Command>& AllCommands() {
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
        "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5] [--search-steps=3]\n"
-       "      [--max-activations=X] [--refine]\n"
+       "      [--max-activations=X] [--refine] [--recompute]\n"
        "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
        "      [--traces=DIR]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"

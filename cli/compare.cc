@@ -45,6 +45,7 @@ struct Request {
   std::optional<std::int64_t> capacity;  // --device-memory
   double max_activations = 0;            // --max-activations, for the searched schedules
   bool refine = false;                   // --refine, for the searched schedules
+  bool recompute = false;                // --recompute: the costs are WithRecompute's
 };
 
 absl::Status CheckRange(std::string_view flag, std::int64_t value, std::int64_t lo,
@@ -58,6 +59,7 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
   Request r;
   PS_ASSIGN_OR_RETURN(r.max_activations, MaxActivationsFromFlags());
   r.refine = absl::GetFlag(FLAGS_refine);
+  r.recompute = absl::GetFlag(FLAGS_recompute);
   if (FlagGiven(ctx, "schedules")) {
     PS_ASSIGN_OR_RETURN(r.schedules, SchedulesFromFlag(absl::GetFlag(FLAGS_schedules)));
   } else {
@@ -232,6 +234,16 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
   return md;
 }
 
+bool Recomputes(const scheduler::CostModel& costs) {
+  bool any = costs.uniform.recompute_bytes > 0;
+  for (const scheduler::StageCosts& s : costs.stages) any |= s.recompute_bytes > 0;
+  return any;
+}
+
+std::string RecomputeNote(const scheduler::CostModel& costs) {
+  return Recomputes(costs) ? ", with activation recomputation (B and I include F again)" : "";
+}
+
 // The costs as the header line tells them: the uniform numbers, or where the lists came
 // from when there are per-stage or per-boundary ones (the uniform ones are then unused).
 std::string DescribeCosts(const scheduler::CostModel& costs, const std::string& source) {
@@ -242,7 +254,7 @@ std::string DescribeCosts(const scheduler::CostModel& costs, const std::string& 
         costs.comm.empty() ? absl::StrFormat(", transfer %g", costs.comm_uniform)
                            : absl::StrCat(", ", costs.comm.size(),
                                           costs.comm.size() == 1 ? " boundary" : " boundaries"),
-        ")");
+        ")", RecomputeNote(costs));
   }
   const scheduler::StageCosts& u = costs.uniform;
   std::string text =
@@ -252,7 +264,7 @@ std::string DescribeCosts(const scheduler::CostModel& costs, const std::string& 
   if (u.zero_grad > 0) absl::StrAppend(&text, absl::StrFormat(", zero-grad %g", u.zero_grad));
   if (u.optimizer > 0) absl::StrAppend(&text, absl::StrFormat(", optimizer %g", u.optimizer));
   if (costs.action_gap > 0) absl::StrAppend(&text, absl::StrFormat(", gap %g", costs.action_gap));
-  return text;
+  return absl::StrCat(text, RecomputeNote(costs));
 }
 
 std::string Json(const Request& r, const std::vector<Row>& rows,
@@ -260,6 +272,7 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
   nlohmann::json j;
   j["stages"] = r.p;
   j["microbatches"] = r.m;
+  j["recompute"] = r.recompute;
   j["device_memory_bytes"] = r.capacity.has_value() ? nlohmann::json(*r.capacity) : nullptr;
   j["ranked"] = nlohmann::json::array();
   for (const Row& row : rows) {
@@ -325,8 +338,10 @@ absl::Status Compare(const CommandContext& ctx) {
                           : absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));
   }
   if (r.capacity.has_value()) {
-    bool sized = costs.uniform.activation_bytes > 0;
-    for (const scheduler::StageCosts& s : costs.stages) sized |= s.activation_bytes > 0;
+    bool sized = costs.uniform.activation_bytes > 0 || costs.uniform.recompute_bytes > 0;
+    for (const scheduler::StageCosts& s : costs.stages) {
+      sized |= s.activation_bytes > 0 || s.recompute_bytes > 0;
+    }
     if (!sized) {
       return absl::InvalidArgumentError(
           "--device-memory needs the activations' sizes: give --activation-bytes (and "

@@ -293,6 +293,14 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
         ": the received input is part of a micro-batch's activations; give --activation-bytes "
         "of at least --input-bytes"));
   }
+  if (absl::GetFlag(FLAGS_recompute)) {
+    absl::StatusOr<scheduler::CostModel> recomputing = scheduler::WithRecompute(costs);
+    if (!recomputing.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source->empty() ? "" : absl::StrCat(*source, ": "), recomputing.status().message()));
+    }
+    costs = *std::move(recomputing);
+  }
   return costs;
 }
 
@@ -317,9 +325,16 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
   }
   bool bytes = false;
   bool held = false;
+  bool recomputes = false;
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0;
+    bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0 ||
+             costs.Stage(s).recompute_bytes > 0;
     held |= costs.Stage(s).static_bytes > 0;
+    recomputes |= costs.Stage(s).recompute_bytes > 0;
+  }
+  if (recomputes) {
+    out << "activation recomputation: an F keeps only its received input; each B or I runs the "
+           "F again first and holds what it rebuilt until the backward ends\n";
   }
   out << absl::StrFormat("%-6s %12s %12s %8s %10s%s%s\n", "rank", "busy", "idle", "bubble",
                          "peak act", bytes ? "   peak act bytes" : "",

@@ -58,6 +58,7 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     std::string_view file_path);
 // The same without the fit check, for a caller with its own rules (compare): `source`
 // receives where per-stage lists came from ("" when from no file), for its errors.
+// Both apply --recompute (scheduler::WithRecompute) last.
 absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContext& ctx,
                                                              const scheduler::ScheduleFile& file,
                                                              std::string_view file_path,

@@ -184,6 +184,10 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
+  if (config.recompute) {
+    out << "activation recomputation: a stage keeps only the micro-batch's input and boundary "
+           "buffers from its F to its backward; each B or I runs the F again first\n";
+  }
   out << search_note;
   if (!resume.empty()) {
     out << "resumed from " << resume << " after step " << resumed_at << "\n";
@@ -381,6 +385,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["microbatches"] = schedule.num_microbatches;
     j["microbatch_size"] = config.microbatch_size;
     j["global_batch"] = trainer->global_batch();
+    j["recompute"] = config.recompute;
     j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
     nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),
                    bubble = nlohmann::json::array();

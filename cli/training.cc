@@ -103,6 +103,7 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   }
   PS_ASSIGN_OR_RETURN(config.max_activations, MaxActivationsFromFlags());
   config.refine = absl::GetFlag(FLAGS_refine);
+  config.recompute = absl::GetFlag(FLAGS_recompute);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);
   return config;

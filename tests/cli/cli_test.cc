@@ -651,6 +651,77 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
                                "3 steps of its unit-cost order"));
 }
 
+// --recompute in simulate: an F keeps only its received input, B and I run F again. 1F1B
+// P=4 M=8, 100 MiB per micro-batch of which 4 MiB is the received input: rank 0 held
+// 4 x 100 MiB and now 4 x 4 MiB plus one rebuilt 96 MiB; every B takes F + B = 3.
+TEST(CliTest, SimulateWithActivationRecomputation) {
+  const std::string stats = TempPath("recompute_stats.json");
+  const std::vector<std::string> one_f_one_b = {"simulate",
+                                                "--schedule=1f1b",
+                                                "--stages=4",
+                                                "--microbatches=8",
+                                                "--activation-bytes=104857600",
+                                                "--input-bytes=4194304",
+                                                "--nogrid",
+                                                "--json=" + stats};
+  RunResult r = RunCli(one_f_one_b);
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(Slurp(stats));
+  EXPECT_EQ(j["makespan"], 33);
+  EXPECT_EQ(j["peak_activation_bytes"][0], 4 * 104857600);
+  EXPECT_THAT(r.out, Not(HasSubstr("recomputation")));
+  r = RunCli(WithFlags(one_f_one_b, {"--recompute"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation: an F keeps only its received input; "
+                               "each B or I runs the F again first"));
+  j = nlohmann::json::parse(Slurp(stats));
+  EXPECT_EQ(j["makespan"], 44);  // 8 x (1 + 3) + 3 x (1 + 3)
+  EXPECT_EQ(j["peak_activation_bytes"],
+            nlohmann::json::array({4 * 4194304 + 100663296, 4 * 4194304 + 100663296,
+                                   3 * 4194304 + 100663296, 2 * 4194304 + 100663296}));
+  // A cost file measured with recomputation has it already.
+  const std::string measured = TempPath("recomputed_costs.json");
+  std::ofstream(measured) << R"({"default": {"f": 1, "b": 3, "i": 2, "w": 1,
+      "activation_bytes": 4096, "recompute_bytes": 65536}})";
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--costs=" + measured, "--nogrid", "--recompute"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "pipesched: " + measured +
+                       ": the default costs recompute already (recompute_bytes 65536: measured "
+                       "with recomputation, its B and I include the second forward); leave out "
+                       "--recompute\n");
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4",
+              "--costs=" + measured, "--nogrid", "--json=" + stats});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation"));
+  j = nlohmann::json::parse(Slurp(stats));
+  EXPECT_EQ(j["peak_activation_bytes"][0], 2 * 4096 + 65536);
+}
+
+// train --recompute trains the same numbers in less activation memory: rank 0 of 1F1B
+// P=2 holds two micro-batches' stashes without it, one rebuilt stash with it.
+TEST(CliTest, TrainWithActivationRecomputation) {
+  const std::string with_json = TempPath("train_rc.json");
+  const std::string without_json = TempPath("train_no_rc.json");
+  const std::vector<std::string> train = {
+      "train",       "--schedule=1f1b", "--stages=2",     "--microbatches=4", "--layers=4",
+      "--hidden=32", "--steps=2",       "--backend=host", "--seed=5"};
+  RunResult r = RunCli(WithFlags(train, {"--recompute", "--json=" + with_json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation: a stage keeps only the micro-batch's "
+                               "input and boundary buffers from its F to its backward"));
+  r = RunCli(WithFlags(train, {"--json=" + without_json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("recomputation")));
+  const nlohmann::json with = nlohmann::json::parse(Slurp(with_json));
+  const nlohmann::json without = nlohmann::json::parse(Slurp(without_json));
+  EXPECT_EQ(with["recompute"], true);
+  EXPECT_EQ(without["recompute"], false);
+  EXPECT_EQ(with["losses"], without["losses"]);
+  EXPECT_LT(with["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>(),
+            without["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>());
+}
+
 // GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of
 // 1.5 after make a step of 11; the bubble is the schedule's, closed form included.
 TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {

@@ -128,6 +128,44 @@ TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {
   EXPECT_THAT(unsized.err, HasSubstr("--device-memory needs the activations' sizes"));
 }
 
+// --recompute: every stage keeps only its 4 MiB input of its 64 MiB per micro-batch, and
+// B and I run F again. In 150 MiB 1F1B (4 x 4 + 60 rebuilt) and interleaved 1F1B now fit
+// at 1.257 and 1.086 x zb-v's step; zb-h1 does not: its deferred W's each hold a rebuilt
+// 60 MiB until they run.
+TEST(CompareTest, RecomputeTradesAForwardPerBackwardForMemory) {
+  const std::string json = TempPath("recompute.json");
+  const std::vector<std::string> request = {"compare",
+                                            "--stages=4",
+                                            "--microbatches=8",
+                                            "--schedules=1f1b,gpipe,zb-h1,zb-v,interleaved-1f1b",
+                                            "--activation-bytes=67108864",
+                                            "--input-bytes=4194304",
+                                            "--device-memory=150MiB",
+                                            "--json=" + json};
+  RunResult r = RunCli(request);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("; none fits in --device-memory=150MiB\n"));
+  r = RunCli(WithFlags(request, {"--recompute"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("costs per pipeline stage: F 1, B 3 (I 2, W 1), transfer 0, with "
+                               "activation recomputation (B and I include F again)"));
+  EXPECT_THAT(r.out, HasSubstr("1f1b               1          44          44    1.257   27.27%   "
+                               "27.27%        4.0   76.00 MiB   yes\n"));
+  EXPECT_THAT(r.out, HasSubstr("zb-h1              1          38          38    1.086   15.79%   "
+                               "15.79%        4.0  260.00 MiB    no\n"));
+  EXPECT_THAT(r.out, HasSubstr("fastest that fits in --device-memory=150MiB: interleaved-1f1b "
+                               "(V=2), 1.086 x the fastest's step"));
+  const nlohmann::json j = nlohmann::json::parse(Slurp(json));
+  EXPECT_EQ(j["recompute"], true);
+  // Interleaved chunks each keep a whole 4 MiB input: rank 0 holds 11 chunk inputs, one
+  // rebuilt half-stage (30 MiB) and the next F's input.
+  for (const nlohmann::json& row : j["ranked"]) {
+    if (row["schedule"] == "interleaved-1f1b") {
+      EXPECT_EQ(row["peak_activation_bytes"][0], (11 * 4 + 30 + 4) << 20);
+    }
+  }
+}
+
 // zb-2p holds 2P = 8 micro-batches at P=4 with transfers of half an F: in 5 MiB (1 MiB
 // each) it gets a second row, searched within 5, which fits and still beats 1F1B.
 TEST(CompareTest, SearchedSchedulesAreHeldToTheDeviceMemory) {
