@@ -51,10 +51,8 @@ const std::vector<Command>& AllCommands() {
        "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
        "          --workspace-bytes=0 --input-bytes=0 --static-bytes=0 --costs=FILE.json]\n"
        "         [--device-memory=SIZE] [--max-activations=X] [--refine] [--recompute]\n"
-       "         [--trace=F.json]"
-       "         [--svg=F.svg] [--csv=F.csv] [--schedule-json=F.json] [--json=STATS.json] "
-       "[--nogrid]\n"
-       "         [--color=auto|always|never]",
+       "         [--trace=F.json] [--svg=F.svg] [--csv=F.csv] [--schedule-json=F.json]\n"
+       "         [--json=STATS.json] [--nogrid] [--color=auto|always|never]",
        "simulate a schedule with stage costs: grid, makespan, bubble, peak activations",
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
              "schedule_json", "grid", "color", "device_memory", "max_activations", "refine",

@@ -189,9 +189,10 @@ ABSL_FLAG(bool, refine, false,
           "the searched schedules: improve the searched order by local search (single actions "
           "moved while the step gets shorter within the same memory limit)");
 ABSL_FLAG(bool, recompute, false,
-          "activation recomputation: each stage keeps only its received input from a "
-          "micro-batch's F to its backward and runs the F again at the start of its B or I "
-          "(less activation memory, one more forward per backward)");
+          "activation recomputation: a stage drops what its F stashed and runs the F again at "
+          "the start of its B or I (less activation memory, one more forward per backward); "
+          "simulate and compare keep only each stage's received input, train and bench keep "
+          "the executor's input and boundary buffers");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

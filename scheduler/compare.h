@@ -33,7 +33,8 @@ absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks);
 // boundary tensor; the input at most the chunk's activation bytes, of which it is part),
 // the transfer time of a boundary between stages, and the action gap stay as they are. A
 // stage that recomputes (recompute_bytes > 0) keeps only boundary tensors from F to
-// backward: each of its chunks keeps the stage's activation bytes whole.
+// backward: each of its chunks keeps the stage's activation bytes whole, up to its share
+// of activation + recompute bytes (what it would keep without recomputation).
 // A boundary inside a stage takes the mean of the per-boundary times (the same tensor
 // crosses it). V = 1 returns `per_stage`. InvalidArgument for P or V below 1 or above
 // the generators' limits (kMaxGeneratorRanks, kMaxGeneratorChunks) and where

@@ -260,11 +260,20 @@ absl::StatusOr<CostModel> WithRecompute(const CostModel& costs) {
   CostModel out = costs;
   for (int s = -1; s < static_cast<int>(out.stages.size()); ++s) {
     StageCosts& c = s < 0 ? out.uniform : out.stages[s];
+    const std::string stage = s < 0 ? std::string("the default") : absl::StrCat("stage ", s, "'s");
     if (c.recompute_bytes > 0) {
+      // The default is used only by stages beyond the list: left as it is when there is one.
+      if (s < 0 && !out.stages.empty()) continue;
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
           "and I include the second forward); leave out --recompute",
-          s < 0 ? std::string("the default") : absl::StrCat("stage ", s, "'s"), c.recompute_bytes));
+          stage, c.recompute_bytes));
+    }
+    if (c.b + c.f > kMaxCostTime || c.i + c.f > kMaxCostTime) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s B or I with recomputation's second forward (B %g + F %g, I %g + F %g) passes the "
+          "longest time a cost may take, %g; give shorter times",
+          stage, c.b, c.f, c.i, c.f, kMaxCostTime));
     }
     // The received input stays (it is part of activation_bytes; CheckInputBytes).
     const std::int64_t kept = std::min(c.input_bytes, c.activation_bytes);

@@ -110,10 +110,14 @@ struct CostModel {
 // The same stages with activation recomputation: each keeps only its received input
 // (input_bytes) from its F to its backward; the rest of its activation_bytes becomes
 // recompute_bytes, rebuilt by running F again at the start of the B or I, which each take
-// F longer (B = I + W still holds). InvalidArgument, naming the stage, when a stage's
-// costs recompute already (recompute_bytes > 0: measured with recomputation, its times
-// include it) or when `costs` carries per-action overrides (a replayed measured step,
-// whose durations are what they were).
+// F longer (B = I + W still holds). What a stage keeps is thus the least any executor
+// keeps: pipesched's also holds each micro-batch's output and gradient buffers until its
+// backward (stages/executor.h), which costs measured by `train --recompute` include.
+// InvalidArgument, naming the stage, when a stage's costs recompute already
+// (recompute_bytes > 0: measured with recomputation, its times include it; the default
+// counts only without a per-stage list), when B + F or I + F passes kMaxCostTime, or when
+// `costs` carries per-action overrides (a replayed measured step, whose durations are what
+// they were).
 absl::StatusOr<CostModel> WithRecompute(const CostModel& costs);
 
 // Parses the cost-model JSON file:

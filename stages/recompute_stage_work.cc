@@ -2,6 +2,7 @@
 #include "stages/recompute_stage_work.h"
 
 #include <utility>
+#include <vector>
 
 #include "base/status.h"
 
@@ -12,11 +13,19 @@ namespace {
 class RecomputeStash final : public ActivationStash {
  public:
   std::unique_ptr<ActivationStash> rebuilt;
+  // Stashes whose stream-ordered free failed: work enqueued before it may still use them,
+  // and destroying one frees it at once (runtime::Buffer), so they stay until the
+  // executor drops this stash, which it does after the streams drained.
+  std::vector<std::unique_ptr<ActivationStash>> parked;
   std::int64_t bytes() const override { return 0; }
   absl::Status FreeAsync(runtime::Stream& stream) override {
     if (rebuilt == nullptr) return absl::OkStatus();
     absl::Status status = rebuilt->FreeAsync(stream);
-    rebuilt.reset();
+    if (status.ok()) {
+      rebuilt.reset();
+    } else {
+      parked.push_back(std::move(rebuilt));
+    }
     return status;
   }
 };
@@ -49,12 +58,14 @@ absl::StatusOr<std::unique_ptr<ActivationStash>> RecomputeStageWork::AllocateSta
 }
 
 absl::Status RecomputeStageWork::Forward(const MicrobatchIO& io, runtime::Stream& stream) {
+  PS_ASSIGN_OR_RETURN(RecomputeStash * outer, Of(io));
   // The wrapped F needs its stash while it runs; freed in stream order right behind it.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ActivationStash> stash, inner_->AllocateStash(stream));
   MicrobatchIO inner_io = io;
   inner_io.stash = stash.get();
   const absl::Status forward = inner_->Forward(inner_io, stream);
   const absl::Status freed = stash->FreeAsync(stream);
+  if (!freed.ok()) outer->parked.push_back(std::move(stash));
   PS_RETURN_IF_ERROR(forward);
   return freed;
 }

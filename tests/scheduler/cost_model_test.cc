@@ -227,13 +227,26 @@ TEST(CostModelTest, WithRecomputeKeepsTheInputAndRerunsTheForward) {
   // Twice would count the second forward twice; a replay's durations are measured.
   EXPECT_THAT(WithRecompute(rc),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the default costs recompute already (recompute_bytes 100: "
+                       HasSubstr("stage 0's costs recompute already (recompute_bytes 100: "
                                  "measured with recomputation")));
   CostModel measured = costs;
   measured.stages[1].recompute_bytes = 7;
   measured.uniform.recompute_bytes = 0;
   EXPECT_THAT(WithRecompute(measured), StatusIs(absl::StatusCode::kInvalidArgument,
                                                 HasSubstr("stage 1's costs recompute already")));
+  // A default that recomputes is used by no stage when there is a list: not an error.
+  CostModel listed = costs;
+  listed.uniform.recompute_bytes = 200;
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel from_list, WithRecompute(listed));
+  EXPECT_EQ(from_list.stages[1].recompute_bytes, 90);
+  // The second forward may not push B or I past the longest time a cost takes.
+  CostModel slow;
+  slow.uniform = StageCosts{.f = 6e14, .b = 6e14, .i = 3e14, .w = 3e14};
+  EXPECT_THAT(WithRecompute(slow),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the default B or I with recomputation's second forward (B 6e+14 "
+                                 "+ F 6e+14, I 3e+14 + F 6e+14) passes the longest time a cost "
+                                 "may take, 1e+15")));
   CostModel replay = costs;
   replay.actions[{0, Op::kF, 0}] = 2;
   EXPECT_THAT(WithRecompute(replay),

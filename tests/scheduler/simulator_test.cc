@@ -396,14 +396,19 @@ TEST(SimulatorTest, RecomputeBytesLiveDuringFAndFromTheBackwardToItsEnd) {
   PS_ASSERT_OK_AND_ASSIGN(
       r, Simulate(HandSchedule(1, 1, 3, {"0F0 0F1 0F2 0I0 0I1 0I2 0W0 0W1 0W2"}), costs));
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 335);
-  // The F alone peaks when the rebuilt stash is larger than the workspace and the kept
-  // bytes: 0F0 holds 10 + 1000, 0B0 10 + 1000 + 5.
+  // A backward holds the rebuilt stash and its workspace: 0F0 10 + 1000, 0B0 10 + 1000 + 5.
   costs.uniform.recompute_bytes = 1000;
   PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 1, {"0F0 0B0"}), costs));
   EXPECT_EQ(r.ranks[0].peak_live_bytes, 1015);
-  costs.uniform.workspace_bytes = 0;
-  PS_ASSERT_OK_AND_ASSIGN(r, Simulate(HandSchedule(1, 1, 2, {"0F0 0B0 0F1 0B1"}), costs));
-  EXPECT_EQ(r.ranks[0].peak_live_bytes, 1010);
+  // An F's own peak: two chunks on one rank, stage 1 keeping 500 per micro-batch; at 0F1
+  // 0F1's 10 + 1000 while it runs, on top of 0F0's 10 and 1F0's 500: 1520, above any
+  // backward's (0B0: 10 + 10 + 1000).
+  costs.uniform = {};
+  costs.stages = {StageCosts{.activation_bytes = 10, .recompute_bytes = 1000},
+                  StageCosts{.activation_bytes = 500}};
+  PS_ASSERT_OK_AND_ASSIGN(
+      r, Simulate(HandSchedule(1, 2, 2, {"0F0 1F0 0F1 1B0 1F1 1B1 0B0 0B1"}), costs));
+  EXPECT_EQ(r.ranks[0].peak_live_bytes, 1520);
 }
 
 // The received input of an F of a stage > 0 is live from the start of the compute action
