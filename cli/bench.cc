@@ -114,25 +114,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", Absl(flag), "=", text, ": '", part, "' ",
-                       IsIntegerLiteral(Std(part)) ? "is far too large" : "is not an integer",
-                       "; write e.g. 2,4"));
-    }
-    if (std::find(out.begin(), out.end(), n) != out.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", Absl(flag), "=", text, " lists ", n, " twice; name each value once"));
-    }
-    out.push_back(n);
-  }
-  return out;
-}
-
 absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   Sweep sweep;
   PS_ASSIGN_OR_RETURN(sweep.base, TrainerConfigFromFlags(ctx));

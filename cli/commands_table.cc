@@ -51,12 +51,13 @@ const std::vector<Command>& AllCommands() {
        "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
        "          --workspace-bytes=0 --input-bytes=0 --static-bytes=0 --costs=FILE.json]\n"
        "         [--device-memory=SIZE] [--max-activations=X] [--refine] [--recompute]\n"
-       "         [--trace=F.json] [--svg=F.svg] [--csv=F.csv] [--schedule-json=F.json]\n"
-       "         [--json=STATS.json] [--nogrid] [--color=auto|always|never]",
+       "         [--recompute-stages=S,S,...|auto] [--trace=F.json] [--svg=F.svg] [--csv=F.csv]\n"
+       "         [--schedule-json=F.json] [--json=STATS.json] [--nogrid] "
+       "[--color=auto|always|never]",
        "simulate a schedule with stage costs: grid, makespan, bubble, peak activations",
        With({"schedule", "stages", "microbatches", "virtual", "from", "trace", "svg", "csv", "json",
              "schedule_json", "grid", "color", "device_memory", "max_activations", "refine",
-             "recompute"}),
+             "recompute", "recompute_stages"}),
        &RunSimulate},
       {"compare",
        "compare [--schedules=all|NAME,NAME,...] --stages=P --microbatches=M [--virtual=V]\n"
@@ -82,11 +83,11 @@ const std::vector<Command>& AllCommands() {
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
        "      [--save-costs=COSTS.json] [--search-steps=3] [--max-activations=X] [--refine]\n"
-       "      [--recompute]",
+       "      [--recompute | --recompute-stages=S,S,...]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
-                 "save_costs", "search_steps"}),
+                 "save_costs", "search_steps", "recompute_stages"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"

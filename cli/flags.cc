@@ -193,6 +193,10 @@ ABSL_FLAG(bool, recompute, false,
           "the start of its B or I (less activation memory, one more forward per backward); "
           "simulate and compare keep only each stage's received input, train and bench keep "
           "the executor's input and boundary buffers");
+ABSL_FLAG(std::string, recompute_stages, "",
+          "selective activation recomputation: the virtual stages that recompute, e.g. 0,1; "
+          "simulate also takes auto, the fewest stages that make each rank fit "
+          "--device-memory");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

@@ -72,6 +72,7 @@ ABSL_DECLARE_FLAG(int32_t, search_steps);
 ABSL_DECLARE_FLAG(double, max_activations);
 ABSL_DECLARE_FLAG(bool, refine);
 ABSL_DECLARE_FLAG(bool, recompute);
+ABSL_DECLARE_FLAG(std::string, recompute_stages);
 ABSL_DECLARE_FLAG(double, lr);
 ABSL_DECLARE_FLAG(std::string, optimizer);
 ABSL_DECLARE_FLAG(double, momentum);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -176,6 +177,25 @@ absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& te
   return names;
 }
 
+absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Absl(flag), "=", text, ": '", part, "' ",
+                       IsIntegerLiteral(Std(part)) ? "is far too large" : "is not an integer",
+                       "; write e.g. 2,4"));
+    }
+    if (std::find(out.begin(), out.end(), n) != out.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", Absl(flag), "=", text, " lists ", n, " twice; name each value once"));
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path) {
@@ -325,16 +345,21 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
   }
   bool bytes = false;
   bool held = false;
-  bool recomputes = false;
+  std::vector<int> recomputing;
   for (int s = 0; s < schedule.num_stages(); ++s) {
     bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0 ||
              costs.Stage(s).recompute_bytes > 0;
     held |= costs.Stage(s).static_bytes > 0;
-    recomputes |= costs.Stage(s).recompute_bytes > 0;
+    if (costs.Stage(s).recompute_bytes > 0) recomputing.push_back(s);
   }
-  if (recomputes) {
-    out << "activation recomputation: an F keeps only its received input; each B or I runs the "
-           "F again first and holds what it rebuilt until the backward ends\n";
+  if (!recomputing.empty()) {
+    out << "activation recomputation"
+        << (static_cast<int>(recomputing.size()) == schedule.num_stages()
+                ? std::string()
+                : absl::StrCat(" on stages ", absl::StrJoin(recomputing, ","), " of ",
+                               schedule.num_stages()))
+        << ": an F keeps only its received input; each B or I runs the F again first and "
+           "holds what it rebuilt until the backward ends\n";
   }
   out << absl::StrFormat("%-6s %12s %12s %8s %10s%s%s\n", "rank", "busy", "idle", "bubble",
                          "peak act", bytes ? "   peak act bytes" : "",

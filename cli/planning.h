@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,6 +49,10 @@ void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64
 // searched.
 // InvalidArgument naming the problem and the known schedules otherwise.
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text);
+
+// A comma-separated list of distinct integers given as --`flag`=`text` ("2,4");
+// InvalidArgument naming the flag for a part that is not an integer or one given twice.
+absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::string& text);
 
 // --costs=FILE as the base (or the "costs" of the schedule file `file`, read from
 // `file_path`), then the --cost-* and --activation-bytes flags the user gave override it

@@ -8,9 +8,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/host_memory.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
@@ -151,6 +153,53 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
                                {"--json", absl::GetFlag(FLAGS_json)}});
 }
 
+// --recompute-stages: a list recomputes those virtual stages (scheduler::WithRecomputeOn);
+// auto the fewest that make every rank fit --device-memory (RecomputeWithinMemory), with a
+// line saying which and what it costs. Not with --recompute (every stage) nor for a
+// searched schedule (searched for costs without it; it fits a device by its own search).
+absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedule& schedule,
+                             bool searched, scheduler::CostModel* costs) {
+  const std::string text = absl::GetFlag(FLAGS_recompute_stages);
+  if (absl::GetFlag(FLAGS_recompute)) {
+    return absl::InvalidArgumentError(
+        "give --recompute (every stage) or --recompute-stages (some), not both");
+  }
+  if (searched) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute-stages applies to orders that are given, not to ", schedule.name,
+        ", which is searched for costs without it: use --recompute for every stage, or "
+        "--device-memory alone to search it within the device"));
+  }
+  if (text != "auto") {
+    PS_ASSIGN_OR_RETURN(const std::vector<int> stages, IntList("recompute-stages", text));
+    PS_ASSIGN_OR_RETURN(*costs, scheduler::WithRecomputeOn(*costs, stages, schedule.num_stages()));
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
+  if (!capacity.has_value()) {
+    return absl::InvalidArgumentError(
+        "--recompute-stages=auto chooses the stages that make each rank fit --device-memory: "
+        "give --device-memory, or list the stages");
+  }
+  PS_ASSIGN_OR_RETURN(scheduler::RecomputeFit fit,
+                      scheduler::RecomputeWithinMemory(schedule, *costs, *capacity));
+  const std::string device = absl::StrCat("--device-memory=", absl::GetFlag(FLAGS_device_memory));
+  if (fit.stages.empty()) {
+    *ctx.out << absl::StrFormat("%s: fits %s without recomputing any stage\n", schedule.name,
+                                device);
+  } else {
+    const double was = fit.without.step_time, is = fit.sim.step_time;
+    *ctx.out << absl::StrFormat(
+        "%s: recomputing stages %s of %d fits %s: the busiest rank peaks at %s instead of %s; "
+        "step %.6g instead of %.6g (%+.2f%%) (--recompute-stages=%s)\n",
+        schedule.name, absl::StrJoin(fit.stages, ","), schedule.num_stages(), device,
+        HumanBytes(scheduler::PeakBytes(fit.sim)), HumanBytes(scheduler::PeakBytes(fit.without)),
+        is, was, was > 0 ? 100 * (is - was) / was : 0.0, absl::StrJoin(fit.stages, ","));
+  }
+  *costs = std::move(fit.costs);
+  return absl::OkStatus();
+}
+
 // A searched schedule whose order at its own limit does not fit --device-memory is searched
 // again within fewer activations per rank (scheduler::SearchWithinMemory), with a note on
 // what was done; one that cannot fit at all is left as it is, for CheckDeviceMemory to
@@ -280,6 +329,13 @@ int RunSimulate(const CommandContext& ctx) {
   absl::StatusOr<scheduler::CostModel> costs =
       CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
+  if (FlagGiven(ctx, "recompute_stages")) {
+    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file->schedule.name);
+    const bool searched = search_costs.has_value() && info != nullptr && info->uses_costs;
+    if (absl::Status s = RecomputeStages(ctx, file->schedule, searched, &*costs); !s.ok()) {
+      return ReportError(ctx, s);
+    }
+  }
   double max_activations = absl::GetFlag(FLAGS_max_activations);
   std::optional<scheduler::MemoryFit> refined_fit;
   if (search_costs.has_value()) {

@@ -184,9 +184,15 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
-  if (config.recompute) {
-    out << "activation recomputation: a stage keeps only the micro-batch's input and boundary "
-           "buffers from its F to its backward; each B or I runs the F again first\n";
+  if (config.recompute || !config.recompute_stages.empty()) {
+    std::vector<int> listed = config.recompute_stages;
+    std::sort(listed.begin(), listed.end());
+    out << "activation recomputation"
+        << (config.recompute ? std::string()
+                             : absl::StrCat(" on stages ", absl::StrJoin(listed, ","), " of ",
+                                            schedule.num_stages()))
+        << ": a stage keeps only the micro-batch's input and boundary buffers from its F to its "
+           "backward; each B or I runs the F again first\n";
   }
   out << search_note;
   if (!resume.empty()) {
@@ -386,6 +392,11 @@ absl::Status Train(const CommandContext& ctx) {
     j["microbatch_size"] = config.microbatch_size;
     j["global_batch"] = trainer->global_batch();
     j["recompute"] = config.recompute;
+    std::vector<int> recomputing;
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      if (trainer->executor().recompute_bytes(s) > 0) recomputing.push_back(s);
+    }
+    j["recompute_stages"] = recomputing;  // the stages that did, whichever flag said so
     j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
     nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),
                    bubble = nlohmann::json::array();

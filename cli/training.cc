@@ -104,6 +104,19 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   PS_ASSIGN_OR_RETURN(config.max_activations, MaxActivationsFromFlags());
   config.refine = absl::GetFlag(FLAGS_refine);
   config.recompute = absl::GetFlag(FLAGS_recompute);
+  if (const std::string stages = absl::GetFlag(FLAGS_recompute_stages); !stages.empty()) {
+    if (config.recompute) {
+      return absl::InvalidArgumentError(
+          "give --recompute (every stage) or --recompute-stages (some), not both");
+    }
+    if (stages == "auto") {
+      return absl::InvalidArgumentError(
+          "train takes --recompute-stages as a list: find one with simulate "
+          "--recompute-stages=auto --device-memory=SIZE --costs=(train --save-costs), then "
+          "pass it here");
+    }
+    PS_ASSIGN_OR_RETURN(config.recompute_stages, IntList("recompute-stages", stages));
+  }
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);
   return config;

@@ -251,36 +251,78 @@ absl::Status CheckInputBytes(const CostModel& costs, std::int64_t num_stages) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// One stage's costs with recomputation (WithRecompute); `stage` names it in errors.
+absl::Status RecomputeStage(StageCosts& c, const std::string& stage) {
+  if (c.recompute_bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
+        "and I include the second forward); leave out --recompute",
+        stage, c.recompute_bytes));
+  }
+  if (c.b + c.f > kMaxCostTime || c.i + c.f > kMaxCostTime) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s B or I with recomputation's second forward (B %g + F %g, I %g + F %g) passes the "
+        "longest time a cost may take, %g; give shorter times",
+        stage, c.b, c.f, c.i, c.f, kMaxCostTime));
+  }
+  // The received input stays (it is part of activation_bytes; CheckInputBytes).
+  const std::int64_t kept = std::min(c.input_bytes, c.activation_bytes);
+  c.recompute_bytes = c.activation_bytes - kept;
+  c.activation_bytes = kept;
+  c.b += c.f;
+  c.i += c.f;
+  return absl::OkStatus();
+}
+
+std::string StageName(int s) { return absl::StrCat("stage ", s, "'s"); }
+
+absl::Status RefuseReplay(const CostModel& costs) {
+  if (costs.actions.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "cannot add activation recomputation to a replayed step's per-action durations: they "
+      "are what the run measured; give per-stage costs");
+}
+
+}  // namespace
+
 absl::StatusOr<CostModel> WithRecompute(const CostModel& costs) {
-  if (!costs.actions.empty()) {
+  PS_RETURN_IF_ERROR(RefuseReplay(costs));
+  CostModel out = costs;
+  // The default is used only by stages beyond the list: left as it is when there is one
+  // and it recomputes already.
+  if (out.stages.empty() || out.uniform.recompute_bytes == 0) {
+    PS_RETURN_IF_ERROR(RecomputeStage(out.uniform, "the default"));
+  }
+  for (std::size_t s = 0; s < out.stages.size(); ++s) {
+    PS_RETURN_IF_ERROR(RecomputeStage(out.stages[s], StageName(static_cast<int>(s))));
+  }
+  return out;
+}
+
+absl::StatusOr<CostModel> WithRecomputeOn(const CostModel& costs, const std::vector<int>& stages,
+                                          int num_stages) {
+  PS_RETURN_IF_ERROR(RefuseReplay(costs));
+  if (!costs.stages.empty() && static_cast<int>(costs.stages.size()) != num_stages) {
     return absl::InvalidArgumentError(
-        "cannot add activation recomputation to a replayed step's per-action durations: they "
-        "are what the run measured; give per-stage costs");
+        absl::StrFormat("cost model: \"stages\" has %d entries, the schedule %d stages",
+                        costs.stages.size(), num_stages));
   }
   CostModel out = costs;
-  for (int s = -1; s < static_cast<int>(out.stages.size()); ++s) {
-    StageCosts& c = s < 0 ? out.uniform : out.stages[s];
-    const std::string stage = s < 0 ? std::string("the default") : absl::StrCat("stage ", s, "'s");
-    if (c.recompute_bytes > 0) {
-      // The default is used only by stages beyond the list: left as it is when there is one.
-      if (s < 0 && !out.stages.empty()) continue;
+  if (out.stages.empty()) out.stages.assign(num_stages, out.uniform);
+  std::vector<bool> listed(num_stages, false);
+  for (int s : stages) {
+    if (s < 0 || s >= num_stages) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
-          "and I include the second forward); leave out --recompute",
-          stage, c.recompute_bytes));
+          "cannot recompute stage %d: the schedule has stages 0 to %d (P x V)", s, num_stages - 1));
     }
-    if (c.b + c.f > kMaxCostTime || c.i + c.f > kMaxCostTime) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s B or I with recomputation's second forward (B %g + F %g, I %g + F %g) passes the "
-          "longest time a cost may take, %g; give shorter times",
-          stage, c.b, c.f, c.i, c.f, kMaxCostTime));
+    if (listed[s]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stage %d is listed twice for recomputation", s));
     }
-    // The received input stays (it is part of activation_bytes; CheckInputBytes).
-    const std::int64_t kept = std::min(c.input_bytes, c.activation_bytes);
-    c.recompute_bytes = c.activation_bytes - kept;
-    c.activation_bytes = kept;
-    c.b += c.f;
-    c.i += c.f;
+    listed[s] = true;
+    PS_RETURN_IF_ERROR(RecomputeStage(out.stages[s], StageName(s)));
   }
   return out;
 }

@@ -120,6 +120,14 @@ struct CostModel {
 // they were).
 absl::StatusOr<CostModel> WithRecompute(const CostModel& costs);
 
+// WithRecompute on the listed virtual stages only (selective recomputation), of a
+// schedule with `num_stages` stages: costs without a per-stage list are first spread into
+// one entry per stage, and the others keep their costs. InvalidArgument for a listed
+// stage outside [0, num_stages) or listed twice, a per-stage list of another length, and
+// what WithRecompute refuses for a listed stage (naming it).
+absl::StatusOr<CostModel> WithRecomputeOn(const CostModel& costs, const std::vector<int>& stages,
+                                          int num_stages);
+
 // Parses the cost-model JSON file:
 //   {"version": 1,
 //    "default": {"f": 1, "b": 2, "i": 1, "w": 1, "allreduce": 0, "activation_bytes": 0,

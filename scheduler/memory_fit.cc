@@ -231,4 +231,55 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
       "; give more memory or smaller activations"));
 }
 
+absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
+                                                   std::int64_t capacity_bytes) {
+  if (capacity_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a device's memory must be at least 1 byte, not ", capacity_bytes));
+  }
+  RecomputeFit fit;
+  PS_ASSIGN_OR_RETURN(fit.without, Simulate(schedule, costs));
+  fit.costs = costs;
+  fit.sim = fit.without;
+  const int num_stages = schedule.num_stages();
+  std::vector<bool> chosen(num_stages, false);
+  while (true) {
+    int worst = -1;
+    for (int r = 0; r < static_cast<int>(fit.sim.ranks.size()); ++r) {
+      const std::int64_t peak = PeakTotalBytes(fit.sim.ranks[r]);
+      if (peak > capacity_bytes && (worst < 0 || peak > PeakTotalBytes(fit.sim.ranks[worst]))) {
+        worst = r;
+      }
+    }
+    if (worst < 0) return fit;
+    int best = -1;
+    std::int64_t best_drop = 0;
+    for (int s = 0; s < num_stages; ++s) {
+      if (chosen[s] || schedule.placement.RankOf(s) != worst) continue;
+      const StageCosts& c = costs.Stage(s);
+      const std::int64_t drop = c.activation_bytes - std::min(c.input_bytes, c.activation_bytes);
+      if (drop > best_drop) {
+        best = s;
+        best_drop = drop;
+      }
+    }
+    if (best < 0) {
+      const RankStats& rank = fit.sim.ranks[worst];
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", worst, " does not fit in ", HumanBytes(capacity_bytes),
+          " per device even with every stage of it recomputing its activations: it peaks at ",
+          HumanBytes(PeakTotalBytes(rank)), " (", HumanBytes(rank.static_bytes),
+          " of it parameters, gradients and optimizer state); give more memory, smaller "
+          "activations or more stages"));
+    }
+    chosen[best] = true;
+    fit.stages.clear();
+    for (int s = 0; s < num_stages; ++s) {
+      if (chosen[s]) fit.stages.push_back(s);
+    }
+    PS_ASSIGN_OR_RETURN(fit.costs, WithRecomputeOn(costs, fit.stages, num_stages));
+    PS_ASSIGN_OR_RETURN(fit.sim, Simulate(schedule, fit.costs));
+  }
+}
+
 }  // namespace pipesched::scheduler

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "scheduler/cost_model.h"
@@ -94,6 +95,27 @@ absl::StatusOr<Refined> RefineWithinMemory(Schedule order, SimResult order_sim,
                                            const GeneratorParams* searched_params,
                                            const CostModel& costs,
                                            std::optional<std::int64_t> capacity_bytes);
+
+// Selective activation recomputation within a device's memory: the stages to recompute
+// (WithRecomputeOn) so that every rank of `schedule` fits `capacity_bytes` (PeakBytes:
+// static bytes included), its order as it is.
+struct RecomputeFit {
+  std::vector<int> stages;  // ascending; empty when the schedule fits without recomputing
+  CostModel costs;          // `costs` with those stages recomputing
+  SimResult sim;            // Simulate(schedule, costs)
+  SimResult without;        // Simulate(schedule, `costs` as given)
+};
+
+// Greedy, a stage at a time: while a rank peaks above the capacity, the rank that peaks
+// highest recomputes the stage of its own that drops the most bytes per micro-batch
+// (activation_bytes beyond its input; ties: the lower stage). Ranks that fit are left
+// alone, since a recomputing stage's longer B and I also lengthen the pipeline. Not
+// proven minimal, but each stage added was needed when it was. ResourceExhausted, naming
+// the rank and its peak, when a rank does not fit with all its stages recomputing (or
+// its static bytes alone take the device); InvalidArgument for a capacity below 1 byte,
+// and what Simulate and WithRecomputeOn refuse (costs that recompute already).
+absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
+                                                   std::int64_t capacity_bytes);
 
 // The same, from the order at the schedule's own limit (as searched: not refined) and its
 // simulation with `costs`, when the caller has them already (that search is not run

@@ -208,10 +208,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return absl::InvalidArgumentError(absl::StrCat("cannot slow down rank ", c.slow_rank,
                                                    ": the pipeline has ranks 0 to ", P - 1));
   }
+  std::vector<bool> recomputes(schedule.num_stages(), c.recompute);
+  for (int s : c.recompute_stages) {
+    if (s < 0 || s >= schedule.num_stages()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot recompute stage ", s,
+                                                     ": the pipeline has stages 0 to ",
+                                                     schedule.num_stages() - 1, " (P x V)"));
+    }
+    if (recomputes[s] && !c.recompute) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, " is listed twice for recomputation"));
+    }
+    recomputes[s] = true;
+  }
   const std::vector<LayerRange> partition = t->partition_;
   const scheduler::Placement placement = schedule.placement;
   StageWorkFactory factory =
-      [&c, partition, placement](
+      [&c, partition, placement, recomputes](
           int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
     model::ChunkOptions chunk{.config = c.model,
                               .first_layer = partition[stage].first,
@@ -220,7 +233,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                               .optimizer = c.optimizer};
     PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
                         MlpStageWork::Create(chunk, c.microbatch_size, device));
-    if (c.recompute) {
+    if (recomputes[stage]) {
       // Inside the skew injection: a slow stage recomputes slowly too.
       PS_ASSIGN_OR_RETURN(work, RecomputeStageWork::Create(std::move(work)));
     }

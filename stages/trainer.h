@@ -54,6 +54,9 @@ struct TrainerConfig {
   // keeps nothing of its own from a micro-batch's F to its backward and runs the F again
   // at the start of its B or I. Less memory, one more F per backward; the same numbers.
   bool recompute = false;
+  // Selective recomputation: only these virtual stages recompute (in [0, P x V), each
+  // once); with `recompute` every stage does anyway.
+  std::vector<int> recompute_stages;
   std::string backend = "auto";  // "auto", "host", "cuda"
   // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
   int num_devices = 0;

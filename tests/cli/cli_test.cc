@@ -698,6 +698,53 @@ TEST(CliTest, SimulateWithActivationRecomputation) {
   EXPECT_EQ(j["peak_activation_bytes"][0], 2 * 4096 + 65536);
 }
 
+// --recompute-stages: some stages recompute, listed or chosen (auto) to fit the device.
+TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
+  const std::vector<std::string> one_f_one_b = {
+      "simulate",         "--schedule=1f1b",        "--stages=4",
+      "--microbatches=8", "--activation-bytes=100", "--input-bytes=10",
+      "--nogrid"};
+  RunResult r = RunCli(WithFlags(one_f_one_b, {"--device-memory=250", "--recompute-stages=auto"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(
+                         "1f1b: recomputing stages 0,1 of 4 fits --device-memory=250: the busiest "
+                         "rank peaks at 210 B instead of 400 B; step 40 instead of 33 (+21.21%) "
+                         "(--recompute-stages=0,1)\n"));
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0,1 of 4: "));
+  EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
+  r = RunCli(WithFlags(one_f_one_b, {"--device-memory=400", "--recompute-stages=auto"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(
+                         "1f1b: fits --device-memory=400 without recomputing any stage\n"));
+  r = RunCli(WithFlags(one_f_one_b, {"--recompute-stages=0,1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--device-memory=100", "--recompute-stages=auto"},
+       "pipesched: rank 0 does not fit in 100 B per device even with every stage of it "
+       "recomputing its activations: it peaks at 130 B (0 B of it parameters, gradients and "
+       "optimizer state); give more memory, smaller activations or more stages\n"},
+      {{"--recompute-stages=auto"},
+       "pipesched: --recompute-stages=auto chooses the stages that make each rank fit "
+       "--device-memory: give --device-memory, or list the stages\n"},
+      {{"--recompute-stages=4"},
+       "pipesched: cannot recompute stage 4: the schedule has stages 0 to 3 (P x V)\n"},
+      {{"--recompute-stages=0,x"},
+       "pipesched: --recompute-stages=0,x: 'x' is not an integer; write e.g. 2,4\n"},
+      {{"--recompute-stages=0", "--recompute"},
+       "pipesched: give --recompute (every stage) or --recompute-stages (some), not both\n"}};
+  for (const auto& [flags, err] : bad) {
+    r = RunCli(WithFlags(one_f_one_b, flags));
+    EXPECT_EQ(r.code, 2) << flags.back();
+    EXPECT_EQ(r.err, err);
+  }
+  r = RunCli({"simulate", "--schedule=zb-1p", "--stages=4", "--microbatches=8", "--nogrid",
+              "--recompute-stages=0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--recompute-stages applies to orders that are given, not to "
+                               "zb-1p, which is searched for costs without it"));
+}
+
 // train --recompute trains the same numbers in less activation memory: rank 0 of 1F1B
 // P=2 holds two micro-batches' stashes without it, one rebuilt stash with it.
 TEST(CliTest, TrainWithActivationRecomputation) {
@@ -720,6 +767,24 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   EXPECT_EQ(with["losses"], without["losses"]);
   EXPECT_LT(with["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>(),
             without["ranks"][0]["planned_peak_activation_bytes"].get<std::int64_t>());
+  EXPECT_EQ(with["recompute_stages"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(without["recompute_stages"], nlohmann::json::array());
+  // Some stages only: stage 0, the one that holds two micro-batches.
+  r = RunCli(WithFlags(train, {"--recompute-stages=0", "--json=" + with_json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0 of 2: "));
+  const nlohmann::json some = nlohmann::json::parse(Slurp(with_json));
+  EXPECT_EQ(some["recompute_stages"], nlohmann::json::array({0}));
+  EXPECT_EQ(some["losses"], without["losses"]);
+  EXPECT_EQ(some["ranks"][1]["planned_peak_activation_bytes"],
+            without["ranks"][1]["planned_peak_activation_bytes"]);
+  r = RunCli(WithFlags(train, {"--recompute-stages=auto"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("train takes --recompute-stages as a list: find one with simulate "
+                               "--recompute-stages=auto"));
+  r = RunCli(WithFlags(train, {"--recompute-stages=2"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cannot recompute stage 2: the pipeline has stages 0 to 1"));
 }
 
 // GPipe P=2 M=2 (makespan 9): zeroing gradients in 0.5 before and an optimizer step of

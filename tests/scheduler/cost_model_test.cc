@@ -262,6 +262,37 @@ TEST(CostModelTest, WithRecomputeKeepsTheInputAndRerunsTheForward) {
                        HasSubstr("\"default.recompute_bytes\" must be an integer in")));
 }
 
+// Selective recomputation: only the listed stages; uniform costs spread per stage first.
+TEST(CostModelTest, WithRecomputeOnChangesTheListedStagesOnly) {
+  CostModel costs;
+  costs.uniform =
+      StageCosts{.f = 1, .b = 2, .i = 1, .w = 1, .activation_bytes = 100, .input_bytes = 10};
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel some, WithRecomputeOn(costs, {2, 0}, 4));
+  ASSERT_EQ(some.stages.size(), 4u);
+  for (int s : {0, 2}) {
+    EXPECT_EQ(some.stages[s].recompute_bytes, 90) << s;
+    EXPECT_EQ(some.stages[s].activation_bytes, 10) << s;
+    EXPECT_EQ(some.stages[s].b, 3) << s;
+  }
+  for (int s : {1, 3}) {
+    EXPECT_EQ(some.stages[s].recompute_bytes, 0) << s;
+    EXPECT_EQ(some.stages[s].activation_bytes, 100) << s;
+    EXPECT_EQ(some.stages[s].b, 2) << s;
+  }
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel none, WithRecomputeOn(costs, {}, 4));
+  EXPECT_EQ(none.stages[3].activation_bytes, 100);
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(WithRecomputeOn(costs, {4}, 4),
+              StatusIs(kBad, HasSubstr("cannot recompute stage 4: the schedule has stages 0 to 3 "
+                                       "(P x V)")));
+  EXPECT_THAT(WithRecomputeOn(costs, {1, 1}, 4),
+              StatusIs(kBad, HasSubstr("stage 1 is listed twice for recomputation")));
+  EXPECT_THAT(WithRecomputeOn(some, {1}, 3),
+              StatusIs(kBad, HasSubstr("\"stages\" has 4 entries, the schedule 3 stages")));
+  EXPECT_THAT(WithRecomputeOn(some, {2}, 4),
+              StatusIs(kBad, HasSubstr("stage 2's costs recompute already")));
+}
+
 // "comm": [5] at P=4 used to cost boundary 0 only, the others silently 0.
 TEST(CostModelTest, CheckCostsFitStatesTheLengthExpected) {
   const auto kBad = absl::StatusCode::kInvalidArgument;

@@ -212,6 +212,46 @@ TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
 
 // The limit as --max-activations takes it back: floor(X V) must give the same chunk
 // activations, so 7 of 3 is "2.4", not six digits of 7/3 (which floor to 6).
+// Selective recomputation within a device: 1F1B P=4 M=8, 100 bytes per micro-batch of
+// which 10 are the received input, peaks at 400/310/210/110. In 250 bytes rank 0 and then
+// rank 1 recompute their stage (4 x 10 + 90, 3 x 10 + 90 + the next input); rank 2 fits
+// as it is. Their longer backwards make a step of 40, where every stage recomputing
+// would take 44 and none 33.
+TEST(MemoryFitTest, RecomputeWithinMemoryRecomputesWhereARankDoesNotFit) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.uniform.input_bytes = 10;
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, 250));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
+  ASSERT_EQ(fit.sim.ranks.size(), 4u);
+  EXPECT_EQ(fit.sim.ranks[0].peak_live_bytes, 130);
+  EXPECT_EQ(fit.sim.ranks[1].peak_live_bytes, 130);
+  EXPECT_EQ(fit.sim.ranks[2].peak_live_bytes, 210);
+  EXPECT_EQ(fit.sim.ranks[3].peak_live_bytes, 110);
+  EXPECT_EQ(fit.without.ranks[0].peak_live_bytes, 400);
+  EXPECT_DOUBLE_EQ(fit.without.step_time, 33);
+  EXPECT_DOUBLE_EQ(fit.sim.step_time, 40);
+  EXPECT_EQ(fit.costs.stages.size(), 4u);
+  EXPECT_EQ(fit.costs.stages[0].recompute_bytes, 90);
+  EXPECT_EQ(fit.costs.stages[2].recompute_bytes, 0);
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel all, WithRecompute(costs));
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult every, Simulate(s, all));
+  EXPECT_DOUBLE_EQ(every.step_time, 44);
+  // Room for all of it: nothing recomputes.
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit roomy, RecomputeWithinMemory(s, costs, 400));
+  EXPECT_TRUE(roomy.stages.empty());
+  EXPECT_DOUBLE_EQ(roomy.sim.step_time, 33);
+  // 100 bytes: rank 0 still holds 4 inputs and one rebuilt stage, 130.
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, 100),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("rank 0 does not fit in 100 B per device even with every stage "
+                                 "of it recomputing its activations: it peaks at 130 B")));
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 byte")));
+}
+
 TEST(MemoryFitTest, MaxActivationsTextTurnsBackIntoTheSameLimit) {
   EXPECT_EQ(MaxActivationsText(5, 1), "5");
   EXPECT_EQ(MaxActivationsText(3, 2), "1.5");
