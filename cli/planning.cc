@@ -356,8 +356,8 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
     out << "activation recomputation"
         << (static_cast<int>(recomputing.size()) == schedule.num_stages()
                 ? std::string()
-                : absl::StrCat(" on stages ", absl::StrJoin(recomputing, ","), " of ",
-                               schedule.num_stages()))
+                : absl::StrCat(recomputing.size() == 1 ? " on stage " : " on stages ",
+                               absl::StrJoin(recomputing, ","), " of ", schedule.num_stages()))
         << ": an F keeps only its received input; each B or I runs the F again first and "
            "holds what it rebuilt until the backward ends\n";
   }
@@ -405,6 +405,11 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["peak_activations"] = peaks;
   j["peak_activation_bytes"] = peak_bytes;
   j["ranks"] = ranks;
+  std::vector<int> recomputing;  // the virtual stages whose costs recompute
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (costs.Stage(s).recompute_bytes > 0) recomputing.push_back(s);
+  }
+  j["recompute_stages"] = recomputing;
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

@@ -154,9 +154,10 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
 }
 
 // --recompute-stages: a list recomputes those virtual stages (scheduler::WithRecomputeOn);
-// auto the fewest that make every rank fit --device-memory (RecomputeWithinMemory), with a
-// line saying which and what it costs. Not with --recompute (every stage) nor for a
-// searched schedule (searched for costs without it; it fits a device by its own search).
+// auto those that make every rank fit --device-memory, chosen greedily
+// (RecomputeWithinMemory), with a line saying which and what it costs. Not with --recompute (every
+// stage) nor for a searched schedule (searched for costs without it; it fits a device by its own
+// search).
 absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedule& schedule,
                              bool searched, scheduler::CostModel* costs) {
   const std::string text = absl::GetFlag(FLAGS_recompute_stages);
@@ -184,15 +185,22 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
   PS_ASSIGN_OR_RETURN(scheduler::RecomputeFit fit,
                       scheduler::RecomputeWithinMemory(schedule, *costs, *capacity));
   const std::string device = absl::StrCat("--device-memory=", absl::GetFlag(FLAGS_device_memory));
+  // Costs may recompute some stages already (measured so): what auto adds is "further".
+  bool some_already = false;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    some_already |= costs->Stage(s).recompute_bytes > 0;
+  }
+  const char* further = some_already ? " further" : "";
   if (fit.stages.empty()) {
-    *ctx.out << absl::StrFormat("%s: fits %s without recomputing any stage\n", schedule.name,
-                                device);
+    *ctx.out << absl::StrFormat("%s: fits %s without recomputing any%s stage\n", schedule.name,
+                                device, further);
   } else {
     const double was = fit.without.step_time, is = fit.sim.step_time;
     *ctx.out << absl::StrFormat(
-        "%s: recomputing stages %s of %d fits %s: the busiest rank peaks at %s instead of %s; "
+        "%s: recomputing%s %s %s of %d fits %s: the busiest rank peaks at %s instead of %s; "
         "step %.6g instead of %.6g (%+.2f%%) (--recompute-stages=%s)\n",
-        schedule.name, absl::StrJoin(fit.stages, ","), schedule.num_stages(), device,
+        schedule.name, further, fit.stages.size() == 1 ? "stage" : "stages",
+        absl::StrJoin(fit.stages, ","), schedule.num_stages(), device,
         HumanBytes(scheduler::PeakBytes(fit.sim)), HumanBytes(scheduler::PeakBytes(fit.without)),
         is, was, was > 0 ? 100 * (is - was) / was : 0.0, absl::StrJoin(fit.stages, ","));
   }

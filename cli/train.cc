@@ -188,9 +188,10 @@ absl::Status Train(const CommandContext& ctx) {
     std::vector<int> listed = config.recompute_stages;
     std::sort(listed.begin(), listed.end());
     out << "activation recomputation"
-        << (config.recompute ? std::string()
-                             : absl::StrCat(" on stages ", absl::StrJoin(listed, ","), " of ",
-                                            schedule.num_stages()))
+        << (config.recompute
+                ? std::string()
+                : absl::StrCat(listed.size() == 1 ? " on stage " : " on stages ",
+                               absl::StrJoin(listed, ","), " of ", schedule.num_stages()))
         << ": a stage keeps only the micro-batch's input and boundary buffers from its F to its "
            "backward; each B or I runs the F again first\n";
   }

@@ -253,13 +253,14 @@ absl::Status CheckInputBytes(const CostModel& costs, std::int64_t num_stages) {
 
 namespace {
 
-// One stage's costs with recomputation (WithRecompute); `stage` names it in errors.
-absl::Status RecomputeStage(StageCosts& c, const std::string& stage) {
+// One stage's costs with recomputation (WithRecompute); `stage` names it in errors, which
+// end with `advice` for costs that recompute already.
+absl::Status RecomputeStage(StageCosts& c, const std::string& stage, std::string_view advice) {
   if (c.recompute_bytes > 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
-        "and I include the second forward); leave out --recompute",
-        stage, c.recompute_bytes));
+        "and I include the second forward); %s",
+        stage, c.recompute_bytes, advice));
   }
   if (c.b + c.f > kMaxCostTime || c.i + c.f > kMaxCostTime) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -293,10 +294,11 @@ absl::StatusOr<CostModel> WithRecompute(const CostModel& costs) {
   // The default is used only by stages beyond the list: left as it is when there is one
   // and it recomputes already.
   if (out.stages.empty() || out.uniform.recompute_bytes == 0) {
-    PS_RETURN_IF_ERROR(RecomputeStage(out.uniform, "the default"));
+    PS_RETURN_IF_ERROR(RecomputeStage(out.uniform, "the default", "leave out --recompute"));
   }
   for (std::size_t s = 0; s < out.stages.size(); ++s) {
-    PS_RETURN_IF_ERROR(RecomputeStage(out.stages[s], StageName(static_cast<int>(s))));
+    PS_RETURN_IF_ERROR(
+        RecomputeStage(out.stages[s], StageName(static_cast<int>(s)), "leave out --recompute"));
   }
   return out;
 }
@@ -322,7 +324,9 @@ absl::StatusOr<CostModel> WithRecomputeOn(const CostModel& costs, const std::vec
           absl::StrFormat("stage %d is listed twice for recomputation", s));
     }
     listed[s] = true;
-    PS_RETURN_IF_ERROR(RecomputeStage(out.stages[s], StageName(s)));
+    PS_RETURN_IF_ERROR(
+        RecomputeStage(out.stages[s], StageName(s),
+                       absl::StrCat("leave stage ", s, " out of --recompute-stages")));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -231,36 +232,75 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
       "; give more memory or smaller activations"));
 }
 
+namespace {
+
+// The rank that peaks highest above `capacity_bytes` (PeakTotalBytes), -1 when all fit.
+int WorstRank(const SimResult& sim, std::int64_t capacity_bytes) {
+  int worst = -1;
+  for (int r = 0; r < static_cast<int>(sim.ranks.size()); ++r) {
+    const std::int64_t peak = PeakTotalBytes(sim.ranks[r]);
+    if (peak > capacity_bytes && (worst < 0 || peak > PeakTotalBytes(sim.ranks[worst]))) {
+      worst = r;
+    }
+  }
+  return worst;
+}
+
+std::vector<int> Listed(const std::vector<bool>& chosen) {
+  std::vector<int> stages;
+  for (int s = 0; s < static_cast<int>(chosen.size()); ++s) {
+    if (chosen[s]) stages.push_back(s);
+  }
+  return stages;
+}
+
+}  // namespace
+
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    std::int64_t capacity_bytes) {
   if (capacity_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("a device's memory must be at least 1 byte, not ", capacity_bytes));
   }
+  const int num_stages = schedule.num_stages();
   RecomputeFit fit;
   PS_ASSIGN_OR_RETURN(fit.without, Simulate(schedule, costs));
   fit.costs = costs;
   fit.sim = fit.without;
-  const int num_stages = schedule.num_stages();
   std::vector<bool> chosen(num_stages, false);
-  while (true) {
-    int worst = -1;
-    for (int r = 0; r < static_cast<int>(fit.sim.ranks.size()); ++r) {
-      const std::int64_t peak = PeakTotalBytes(fit.sim.ranks[r]);
-      if (peak > capacity_bytes && (worst < 0 || peak > PeakTotalBytes(fit.sim.ranks[worst]))) {
-        worst = r;
-      }
-    }
-    if (worst < 0) return fit;
+  // The costs and simulation with `stages` recomputing.
+  auto with =
+      [&](const std::vector<bool>& stages) -> absl::StatusOr<std::pair<CostModel, SimResult>> {
+    PS_ASSIGN_OR_RETURN(CostModel c, WithRecomputeOn(costs, Listed(stages), num_stages));
+    PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, c));
+    return std::make_pair(std::move(c), std::move(sim));
+  };
+  std::vector<int> order;  // stages in the order they were chosen
+  for (int worst = WorstRank(fit.sim, capacity_bytes); worst >= 0;
+       worst = WorstRank(fit.sim, capacity_bytes)) {
+    // Of the worst rank's stages that can still drop bytes (not recomputing already), the
+    // one whose recomputation lowers that rank's peak the most; ties: the shorter step,
+    // then the lower stage. A stage that holds one micro-batch at a time (the last, right
+    // before its backward) lowers nothing, and is taken only when no other does.
     int best = -1;
-    std::int64_t best_drop = 0;
+    std::int64_t best_peak = 0;
+    double best_step = 0;
+    std::optional<std::pair<CostModel, SimResult>> best_run;
     for (int s = 0; s < num_stages; ++s) {
-      if (chosen[s] || schedule.placement.RankOf(s) != worst) continue;
       const StageCosts& c = costs.Stage(s);
-      const std::int64_t drop = c.activation_bytes - std::min(c.input_bytes, c.activation_bytes);
-      if (drop > best_drop) {
+      if (chosen[s] || schedule.placement.RankOf(s) != worst || c.recompute_bytes > 0 ||
+          c.activation_bytes <= std::min(c.input_bytes, c.activation_bytes)) {
+        continue;
+      }
+      std::vector<bool> trial = chosen;
+      trial[s] = true;
+      PS_ASSIGN_OR_RETURN(auto run, with(trial));
+      const std::int64_t peak = PeakTotalBytes(run.second.ranks[worst]);
+      if (best < 0 || peak < best_peak || (peak == best_peak && run.second.step_time < best_step)) {
         best = s;
-        best_drop = drop;
+        best_peak = peak;
+        best_step = run.second.step_time;
+        best_run = std::move(run);
       }
     }
     if (best < 0) {
@@ -273,13 +313,22 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
           "activations or more stages"));
     }
     chosen[best] = true;
-    fit.stages.clear();
-    for (int s = 0; s < num_stages; ++s) {
-      if (chosen[s]) fit.stages.push_back(s);
-    }
-    PS_ASSIGN_OR_RETURN(fit.costs, WithRecomputeOn(costs, fit.stages, num_stages));
-    PS_ASSIGN_OR_RETURN(fit.sim, Simulate(schedule, fit.costs));
+    order.push_back(best);
+    fit.costs = std::move(best_run->first);
+    fit.sim = std::move(best_run->second);
   }
+  // Drop what the later choices made unnecessary, the latest first.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    std::vector<bool> trial = chosen;
+    trial[*it] = false;
+    PS_ASSIGN_OR_RETURN(auto run, with(trial));
+    if (WorstRank(run.second, capacity_bytes) >= 0) continue;
+    chosen = trial;
+    fit.costs = std::move(run.first);
+    fit.sim = std::move(run.second);
+  }
+  fit.stages = Listed(chosen);
+  return fit;
 }
 
 }  // namespace pipesched::scheduler

@@ -107,10 +107,12 @@ struct RecomputeFit {
 };
 
 // Greedy, a stage at a time: while a rank peaks above the capacity, the rank that peaks
-// highest recomputes the stage of its own that drops the most bytes per micro-batch
-// (activation_bytes beyond its input; ties: the lower stage). Ranks that fit are left
-// alone, since a recomputing stage's longer B and I also lengthen the pipeline. Not
-// proven minimal, but each stage added was needed when it was. ResourceExhausted, naming
+// highest recomputes the stage of its own whose recomputation lowers its peak the most
+// (simulated; ties: the shorter step, then the lower stage); stages whose costs
+// recompute already are left as they are. Then every chosen stage that the later ones
+// made unnecessary is dropped again, the latest first. Ranks that fit are left alone,
+// since a recomputing stage's longer B and I also lengthen the pipeline. Not proven
+// minimal: no stage of the set returned can be dropped alone. ResourceExhausted, naming
 // the rank and its peak, when a rank does not fit with all its stages recomputing (or
 // its static bytes alone take the device); InvalidArgument for a capacity below 1 byte,
 // and what Simulate and WithRecomputeOn refuse (costs that recompute already).

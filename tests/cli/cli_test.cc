@@ -74,6 +74,7 @@ TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
   EXPECT_DOUBLE_EQ(j["bubble_fraction"].get<double>(), 1.0 / 5.0);
   EXPECT_DOUBLE_EQ(j["formula_bubble_fraction"].get<double>(), 1.0 / 5.0);
   EXPECT_EQ(j["peak_activations"], nlohmann::json::array({4, 4}));  // GPipe holds M
+  EXPECT_EQ(j["recompute_stages"], nlohmann::json::array());
 }
 
 // GPipe, P=2, M=4: every rank holds 4 stashes at its first B, which also holds the
@@ -716,9 +717,15 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith(
                          "1f1b: fits --device-memory=400 without recomputing any stage\n"));
-  r = RunCli(WithFlags(one_f_one_b, {"--recompute-stages=0,1"}));
+  const std::string stats = TempPath("recompute_stages.json");
+  r = RunCli(WithFlags(one_f_one_b, {"--recompute-stages=0,1", "--json=" + stats}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
+  EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["recompute_stages"], nlohmann::json::array({0, 1}));
+  r = RunCli(WithFlags(one_f_one_b, {"--recompute-stages=2", "--json=" + stats}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 2 of 4: "));
+  EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["recompute_stages"], nlohmann::json::array({2}));
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--device-memory=100", "--recompute-stages=auto"},
        "pipesched: rank 0 does not fit in 100 B per device even with every stage of it "
@@ -772,7 +779,7 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   // Some stages only: stage 0, the one that holds two micro-batches.
   r = RunCli(WithFlags(train, {"--recompute-stages=0", "--json=" + with_json}));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0 of 2: "));
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 0 of 2: "));
   const nlohmann::json some = nlohmann::json::parse(Slurp(with_json));
   EXPECT_EQ(some["recompute_stages"], nlohmann::json::array({0}));
   EXPECT_EQ(some["losses"], without["losses"]);

@@ -210,8 +210,6 @@ TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
   EXPECT_EQ(again.searches, fit.searches);
 }
 
-// The limit as --max-activations takes it back: floor(X V) must give the same chunk
-// activations, so 7 of 3 is "2.4", not six digits of 7/3 (which floor to 6).
 // Selective recomputation within a device: 1F1B P=4 M=8, 100 bytes per micro-batch of
 // which 10 are the received input, peaks at 400/310/210/110. In 250 bytes rank 0 and then
 // rank 1 recompute their stage (4 x 10 + 90, 3 x 10 + 90 + the next input); rank 2 fits
@@ -252,6 +250,39 @@ TEST(MemoryFitTest, RecomputeWithinMemoryRecomputesWhereARankDoesNotFit) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 byte")));
 }
 
+// Two stages on a rank: zb-v's rank 0 holds stage 0 (100 bytes per micro-batch) and stage
+// 3 (800), which runs its F right before its backward and so holds one at a time.
+// Recomputing stage 3 drops the most bytes but lowers no peak (1.1 KiB); stage 0 alone
+// fits 1000 at a step of 28, where both would take 32.
+TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheStageThatLowersThePeak) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      const Schedule s,
+      GenerateSchedule("zb-v", {.num_ranks = 2, .num_microbatches = 4, .num_chunks = 2}));
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.stages.assign(4, costs.uniform);
+  costs.stages[3].activation_bytes = 800;
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, 1000));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0}));
+  EXPECT_EQ(fit.sim.ranks[0].peak_live_bytes, 800);
+  EXPECT_EQ(fit.without.ranks[0].peak_live_bytes, 1100);
+  EXPECT_DOUBLE_EQ(fit.sim.step_time, 28);
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel stage_3, WithRecomputeOn(costs, {3}, 4));
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult lowers_nothing, Simulate(s, stage_3));
+  EXPECT_EQ(lowers_nothing.ranks[0].peak_live_bytes, 1100);
+  // A stage whose costs recompute already (measured so) is not chosen again: here rank 0
+  // has nothing left to drop.
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel measured, WithRecomputeOn(costs, {0, 3}, 4));
+  EXPECT_THAT(RecomputeWithinMemory(s, measured, 500),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("rank 0 does not fit in 500 B per device even with every stage "
+                                 "of it recomputing")));
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit as_is, RecomputeWithinMemory(s, measured, 800));
+  EXPECT_TRUE(as_is.stages.empty());
+}
+
+// The limit as --max-activations takes it back: floor(X V) must give the same chunk
+// activations, so 7 of 3 is "2.4", not six digits of 7/3 (which floor to 6).
 TEST(MemoryFitTest, MaxActivationsTextTurnsBackIntoTheSameLimit) {
   EXPECT_EQ(MaxActivationsText(5, 1), "5");
   EXPECT_EQ(MaxActivationsText(3, 2), "1.5");
