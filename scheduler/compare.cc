@@ -34,14 +34,13 @@ StageCosts Chunk(const StageCosts& stage, int v) {
   c.optimizer /= v;
   c.activation_bytes = DivideRoundingUp(stage.activation_bytes, v);
   c.static_bytes = DivideRoundingUp(stage.static_bytes, v);
-  c.recompute_bytes = DivideRoundingUp(stage.recompute_bytes, v);
   // A recomputing stage keeps only boundary tensors (its input, its output's buffers),
-  // which every chunk has whole -- but never more than its share of all the stage's
-  // activations, recomputed or not (what it would keep without recomputation).
+  // which every chunk has whole, and rebuilds the rest of its share of all the stage's
+  // activations: kept + rebuilt is what the chunk would keep without recomputation.
   if (stage.recompute_bytes > 0) {
-    c.activation_bytes =
-        std::min(stage.activation_bytes,
-                 DivideRoundingUp(stage.activation_bytes + stage.recompute_bytes, v));
+    const std::int64_t share = DivideRoundingUp(stage.activation_bytes + stage.recompute_bytes, v);
+    c.activation_bytes = std::min(stage.activation_bytes, share);
+    c.recompute_bytes = share - c.activation_bytes;
   }
   // The received input is part of the stash (Simulate checks it): a chunk too thin to
   // hold the stage's whole input tensor is taken to hold only its share.

@@ -28,13 +28,14 @@ absl::Status CheckOneChunkCosts(const CostModel& per_stage, int num_ranks);
 
 // `per_stage` (uniform, or one entry per stage of P, one transfer per boundary of P - 1)
 // cut into V chunks per stage: chunk k (virtual stage k, in model order) takes stage
-// k / V's F, B, I, W, all-reduce, zero-grad and optimizer times and activation, static
-// and recompute bytes divided by V (bytes rounded up); its workspace and input bytes (one
-// boundary tensor; the input at most the chunk's activation bytes, of which it is part),
-// the transfer time of a boundary between stages, and the action gap stay as they are. A
+// k / V's F, B, I, W, all-reduce, zero-grad and optimizer times and activation and static
+// bytes divided by V (bytes rounded up); its workspace and input bytes (one boundary
+// tensor; the input at most the chunk's activation bytes, of which it is part), the
+// transfer time of a boundary between stages, and the action gap stay as they are. A
 // stage that recomputes (recompute_bytes > 0) keeps only boundary tensors from F to
 // backward: each of its chunks keeps the stage's activation bytes whole, up to its share
-// of activation + recompute bytes (what it would keep without recomputation).
+// S of activation + recompute bytes, and rebuilds S minus what it keeps (so kept +
+// rebuilt is what it would keep without recomputation).
 // A boundary inside a stage takes the mean of the per-boundary times (the same tensor
 // crosses it). V = 1 returns `per_stage`. InvalidArgument for P or V below 1 or above
 // the generators' limits (kMaxGeneratorRanks, kMaxGeneratorChunks) and where

@@ -70,7 +70,8 @@ TEST(RefineCostsTest, AChunkRunsItsShareOfTheStage) {
 }
 
 // A recomputing stage keeps boundary tensors, which each chunk has whole, up to its share
-// of all the stage's activations: never more than without recomputation.
+// of all the stage's activations, and rebuilds the rest of that share: never more than
+// without recomputation.
 TEST(RefineCostsTest, ARecomputingChunkKeepsItsBoundaryTensorsWhole) {
   CostModel costs;
   costs.uniform = {.activation_bytes = 1000, .input_bytes = 100};
@@ -78,12 +79,12 @@ TEST(RefineCostsTest, ARecomputingChunkKeepsItsBoundaryTensorsWhole) {
   PS_ASSERT_OK_AND_ASSIGN(const CostModel two, RefineCosts(recomputing, 4, 2));
   EXPECT_EQ(two.uniform.activation_bytes, 100);  // the whole input
   EXPECT_EQ(two.uniform.input_bytes, 100);
-  EXPECT_EQ(two.uniform.recompute_bytes, 450);  // 900 / 2
+  EXPECT_EQ(two.uniform.recompute_bytes, 400);  // its share, 1000 / 2, less what it keeps
   // Cut 16 ways a chunk's share of the 1000 is 63: it keeps that, not the 100.
   PS_ASSERT_OK_AND_ASSIGN(const CostModel thin, RefineCosts(recomputing, 4, 16));
   EXPECT_EQ(thin.uniform.activation_bytes, 63);
   EXPECT_EQ(thin.uniform.input_bytes, 63);
-  EXPECT_EQ(thin.uniform.recompute_bytes, 57);  // 900 / 16, rounded up
+  EXPECT_EQ(thin.uniform.recompute_bytes, 0);  // nothing left of its share to rebuild
   PS_ASSERT_OK_AND_ASSIGN(const CostModel plain, RefineCosts(costs, 4, 16));
   EXPECT_LE(thin.uniform.activation_bytes, plain.uniform.activation_bytes);
 }
