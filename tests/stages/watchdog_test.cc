@@ -63,24 +63,15 @@ absl::Status BlockUntilAborted(runtime::Stream& stream) {
 }
 
 // The toy stage, with hooks before its F and B callbacks of chosen micro-batches.
-class HookedStage final : public StageWork {
+class HookedStage final : public ForwardingStageWork {
  public:
   // Runs after the toy's own work is enqueued (B) or before it (F), with the same io.
   using Hook = std::function<absl::Status(const MicrobatchIO& io, runtime::Stream& stream)>;
   HookedStage(std::unique_ptr<ToyStage> inner, Hook before_forward, Hook after_backward)
-      : inner_(std::move(inner)),
+      : ForwardingStageWork(std::move(inner)),
         before_forward_(std::move(before_forward)),
         after_backward_(std::move(after_backward)) {}
 
-  std::size_t input_bytes() const override { return inner_->input_bytes(); }
-  std::size_t output_bytes() const override { return inner_->output_bytes(); }
-  std::size_t target_bytes() const override { return inner_->target_bytes(); }
-  std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
-  std::int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
-  std::int64_t num_params() const override { return inner_->num_params(); }
-  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& s) override {
-    return inner_->AllocateStash(s);
-  }
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
     if (before_forward_) PS_RETURN_IF_ERROR(before_forward_(io, stream));
     return inner_->Forward(io, stream);
@@ -89,20 +80,8 @@ class HookedStage final : public StageWork {
     PS_RETURN_IF_ERROR(inner_->Backward(io, stream));
     return after_backward_ ? after_backward_(io, stream) : absl::OkStatus();
   }
-  absl::Status BackwardInput(const MicrobatchIO& io, runtime::Stream& stream) override {
-    return inner_->BackwardInput(io, stream);
-  }
-  absl::Status BackwardWeight(const MicrobatchIO& io, runtime::Stream& stream) override {
-    return inner_->BackwardWeight(io, stream);
-  }
-  absl::Status ZeroGrad(runtime::Stream& stream) override { return inner_->ZeroGrad(stream); }
-  absl::Status OptimizerStep(runtime::Stream& stream) override {
-    return inner_->OptimizerStep(stream);
-  }
-  std::vector<GradientSpan> gradients() override { return inner_->gradients(); }
 
  private:
-  std::unique_ptr<ToyStage> inner_;
   Hook before_forward_, after_backward_;
 };
 
