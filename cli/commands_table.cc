@@ -83,7 +83,7 @@ const std::vector<Command>& AllCommands() {
        "      [--save=F.safetensors [--save-every=K]] [--resume=F.safetensors]\n"
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
        "      [--save-costs=COSTS.json] [--search-steps=3] [--max-activations=X] [--refine]\n"
-       "      [--recompute | --recompute-stages=S,S,...]",
+       "      [--recompute | --recompute-stages=S,S,...|auto]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",

@@ -2,6 +2,7 @@
 // throughput, then the measured bubble next to the simulator's plan for the same costs.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #include "scheduler/validate.h"
 #include "stages/bubble_analysis.h"
 #include "stages/checkpoint.h"
+#include "stages/recompute_plan.h"
 #include "trace/chrome_trace.h"
 #include "trace/stats.h"
 #include "trace/svg.h"
@@ -160,6 +162,13 @@ absl::Status Train(const CommandContext& ctx) {
         "--resume restores the parameters already; drop --init (or --resume)");
   }
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
+  // --recompute-stages=auto: the stages whose recomputation makes each rank's planned
+  // activations fit its device, chosen before anything runs.
+  std::optional<stages::RecomputePlan> recompute_plan;
+  if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
+    PS_ASSIGN_OR_RETURN(recompute_plan, stages::PlanRecompute(config));
+    config.recompute_stages = recompute_plan->stages;
+  }
   std::string search_note;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
                       CreateTrainer(&config, search_steps, &search_note));
@@ -184,6 +193,25 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
+  if (recompute_plan.has_value()) {
+    const stages::RecomputePlan& plan = *recompute_plan;
+    std::vector<std::string> ranks;
+    for (int r = 0; r < p; ++r) {
+      ranks.push_back(
+          absl::StrCat(HumanBytes(plan.peak_with[r]),
+                       plan.peak_with[r] == plan.peak_without[r]
+                           ? std::string()
+                           : absl::StrCat(" (", HumanBytes(plan.peak_without[r]), " without)"),
+                       " of ", HumanBytes(plan.room_bytes[r])));
+    }
+    out << "--recompute-stages=auto: "
+        << (plan.stages.empty()
+                ? std::string("no stage needs to recompute")
+                : absl::StrCat("recomputing stage", plan.stages.size() == 1 ? " " : "s ",
+                               absl::StrJoin(plan.stages, ","), " of ", schedule.num_stages()))
+        << "; planned activation peak per rank, of what its device has left: "
+        << absl::StrJoin(ranks, ", ") << "\n";
+  }
   if (config.recompute || !config.recompute_stages.empty()) {
     std::vector<int> listed = config.recompute_stages;
     std::sort(listed.begin(), listed.end());
@@ -398,6 +426,11 @@ absl::Status Train(const CommandContext& ctx) {
       if (trainer->executor().recompute_bytes(s) > 0) recomputing.push_back(s);
     }
     j["recompute_stages"] = recomputing;  // the stages that did, whichever flag said so
+    if (recompute_plan.has_value()) {     // --recompute-stages=auto's choice, planned bytes
+      j["recompute_plan"] = {{"room_bytes", recompute_plan->room_bytes},
+                             {"peak_bytes_without", recompute_plan->peak_without},
+                             {"peak_bytes_with", recompute_plan->peak_with}};
+    }
     j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
     nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),
                    bubble = nlohmann::json::array();

@@ -109,13 +109,10 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
       return absl::InvalidArgumentError(
           "give --recompute (every stage) or --recompute-stages (some), not both");
     }
-    if (stages == "auto") {
-      return absl::InvalidArgumentError(
-          "train takes --recompute-stages as a list: find one with simulate "
-          "--recompute-stages=auto --device-memory=SIZE --costs=(train --save-costs), then "
-          "pass it here");
+    // auto: train chooses them (stages::PlanRecompute) once the rest is known.
+    if (stages != "auto") {
+      PS_ASSIGN_OR_RETURN(config.recompute_stages, IntList("recompute-stages", stages));
     }
-    PS_ASSIGN_OR_RETURN(config.recompute_stages, IntList("recompute-stages", stages));
   }
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_path = absl::GetFlag(FLAGS_data);

@@ -50,6 +50,7 @@
 #include "stages/memory_check.h"
 #include "stages/mlp_stage_work.h"
 #include "stages/partition.h"
+#include "stages/recompute_plan.h"
 #include "stages/recompute_stage_work.h"
 #include "stages/slow_stage_work.h"
 #include "stages/stage_work.h"

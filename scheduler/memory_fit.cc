@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -256,8 +257,17 @@ std::vector<int> Listed(const std::vector<bool>& chosen) {
 
 }  // namespace
 
-absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
-                                                   std::int64_t capacity_bytes) {
+namespace {
+
+// `costs` with the listed stages recomputing.
+using RecomputeOn = std::function<absl::StatusOr<CostModel>(const std::vector<int>& stages)>;
+
+// RecomputeWithinMemory over the stages `candidate` marks, with `recompute_on` making
+// the costs of a set of them.
+absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const CostModel& costs,
+                                              std::int64_t capacity_bytes,
+                                              const std::vector<bool>& candidate,
+                                              const RecomputeOn& recompute_on) {
   if (capacity_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("a device's memory must be at least 1 byte, not ", capacity_bytes));
@@ -271,27 +281,23 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
   // The costs and simulation with `stages` recomputing.
   auto with =
       [&](const std::vector<bool>& stages) -> absl::StatusOr<std::pair<CostModel, SimResult>> {
-    PS_ASSIGN_OR_RETURN(CostModel c, WithRecomputeOn(costs, Listed(stages), num_stages));
+    PS_ASSIGN_OR_RETURN(CostModel c, recompute_on(Listed(stages)));
     PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, c));
     return std::make_pair(std::move(c), std::move(sim));
   };
   std::vector<int> order;  // stages in the order they were chosen
   for (int worst = WorstRank(fit.sim, capacity_bytes); worst >= 0;
        worst = WorstRank(fit.sim, capacity_bytes)) {
-    // Of the worst rank's stages that can still drop bytes (not recomputing already), the
-    // one whose recomputation lowers that rank's peak the most; ties: the shorter step,
-    // then the lower stage. A stage that holds one micro-batch at a time (the last, right
-    // before its backward) lowers nothing, and is taken only when no other does.
+    // Of the worst rank's candidate stages, the one whose recomputation lowers that rank's
+    // peak the most; ties: the shorter step, then the lower stage. A stage that holds one
+    // micro-batch at a time (the last, right before its backward) lowers nothing, and is
+    // taken only when no other does.
     int best = -1;
     std::int64_t best_peak = 0;
     double best_step = 0;
     std::optional<std::pair<CostModel, SimResult>> best_run;
     for (int s = 0; s < num_stages; ++s) {
-      const StageCosts& c = costs.Stage(s);
-      if (chosen[s] || schedule.placement.RankOf(s) != worst || c.recompute_bytes > 0 ||
-          c.activation_bytes <= std::min(c.input_bytes, c.activation_bytes)) {
-        continue;
-      }
+      if (chosen[s] || !candidate[s] || schedule.placement.RankOf(s) != worst) continue;
       std::vector<bool> trial = chosen;
       trial[s] = true;
       PS_ASSIGN_OR_RETURN(auto run, with(trial));
@@ -329,6 +335,52 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
   }
   fit.stages = Listed(chosen);
   return fit;
+}
+
+}  // namespace
+
+absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
+                                                   std::int64_t capacity_bytes) {
+  const int num_stages = schedule.num_stages();
+  // Stages that can still drop bytes: not recomputing already, holding more than their
+  // received input.
+  std::vector<bool> candidate(num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    const StageCosts& c = costs.Stage(s);
+    candidate[s] = c.recompute_bytes == 0 && c.activation_bytes > c.input_bytes;
+  }
+  return FitByRecomputing(
+      schedule, costs, capacity_bytes, candidate,
+      [&](const std::vector<int>& stages) { return WithRecomputeOn(costs, stages, num_stages); });
+}
+
+absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
+                                                   const CostModel& recomputing,
+                                                   std::int64_t capacity_bytes) {
+  const int num_stages = schedule.num_stages();
+  for (const auto& [model, name] : {std::pair<const CostModel*, const char*>{&costs, "costs"},
+                                    {&recomputing, "recomputing costs"}}) {
+    if (!model->actions.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot choose stages to recompute with per-action durations in the ", name,
+                       " (a replayed step's): give per-stage costs"));
+    }
+    if (!model->stages.empty() && static_cast<int>(model->stages.size()) != num_stages) {
+      return absl::InvalidArgumentError(absl::StrFormat("the %s have %d stages, the schedule %d",
+                                                        name, model->stages.size(), num_stages));
+    }
+  }
+  std::vector<bool> candidate(num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    candidate[s] = costs.Stage(s).recompute_bytes == 0 && recomputing.Stage(s).recompute_bytes > 0;
+  }
+  return FitByRecomputing(schedule, costs, capacity_bytes, candidate,
+                          [&](const std::vector<int>& stages) -> absl::StatusOr<CostModel> {
+                            CostModel out = costs;
+                            if (out.stages.empty()) out.stages.assign(num_stages, out.uniform);
+                            for (int s : stages) out.stages[s] = recomputing.Stage(s);
+                            return out;
+                          });
 }
 
 }  // namespace pipesched::scheduler

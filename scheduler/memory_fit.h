@@ -119,6 +119,17 @@ struct RecomputeFit {
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    std::int64_t capacity_bytes);
 
+// The same with what each stage costs when it recomputes given, not derived
+// (WithRecomputeOn keeps only the received input): recomputing.Stage(s) replaces
+// costs.Stage(s) for each stage chosen. For a runtime that keeps more than the input, as
+// pipesched's executor does (its boundary buffers; stages::PlanRecompute). The candidates
+// are the stages that do not recompute in `costs` and do in `recomputing`
+// (recompute_bytes > 0). InvalidArgument, besides the above, for per-action overrides in
+// either cost model or a per-stage list whose length is not the schedule's stages.
+absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
+                                                   const CostModel& recomputing,
+                                                   std::int64_t capacity_bytes);
+
 // The same, from the order at the schedule's own limit (as searched: not refined) and its
 // simulation with `costs`, when the caller has them already (that search is not run
 // again).

@@ -785,10 +785,42 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   EXPECT_EQ(some["losses"], without["losses"]);
   EXPECT_EQ(some["ranks"][1]["planned_peak_activation_bytes"],
             without["ranks"][1]["planned_peak_activation_bytes"]);
+  // auto: in a device size that rank 0's two stashes do not fit but one rebuilt one does,
+  // stage 0 alone recomputes; rank 1 fits as it is.
+  r = RunCli(WithFlags(
+      train, {"--recompute-stages=auto", "--device-memory=64MiB", "--json=" + with_json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: no stage needs to recompute; planned "
+                               "activation peak per rank, of what its device has left: "));
+  const nlohmann::json roomy = nlohmann::json::parse(Slurp(with_json));
+  EXPECT_EQ(roomy["recompute_stages"], nlohmann::json::array());
+  std::vector<std::int64_t> state;
+  for (int rank = 0; rank < 2; ++rank) {
+    state.push_back(64 * (std::int64_t{1} << 20) -
+                    roomy["recompute_plan"]["room_bytes"][rank].get<std::int64_t>());
+    EXPECT_EQ(roomy["recompute_plan"]["peak_bytes_without"][rank],
+              without["ranks"][rank]["planned_peak_activation_bytes"]);
+  }
+  const std::int64_t rebuilt0 = with["ranks"][0]["planned_peak_activation_bytes"];
+  const std::int64_t plain0 = without["ranks"][0]["planned_peak_activation_bytes"];
+  const std::int64_t plain1 = without["ranks"][1]["planned_peak_activation_bytes"];
+  const std::int64_t size = std::max(state[0] + rebuilt0, state[1] + plain1);
+  ASSERT_LT(size, state[0] + plain0);
+  r = RunCli(WithFlags(train, {"--recompute-stages=auto", "--device-memory=" + std::to_string(size),
+                               "--json=" + with_json}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: recomputing stage 0 of 2; "));
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 0 of 2: "));
+  const nlohmann::json chosen = nlohmann::json::parse(Slurp(with_json));
+  EXPECT_EQ(chosen["recompute_stages"], nlohmann::json::array({0}));
+  EXPECT_EQ(chosen["recompute_plan"]["peak_bytes_with"], nlohmann::json::array({rebuilt0, plain1}));
+  EXPECT_EQ(chosen["losses"], without["losses"]);
   r = RunCli(WithFlags(train, {"--recompute-stages=auto"}));
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("train takes --recompute-stages as a list: find one with simulate "
-                               "--recompute-stages=auto"));
+  EXPECT_EQ(r.err,
+            "pipesched: choosing the stages to recompute needs the size of each device, and "
+            "host:0 shares the machine's memory: give each device a size "
+            "(--device-memory=SIZE)\n");
   r = RunCli(WithFlags(train, {"--recompute-stages=2"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("cannot recompute stage 2: the pipeline has stages 0 to 1"));

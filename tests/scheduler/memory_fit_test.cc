@@ -250,6 +250,55 @@ TEST(MemoryFitTest, RecomputeWithinMemoryRecomputesWhereARankDoesNotFit) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 byte")));
 }
 
+// With what a stage costs when it recomputes given: the same 1F1B as above, but a
+// recomputing stage keeps 40 of its 100 bytes (its input and 30 of boundary buffers, as
+// pipesched's executor does), not only the 10 of its input. In 250 bytes ranks 0 and 1
+// still recompute, and peak at 4 x 40 + 60 = 220 and 3 x 40 + 60 + the next input = 190;
+// 200 bytes, which the derived costs fit, is then too little for rank 0.
+TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheGivenRecomputingCosts) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.uniform.input_bytes = 10;
+  CostModel recomputing = costs;
+  recomputing.uniform.activation_bytes = 40;
+  recomputing.uniform.recompute_bytes = 60;
+  recomputing.uniform.b = 3;
+  recomputing.uniform.i = 2;
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit,
+                          RecomputeWithinMemory(s, costs, recomputing, 250));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
+  ASSERT_EQ(fit.sim.ranks.size(), 4u);
+  EXPECT_EQ(fit.sim.ranks[0].peak_live_bytes, 220);
+  EXPECT_EQ(fit.sim.ranks[1].peak_live_bytes, 190);
+  EXPECT_EQ(fit.sim.ranks[2].peak_live_bytes, 210);
+  EXPECT_EQ(fit.without.ranks[0].peak_live_bytes, 400);
+  EXPECT_DOUBLE_EQ(fit.sim.step_time, 40);  // the same longer backwards as derived
+  ASSERT_EQ(fit.costs.stages.size(), 4u);
+  EXPECT_EQ(fit.costs.stages[0].activation_bytes, 40);
+  EXPECT_EQ(fit.costs.stages[2].activation_bytes, 100);
+  PS_ASSERT_OK(RecomputeWithinMemory(s, costs, 200).status());
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, 200),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("rank 0 does not fit in 200 B per device even with every stage "
+                                 "of it recomputing its activations: it peaks at 220 B")));
+  // Only stages that recompute in `recomputing` and not in `costs` are candidates.
+  CostModel never = costs;
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, never, 250),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 0 does not fit")));
+  CostModel short_list = recomputing;
+  short_list.stages.assign(3, recomputing.uniform);
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, short_list, 250),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the recomputing costs have 3 stages, the schedule 4")));
+  CostModel replayed = costs;
+  replayed.actions[{0, Op::kF, 0}] = 1;
+  EXPECT_THAT(
+      RecomputeWithinMemory(s, replayed, recomputing, 250),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("per-action durations in the costs")));
+}
+
 // Two stages on a rank: zb-v's rank 0 holds stage 0 (100 bytes per micro-batch) and stage
 // 3 (800), which runs its F right before its backward and so holds one at a time.
 // Recomputing stage 3 drops the most bytes but lowers no peak (1.1 KiB); stage 0 alone

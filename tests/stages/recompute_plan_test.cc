@@ -1,0 +1,142 @@
+// PlanRecompute (stages/recompute_plan.h): the stages a trainer recomputes so that each
+// rank's activations fit what its own device has left, from the bytes this executor
+// really holds; the trainer built with them then measures the planned peaks.
+#include "stages/recompute_plan.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "stages/memory_check.h"
+#include "stages/trainer.h"
+#include "tests/testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+TrainerConfig Config(const std::string& schedule) {
+  TrainerConfig config;
+  config.schedule = schedule;
+  config.stages = 2;
+  config.microbatches = 8;
+  config.microbatch_size = 32;
+  config.model = {.d_in = 16, .d_hidden = 64, .num_classes = 4, .num_layers = 4};
+  config.backend = "host";
+  config.strict = true;
+  config.device_memory_bytes = 64 * kMiB;
+  return config;
+}
+
+// Per rank of `config`'s trainer: what its device holds once built (parameters,
+// gradients, optimizer state) and its planned activation peak.
+struct Probe {
+  std::vector<std::int64_t> state, peak;
+};
+
+Probe Measure(const TrainerConfig& config) {
+  Probe probe;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return probe;
+  absl::StatusOr<std::vector<MemoryPlace>> places =
+      ActivationPlaces((*trainer)->executor(), std::nullopt);
+  EXPECT_TRUE(places.ok()) << places.status();
+  if (!places.ok()) return probe;
+  for (int r = 0; r < config.stages; ++r) {
+    probe.state.push_back((*trainer)->executor().device(0, r).memory_stats().current_bytes);
+    probe.peak.push_back((*places)[r].planned_bytes);
+  }
+  return probe;
+}
+
+// GPipe holds all 8 micro-batches on each rank. A device size that rank 0 fits as it is
+// and rank 1 (the head's larger parameters) fits only recomputing: stage 1 alone
+// recomputes, each rank's room is the size less its own state, and the trainer built
+// with the choice measures the planned peaks.
+TEST(RecomputePlanTest, RecomputesOnlyTheRankThatDoesNotFit) {
+  const Probe plain = Measure(Config("gpipe"));
+  TrainerConfig all_config = Config("gpipe");
+  all_config.recompute = true;
+  const Probe all = Measure(all_config);
+  ASSERT_EQ(plain.peak.size(), 2u);
+  ASSERT_EQ(all.peak.size(), 2u);
+  EXPECT_EQ(all.state, plain.state);
+  EXPECT_LT(all.peak[1], plain.peak[1]);
+  const std::int64_t size = std::max(plain.state[0] + plain.peak[0], plain.state[1] + all.peak[1]);
+  ASSERT_LT(size, plain.state[1] + plain.peak[1]) << "the test's model no longer splits so";
+
+  for (int replicas : {1, 2}) {
+    TrainerConfig config = Config("gpipe");
+    config.device_memory_bytes = size;
+    config.replicas = replicas;
+    PS_ASSERT_OK_AND_ASSIGN(const RecomputePlan plan, PlanRecompute(config));
+    EXPECT_EQ(plan.stages, (std::vector<int>{1})) << replicas;
+    EXPECT_EQ(plan.room_bytes,
+              (std::vector<std::int64_t>{size - plain.state[0], size - plain.state[1]}));
+    EXPECT_EQ(plan.peak_without, plain.peak);
+    EXPECT_EQ(plan.peak_with, (std::vector<std::int64_t>{plain.peak[0], all.peak[1]}));
+
+    // Without the choice the trainer refuses the size; with it, it runs in it.
+    EXPECT_THAT(Trainer::Create(config), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                  HasSubstr("gpipe's activations do not fit")));
+    config.recompute_stages = plan.stages;
+    PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(config));
+    PS_ASSERT_OK_AND_ASSIGN(StepResult step, trainer->Step());
+    EXPECT_TRUE(std::isfinite(step.loss));
+    ASSERT_EQ(step.peak_activation_bytes.size(), static_cast<std::size_t>(2 * replicas));
+    for (int i = 0; i < 2 * replicas; ++i) {
+      EXPECT_EQ(step.peak_activation_bytes[i], plan.peak_with[i % 2]) << "device " << i;
+    }
+  }
+}
+
+TEST(RecomputePlanTest, NothingRecomputesWhenEveryRankFits) {
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputePlan plan, PlanRecompute(Config("1f1b")));
+  EXPECT_TRUE(plan.stages.empty());
+  EXPECT_EQ(plan.peak_with, plan.peak_without);
+  ASSERT_EQ(plan.room_bytes.size(), 2u);
+  EXPECT_GT(plan.room_bytes[0], plan.peak_without[0]);
+}
+
+TEST(RecomputePlanTest, SaysWhatKeepsItFromChoosing) {
+  TrainerConfig all_config = Config("gpipe");
+  all_config.recompute = true;
+  const Probe all = Measure(all_config);
+  ASSERT_EQ(all.peak.size(), 2u);
+  TrainerConfig config = Config("gpipe");
+  config.device_memory_bytes = all.state[1] + all.peak[1] - 1;
+  EXPECT_THAT(PlanRecompute(config),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("even with every stage recomputing its activations: gpipe's "
+                                 "activations do not fit in host:1")));
+  config = Config("gpipe");
+  config.device_memory_bytes = 0;
+  EXPECT_THAT(PlanRecompute(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("needs the size of each device, and host:0 shares the "
+                                 "machine's memory: give each device a size "
+                                 "(--device-memory=SIZE)")));
+  config = Config("gpipe");
+  config.num_devices = 1;
+  EXPECT_THAT(PlanRecompute(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("replica 0 rank 0 and replica 0 rank 1 share host:0")));
+  config = Config("gpipe");
+  config.recompute_stages = {0};
+  EXPECT_THAT(PlanRecompute(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("recomputes none yet")));
+  config = Config("gpipe");
+  config.stages = 0;
+  EXPECT_FALSE(PlanRecompute(config).ok());  // what Trainer::Create refuses
+}
+
+}  // namespace
+}  // namespace pipesched::stages
