@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,6 +66,13 @@ int HostCpuCount();
 
 // "512 B", "1.5 KiB", "12.25 MiB", "3.00 GiB".
 std::string HumanBytes(std::int64_t bytes);
+
+// a + b, or INT64_MAX where that overflows: byte counts added up (peaks of several
+// ranks, each possibly near the limit).
+inline std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::int64_t>::max() : sum;
+}
 
 // A byte count as a user writes it: digits with an optional fraction and unit, "80GiB",
 // "1.5 GiB", "512MiB", "4096", "16 GB". Units (any case): B, KiB, MiB, GiB, TiB (powers

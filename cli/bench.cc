@@ -37,6 +37,7 @@
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "stages/bubble_analysis.h"
+#include "stages/recompute_plan.h"
 #include "stages/trainer.h"
 #include "trace/chrome_trace.h"
 #include "trace/plot.h"
@@ -64,6 +65,9 @@ struct Sweep {
   int search_steps = 3;  // --search-steps
   int slow_rank = -1;
   double slow_factor = 1;
+  // --recompute-stages=auto: each configuration recomputes the stages that make its ranks
+  // fit their devices (stages::PlanRecompute).
+  bool recompute_auto = false;
   stages::TrainerConfig base;
   std::string traces_dir;  // --traces: one trace + SVG per configuration, or empty
 };
@@ -97,6 +101,10 @@ struct Row {
   // The searched schedules (ScheduleInfo::uses_costs): how their order was searched
   // (CreateTrainer's note), else empty.
   std::string search_note;
+  // The stages that recomputed (all with --recompute, the chosen ones with
+  // --recompute-stages=auto, whose line recompute_note is).
+  std::vector<int> recompute_stages;
+  std::string recompute_note;
   // The median step, measured (shifted to start at 0) and as simulated, for --traces.
   trace::Timeline measured_tl, simulated_tl;
   // Every measured step, in order (JSON only): how much the three bubbles move from step
@@ -142,6 +150,15 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
                      absl::StrJoin(chunked, ", "),
                      "), and --schedules names none; drop --virtual "
                      "or add one of them"));
+  }
+  if (const std::string listed = absl::GetFlag(FLAGS_recompute_stages); !listed.empty()) {
+    if (listed != "auto") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--recompute-stages=", listed,
+                       ": bench takes auto (the stages chosen for each configuration to fit "
+                       "--device-memory); a list fits one configuration, so run it with train"));
+    }
+    sweep.recompute_auto = true;
   }
   PS_ASSIGN_OR_RETURN(sweep.search_steps, SearchStepsFromFlags());
   sweep.warmup = absl::GetFlag(FLAGS_warmup);
@@ -229,10 +246,19 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
+  if (sweep.recompute_auto) {
+    PS_ASSIGN_OR_RETURN(const stages::RecomputePlan plan,
+                        PlanRecomputeFromFlags(config, sweep.search_steps));
+    config.recompute_stages = plan.stages;
+    row.recompute_note = RecomputePlanLine(plan);
+  }
   // The searched schedules: searched for this machine's costs, measured in a few steps first.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
                       CreateTrainer(&config, sweep.search_steps, &row.search_note));
   row.v = trainer->schedule().num_chunks();
+  for (int s = 0; s < trainer->executor().num_stages(); ++s) {
+    if (trainer->executor().recompute_bytes(s) > 0) row.recompute_stages.push_back(s);
+  }
   const int p = row.p, total = sweep.warmup + sweep.steps;
   std::vector<stages::StepResult> results;
   for (int step = 1; step <= total; ++step) {
@@ -525,6 +551,7 @@ constexpr const char* kColumns[] = {"schedule",
                                     "microbatch_size",
                                     "replicas",
                                     "recompute",
+                                    "recompute_stages",
                                     "slow_stage",
                                     "slow_factor",
                                     "status",
@@ -574,6 +601,7 @@ nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   // The searched schedules: how the order that ran was searched (one line per decision), else "".
   j["search"] = std::string(absl::StripTrailingAsciiWhitespace(r.search_note));
   if (!r.skipped.empty()) return j;
+  j["recompute_stages"] = r.recompute_stages;  // those that did, whichever flag said so
   j["step_ms"] = r.step_ms;
   j["samples_per_s"] = r.samples_per_s;
   j["makespan_ms"] = r.makespan_ms;
@@ -806,7 +834,10 @@ int Bench(const CommandContext& ctx) {
   const std::string model = absl::StrFormat(
       "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s%s",
       b.model.d_in, b.model.num_layers, b.model.d_hidden, b.model.num_classes, b.microbatch_size,
-      b.replicas, b.backend, b.recompute ? "; activation recomputation" : "");
+      b.replicas, b.backend,
+      b.recompute            ? "; activation recomputation"
+      : sweep.recompute_auto ? "; activation recomputation where a rank does not fit its device"
+                             : "");
   const std::string load = LoadAverage();
   out << "bench: " << model << "\n"
       << absl::StrFormat(
@@ -852,6 +883,7 @@ int Bench(const CommandContext& ctx) {
         ran += st.ok();
         failed += row.failed;
         PrintRow(out, row);
+        if (st.ok() && !row.recompute_note.empty()) out << "  " << row.recompute_note << "\n";
         for (absl::string_view line : absl::StrSplit(row.search_note, '\n', absl::SkipEmpty())) {
           out << "  " << line << "\n";
         }

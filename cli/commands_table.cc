@@ -92,7 +92,7 @@ const std::vector<Command>& AllCommands() {
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"
        "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5] [--search-steps=3]\n"
-       "      [--max-activations=X] [--refine] [--recompute]\n"
+       "      [--max-activations=X] [--refine] [--recompute | --recompute-stages=auto]\n"
        "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
        "      [--traces=DIR]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
@@ -100,7 +100,8 @@ const std::vector<Command>& AllCommands() {
        "sweep schedules x P x M: bubble closed form, simulated, replayed and measured; idle "
        "decomposed",
        Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches"},
-                {"warmup", "search_steps", "slow_stage", "csv", "json", "md", "svg", "traces"}),
+                {"warmup", "search_steps", "recompute_stages", "slow_stage", "csv", "json", "md",
+                 "svg", "traces"}),
        &RunBench},
       {"version", "version", "print the version", {}, &RunVersion},
   };

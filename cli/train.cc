@@ -166,7 +166,7 @@ absl::Status Train(const CommandContext& ctx) {
   // activations fit its device, chosen before anything runs.
   std::optional<stages::RecomputePlan> recompute_plan;
   if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
-    PS_ASSIGN_OR_RETURN(recompute_plan, stages::PlanRecompute(config));
+    PS_ASSIGN_OR_RETURN(recompute_plan, PlanRecomputeFromFlags(config, search_steps));
     config.recompute_stages = recompute_plan->stages;
   }
   std::string search_note;
@@ -194,23 +194,7 @@ absl::Status Train(const CommandContext& ctx) {
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
   if (recompute_plan.has_value()) {
-    const stages::RecomputePlan& plan = *recompute_plan;
-    std::vector<std::string> ranks;
-    for (int r = 0; r < p; ++r) {
-      ranks.push_back(
-          absl::StrCat(HumanBytes(plan.peak_with[r]),
-                       plan.peak_with[r] == plan.peak_without[r]
-                           ? std::string()
-                           : absl::StrCat(" (", HumanBytes(plan.peak_without[r]), " without)"),
-                       " of ", HumanBytes(plan.room_bytes[r])));
-    }
-    out << "--recompute-stages=auto: "
-        << (plan.stages.empty()
-                ? std::string("no stage needs to recompute")
-                : absl::StrCat("recomputing stage", plan.stages.size() == 1 ? " " : "s ",
-                               absl::StrJoin(plan.stages, ","), " of ", schedule.num_stages()))
-        << "; planned activation peak per rank, of what its device has left: "
-        << absl::StrJoin(ranks, ", ") << "\n";
+    out << RecomputePlanLine(*recompute_plan) << "\n";
   }
   if (config.recompute || !config.recompute_stages.empty()) {
     std::vector<int> listed = config.recompute_stages;
@@ -427,9 +411,16 @@ absl::Status Train(const CommandContext& ctx) {
     }
     j["recompute_stages"] = recomputing;  // the stages that did, whichever flag said so
     if (recompute_plan.has_value()) {     // --recompute-stages=auto's choice, planned bytes
-      j["recompute_plan"] = {{"room_bytes", recompute_plan->room_bytes},
-                             {"peak_bytes_without", recompute_plan->peak_without},
-                             {"peak_bytes_with", recompute_plan->peak_with}};
+      nlohmann::json places = nlohmann::json::array();
+      for (const stages::RecomputePlan::Place& place : recompute_plan->places) {
+        places.push_back({{"name", place.name},
+                          {"available_bytes", place.available_bytes},
+                          {"planned_bytes_without", place.planned_without},
+                          {"planned_bytes_with", place.planned_with}});
+      }
+      j["recompute_plan"] = {{"peak_bytes_without", recompute_plan->peak_without},
+                             {"peak_bytes_with", recompute_plan->peak_with},
+                             {"places", places}};
     }
     j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
     nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),

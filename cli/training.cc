@@ -6,11 +6,13 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
 #include "base/status.h"
@@ -125,6 +127,38 @@ scheduler::CostModel HandoffCosts(const stages::Trainer& trainer,
       stages::WithHandoffLatency(trainer.MeasuredCosts(), stages::MedianHandoff({&idle}));
   costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);  // -1: no sample
   return costs;
+}
+
+absl::StatusOr<stages::RecomputePlan> PlanRecomputeFromFlags(const stages::TrainerConfig& config,
+                                                             int search_steps) {
+  const scheduler::ScheduleInfo* info =
+      config.schedule_override.has_value() ? nullptr : scheduler::FindSchedule(config.schedule);
+  if (info != nullptr && info->uses_costs && search_steps > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute-stages=auto chooses for the order that will run, and ", config.schedule,
+        "'s is searched afterwards for the costs its first steps measure (fitting "
+        "--device-memory by its own search): give --search-steps=0 to run its unit-cost "
+        "order, or a --recompute-stages list"));
+  }
+  return stages::PlanRecompute(config);
+}
+
+std::string RecomputePlanLine(const stages::RecomputePlan& plan) {
+  std::vector<std::string> places;
+  for (const stages::RecomputePlan::Place& place : plan.places) {
+    places.push_back(
+        absl::StrCat(place.name, " ", HumanBytes(place.planned_with),
+                     place.planned_with == place.planned_without
+                         ? std::string()
+                         : absl::StrCat(" (", HumanBytes(place.planned_without), " without)"),
+                     " of ", HumanBytes(place.available_bytes)));
+  }
+  return absl::StrCat(
+      "--recompute-stages=auto: ",
+      plan.stages.empty() ? std::string("no stage needs to recompute")
+                          : absl::StrCat("recomputing stage", plan.stages.size() == 1 ? " " : "s ",
+                                         absl::StrJoin(plan.stages, ","), " of ", plan.num_stages),
+      "; planned activations of what each memory has for them: ", absl::StrJoin(places, ", "));
 }
 
 absl::StatusOr<int> SearchStepsFromFlags() {

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "scheduler/schedule.h"
 #include "stages/bubble_analysis.h"
+#include "stages/recompute_plan.h"
 #include "stages/trainer.h"
 
 namespace pipesched::cli {
@@ -39,6 +40,15 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
 // effective hand-off latency and the stream's gap between actions from `idle` (one step's
 // stages::AnalyzeIdle), as `train --save-costs` writes it.
 scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::IdleAnalysis& idle);
+
+// --recompute-stages=auto: stages::PlanRecompute(config), refused (InvalidArgument) for a
+// schedule whose order is searched for measured costs after it (search_steps > 0).
+absl::StatusOr<stages::RecomputePlan> PlanRecomputeFromFlags(const stages::TrainerConfig& config,
+                                                             int search_steps);
+
+// --recompute-stages=auto's line (no newline): the stages chosen, and what each memory's
+// ranks plan to hold (and held without, where that differs) of what it has.
+std::string RecomputePlanLine(const stages::RecomputePlan& plan);
 
 // --search-steps, 0 to 100.
 absl::StatusOr<int> SearchStepsFromFlags();

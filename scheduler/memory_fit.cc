@@ -235,18 +235,6 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
 
 namespace {
 
-// The rank that peaks highest above `capacity_bytes` (PeakTotalBytes), -1 when all fit.
-int WorstRank(const SimResult& sim, std::int64_t capacity_bytes) {
-  int worst = -1;
-  for (int r = 0; r < static_cast<int>(sim.ranks.size()); ++r) {
-    const std::int64_t peak = PeakTotalBytes(sim.ranks[r]);
-    if (peak > capacity_bytes && (worst < 0 || peak > PeakTotalBytes(sim.ranks[worst]))) {
-      worst = r;
-    }
-  }
-  return worst;
-}
-
 std::vector<int> Listed(const std::vector<bool>& chosen) {
   std::vector<int> stages;
   for (int s = 0; s < static_cast<int>(chosen.size()); ++s) {
@@ -255,24 +243,56 @@ std::vector<int> Listed(const std::vector<bool>& chosen) {
   return stages;
 }
 
-}  // namespace
+// What `memory` holds at the plan's peaks: its ranks' PeakTotalBytes added (saturating).
+std::int64_t PlannedBytes(const SharedMemory& memory, const SimResult& sim) {
+  std::int64_t total = 0;
+  for (int r : memory.ranks) total = SaturatingAdd(total, PeakTotalBytes(sim.ranks[r]));
+  return total;
+}
 
-namespace {
+// The memory furthest above its capacity, -1 when all fit.
+int WorstMemory(const std::vector<SharedMemory>& memories, const SimResult& sim) {
+  int worst = -1;
+  __int128 worst_over = 0;
+  for (int m = 0; m < static_cast<int>(memories.size()); ++m) {
+    const __int128 over =
+        static_cast<__int128>(PlannedBytes(memories[m], sim)) - memories[m].capacity_bytes;
+    if (over > 0 && (worst < 0 || over > worst_over)) {
+      worst = m;
+      worst_over = over;
+    }
+  }
+  return worst;
+}
 
 // `costs` with the listed stages recomputing.
 using RecomputeOn = std::function<absl::StatusOr<CostModel>(const std::vector<int>& stages)>;
+// The error for memory `m`, over its capacity in `sim` with none of its stages left to
+// recompute.
+using NoFit = std::function<absl::Status(int m, const SimResult& sim)>;
 
-// RecomputeWithinMemory over the stages `candidate` marks, with `recompute_on` making
-// the costs of a set of them.
+// RecomputeWithinMemory over `memories`, recomputing the stages `candidate` marks, with
+// `recompute_on` making the costs of a set of them.
 absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const CostModel& costs,
-                                              std::int64_t capacity_bytes,
+                                              const std::vector<SharedMemory>& memories,
                                               const std::vector<bool>& candidate,
-                                              const RecomputeOn& recompute_on) {
-  if (capacity_bytes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a device's memory must be at least 1 byte, not ", capacity_bytes));
-  }
+                                              const RecomputeOn& recompute_on,
+                                              const NoFit& no_fit) {
   const int num_stages = schedule.num_stages();
+  for (const SharedMemory& memory : memories) {
+    if (memory.capacity_bytes < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a device's memory must be at least 1 byte, not ", memory.capacity_bytes,
+                       memory.name.empty() ? "" : absl::StrCat(" (", memory.name, ")")));
+    }
+    for (int r : memory.ranks) {
+      if (r < 0 || r >= schedule.num_ranks()) {
+        return absl::InvalidArgumentError(absl::StrCat(memory.name, " holds rank ", r,
+                                                       ", but the schedule has ranks 0 to ",
+                                                       schedule.num_ranks() - 1));
+      }
+    }
+  }
   RecomputeFit fit;
   PS_ASSIGN_OR_RETURN(fit.without, Simulate(schedule, costs));
   fit.costs = costs;
@@ -286,38 +306,33 @@ absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const Co
     return std::make_pair(std::move(c), std::move(sim));
   };
   std::vector<int> order;  // stages in the order they were chosen
-  for (int worst = WorstRank(fit.sim, capacity_bytes); worst >= 0;
-       worst = WorstRank(fit.sim, capacity_bytes)) {
-    // Of the worst rank's candidate stages, the one whose recomputation lowers that rank's
-    // peak the most; ties: the shorter step, then the lower stage. A stage that holds one
-    // micro-batch at a time (the last, right before its backward) lowers nothing, and is
-    // taken only when no other does.
+  for (int worst = WorstMemory(memories, fit.sim); worst >= 0;
+       worst = WorstMemory(memories, fit.sim)) {
+    // Of the candidate stages on the worst memory's ranks, the one whose recomputation
+    // lowers what that memory holds the most; ties: the shorter step, then the lower
+    // stage. A stage that holds one micro-batch at a time (the last, right before its
+    // backward) lowers nothing, and is taken only when no other does.
+    std::vector<bool> there(schedule.num_ranks(), false);
+    for (int r : memories[worst].ranks) there[r] = true;
     int best = -1;
-    std::int64_t best_peak = 0;
+    std::int64_t best_bytes = 0;
     double best_step = 0;
     std::optional<std::pair<CostModel, SimResult>> best_run;
     for (int s = 0; s < num_stages; ++s) {
-      if (chosen[s] || !candidate[s] || schedule.placement.RankOf(s) != worst) continue;
+      if (chosen[s] || !candidate[s] || !there[schedule.placement.RankOf(s)]) continue;
       std::vector<bool> trial = chosen;
       trial[s] = true;
       PS_ASSIGN_OR_RETURN(auto run, with(trial));
-      const std::int64_t peak = PeakTotalBytes(run.second.ranks[worst]);
-      if (best < 0 || peak < best_peak || (peak == best_peak && run.second.step_time < best_step)) {
+      const std::int64_t bytes = PlannedBytes(memories[worst], run.second);
+      if (best < 0 || bytes < best_bytes ||
+          (bytes == best_bytes && run.second.step_time < best_step)) {
         best = s;
-        best_peak = peak;
+        best_bytes = bytes;
         best_step = run.second.step_time;
         best_run = std::move(run);
       }
     }
-    if (best < 0) {
-      const RankStats& rank = fit.sim.ranks[worst];
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", worst, " does not fit in ", HumanBytes(capacity_bytes),
-          " per device even with every stage of it recomputing its activations: it peaks at ",
-          HumanBytes(PeakTotalBytes(rank)), " (", HumanBytes(rank.static_bytes),
-          " of it parameters, gradients and optimizer state); give more memory, smaller "
-          "activations or more stages"));
-    }
+    if (best < 0) return no_fit(worst, fit.sim);
     chosen[best] = true;
     order.push_back(best);
     fit.costs = std::move(best_run->first);
@@ -328,7 +343,7 @@ absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const Co
     std::vector<bool> trial = chosen;
     trial[*it] = false;
     PS_ASSIGN_OR_RETURN(auto run, with(trial));
-    if (WorstRank(run.second, capacity_bytes) >= 0) continue;
+    if (WorstMemory(memories, run.second) >= 0) continue;
     chosen = trial;
     fit.costs = std::move(run.first);
     fit.sim = std::move(run.second);
@@ -349,14 +364,29 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
     const StageCosts& c = costs.Stage(s);
     candidate[s] = c.recompute_bytes == 0 && c.activation_bytes > c.input_bytes;
   }
+  // Each rank on a device of its own.
+  std::vector<SharedMemory> devices;
+  for (int r = 0; r < schedule.num_ranks(); ++r) {
+    devices.push_back(
+        {.name = absl::StrCat("rank ", r), .ranks = {r}, .capacity_bytes = capacity_bytes});
+  }
   return FitByRecomputing(
-      schedule, costs, capacity_bytes, candidate,
-      [&](const std::vector<int>& stages) { return WithRecomputeOn(costs, stages, num_stages); });
+      schedule, costs, devices, candidate,
+      [&](const std::vector<int>& stages) { return WithRecomputeOn(costs, stages, num_stages); },
+      [&](int worst, const SimResult& sim) {
+        const RankStats& rank = sim.ranks[worst];
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "rank ", worst, " does not fit in ", HumanBytes(capacity_bytes),
+            " per device even with every stage of it recomputing its activations: it peaks at ",
+            HumanBytes(PeakTotalBytes(rank)), " (", HumanBytes(rank.static_bytes),
+            " of it parameters, gradients and optimizer state); give more memory, smaller "
+            "activations or more stages"));
+      });
 }
 
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    const CostModel& recomputing,
-                                                   std::int64_t capacity_bytes) {
+                                                   const std::vector<SharedMemory>& memories) {
   const int num_stages = schedule.num_stages();
   for (const auto& [model, name] : {std::pair<const CostModel*, const char*>{&costs, "costs"},
                                     {&recomputing, "recomputing costs"}}) {
@@ -374,13 +404,24 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
   for (int s = 0; s < num_stages; ++s) {
     candidate[s] = costs.Stage(s).recompute_bytes == 0 && recomputing.Stage(s).recompute_bytes > 0;
   }
-  return FitByRecomputing(schedule, costs, capacity_bytes, candidate,
-                          [&](const std::vector<int>& stages) -> absl::StatusOr<CostModel> {
-                            CostModel out = costs;
-                            if (out.stages.empty()) out.stages.assign(num_stages, out.uniform);
-                            for (int s : stages) out.stages[s] = recomputing.Stage(s);
-                            return out;
-                          });
+  return FitByRecomputing(
+      schedule, costs, memories, candidate,
+      [&](const std::vector<int>& stages) -> absl::StatusOr<CostModel> {
+        CostModel out = costs;
+        if (out.stages.empty()) out.stages.assign(num_stages, out.uniform);
+        for (int s : stages) out.stages[s] = recomputing.Stage(s);
+        return out;
+      },
+      [&](int worst, const SimResult& sim) {
+        const SharedMemory& memory = memories[worst];
+        return absl::ResourceExhaustedError(absl::StrCat(
+            memory.name, " does not fit: its ",
+            memory.ranks.size() == 1 ? "rank peaks" : "ranks peak", " at ",
+            HumanBytes(PlannedBytes(memory, sim)), " but it has ",
+            HumanBytes(memory.capacity_bytes),
+            ", with every stage there that can recompute recomputing; give more memory, smaller "
+            "activations or more stages"));
+      });
 }
 
 }  // namespace pipesched::scheduler

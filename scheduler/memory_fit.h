@@ -119,16 +119,30 @@ struct RecomputeFit {
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    std::int64_t capacity_bytes);
 
-// The same with what each stage costs when it recomputes given, not derived
+// A memory some ranks' activations share: a device of one rank, a GPU that several ranks
+// were placed on, or the machine's memory that every host device takes from.
+struct SharedMemory {
+  std::string name;  // for the message: "host:0", "cuda:0 (NVIDIA H200)", "host memory"
+  // The pipeline rank of each (replica, rank) there; their peaks (PeakTotalBytes) add up.
+  // A rank may appear several times (its replicas on one GPU).
+  std::vector<int> ranks;
+  std::int64_t capacity_bytes = 0;  // what it has for them
+};
+
+// The same, with what each stage costs when it recomputes given rather than derived
 // (WithRecomputeOn keeps only the received input): recomputing.Stage(s) replaces
-// costs.Stage(s) for each stage chosen. For a runtime that keeps more than the input, as
-// pipesched's executor does (its boundary buffers; stages::PlanRecompute). The candidates
-// are the stages that do not recompute in `costs` and do in `recomputing`
-// (recompute_bytes > 0). InvalidArgument, besides the above, for per-action overrides in
-// either cost model or a per-stage list whose length is not the schedule's stages.
+// costs.Stage(s) for each stage chosen; for a runtime that keeps more than the input, as
+// pipesched's executor does (its boundary buffers; stages::PlanRecompute). And with the
+// memories the ranks live in given: while one holds more than its capacity (its ranks'
+// peaks added), the one furthest above recomputes the stage of its ranks that lowers what
+// it holds the most. The candidates are the stages that do not recompute in `costs` and
+// do in `recomputing` (recompute_bytes > 0). ResourceExhausted naming the memory when it
+// does not fit with all its candidates recomputing; InvalidArgument for a capacity below
+// 1 byte, a rank outside the schedule, per-action overrides in either cost model, or a
+// per-stage list whose length is not the schedule's stages.
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    const CostModel& recomputing,
-                                                   std::int64_t capacity_bytes);
+                                                   const std::vector<SharedMemory>& memories);
 
 // The same, from the order at the schedule's own limit (as searched: not refined) and its
 // simulation with `costs`, when the caller has them already (that search is not run

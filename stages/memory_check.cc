@@ -17,11 +17,6 @@ namespace {
 
 constexpr char kMachine[] = "host memory";
 
-std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
-  std::int64_t sum = 0;
-  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::int64_t>::max() : sum;
-}
-
 }  // namespace
 
 absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<MemoryPlace>& places) {
@@ -97,6 +92,7 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
   auto add = [](MemoryPlace& place, const MemoryPlace& rank) {
     place.planned_bytes = SaturatingAdd(place.planned_bytes, rank.planned_bytes);
     ++place.ranks;
+    place.members.push_back(rank.busiest_rank);
     if (place.ranks == 1 || rank.busiest_bytes > place.busiest_bytes) {
       place.busiest_rank = rank.busiest_rank;
       place.busiest_activations = rank.busiest_activations;

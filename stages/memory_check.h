@@ -49,6 +49,8 @@ struct MemoryPlace {
   int busiest_activations = 0;
   std::int64_t busiest_bytes = 0;
   std::int64_t busiest_microbatch_bytes = 0;
+  // ActivationPlaces: the pipeline rank of each (replica, rank) there, in order.
+  std::vector<int> members;
 };
 
 // What the plan is, for the message.

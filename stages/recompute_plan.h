@@ -1,12 +1,14 @@
 // Selective activation recomputation chosen for a trainer: which stages must recompute
-// (stages/recompute_stage_work.h) so that every rank's activations fit what its device
-// has left once the model is on it. The choice is scheduler::RecomputeWithinMemory's
-// (greedy: the rank that peaks highest recomputes the stage of its own that lowers its
-// peak most, then what later choices made unnecessary is dropped), fed with what this
-// executor really holds: a recomputing stage keeps its received input and boundary
-// buffers, and drops its StageWork's stash (not WithRecompute's model, which keeps the
-// input only). The peaks are the pre-flight check's (stages/memory_check.h): they
-// depend on the order of each rank's program, not on timings, so no step is run.
+// (stages/recompute_stage_work.h) so that the activations fit where they live, as the
+// pre-flight check (stages/memory_check.h) holds them: each device with a size, and on
+// the host backend the machine's memory that every host device takes from; ranks that
+// share one (a GPU holding several) are held to it together. The choice is
+// scheduler::RecomputeWithinMemory's with those memories (greedy: the memory furthest
+// above what it has recomputes the stage of its ranks that lowers what it holds most,
+// then what later choices made unnecessary is dropped), fed with what this executor
+// really holds: a recomputing stage keeps its received input and boundary buffers, and
+// drops its StageWork's stash (not WithRecompute's model, which keeps the input only).
+// The peaks depend on the order of each rank's program, not on timings, so no step runs.
 //
 //   TrainerConfig config = ...;               // config.device_memory_bytes on the host
 //   auto plan = PlanRecompute(config);
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,24 +26,34 @@
 namespace pipesched::stages {
 
 struct RecomputePlan {
-  std::vector<int> stages;  // ascending virtual stages; empty: every rank fits without
-  // Per pipeline rank: what its device has left for activations once the model is on it
-  // (the least over its replicas' devices), and its planned activation peak without
-  // recomputation and with `stages` recomputing (at most room_bytes).
-  std::vector<std::int64_t> room_bytes;
-  std::vector<std::int64_t> peak_without;
-  std::vector<std::int64_t> peak_with;
+  std::vector<int> stages;  // ascending virtual stages; empty: everything fits without
+  int num_stages = 0;       // of the schedule: P x V
+  // Per pipeline rank: its planned activation peak without recomputation and with
+  // `stages` recomputing.
+  std::vector<std::int64_t> peak_without, peak_with;
+  // Each memory the pre-flight check holds the plan to (ActivationPlaces: a device with a
+  // size, and on the host backend the machine's memory): what it has for activations and
+  // what its ranks' peaks add up to there, without and with.
+  struct Place {
+    std::string name;  // "host:0", "cuda:0 (NVIDIA H200)", "host memory"
+    std::int64_t available_bytes = 0;
+    std::int64_t planned_without = 0;
+    std::int64_t planned_with = 0;
+  };
+  std::vector<Place> places;
 };
 
-// Builds the trainer of `config` with every stage recomputing (its parameters are
-// allocated, then freed on return) to learn each stage's bytes and each device's room,
-// and chooses. The order is the one Trainer::Create makes of `config` (for a searched
-// schedule, its unit-cost order: a search for measured costs afterwards is checked
-// again by Create). Errors: InvalidArgument when `config` recomputes already
-// (recompute, recompute_stages), when a device's size is not known (host devices
-// without device_memory_bytes share the machine's memory) or when ranks share a device
-// (their peaks add up: give each rank its own); ResourceExhausted when even every stage
-// recomputing does not fit, naming the rank; what Trainer::Create refuses.
+// Builds the trainer of `config` with every stage recomputing and without the activation
+// pre-flight check (its parameters and data are made, then freed on return), to learn
+// each stage's bytes and what each memory has left, and chooses
+// (scheduler::RecomputeWithinMemory). Ranks that share a memory (a GPU holding several,
+// the machine's memory on the host backend) are held to it together, as the pre-flight
+// check holds them. The order is the one Trainer::Create makes of `config` (a searched
+// schedule's unit-cost order: the CLI refuses auto where a search would replace it).
+// Errors: InvalidArgument when `config` recomputes already (recompute, recompute_stages)
+// or when no memory's size is known; ResourceExhausted, with the pre-flight check's
+// message after "even with every stage recomputing its activations: ", when that does
+// not fit either; what Trainer::Create refuses, as it says it.
 absl::StatusOr<RecomputePlan> PlanRecompute(const TrainerConfig& config);
 
 }  // namespace pipesched::stages

@@ -271,12 +271,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     // not the activations'.
     machine = data <= *machine ? std::optional<std::int64_t>(*machine - data) : std::nullopt;
   }
-  PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
-  PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
-                                          .num_ranks = P,
-                                          .num_chunks = t->executor_->schedule().num_chunks(),
-                                          .num_microbatches = t->executor_->num_microbatches()},
-                                         places));
+  t->machine_bytes_ = machine;
+  if (config.check_activation_memory) {
+    PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
+    PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
+                                            .num_ranks = P,
+                                            .num_chunks = t->executor_->schedule().num_chunks(),
+                                            .num_microbatches = t->executor_->num_microbatches()},
+                                           places));
+  }
 
   // Data.
   const std::int64_t g = t->global_batch();

@@ -78,6 +78,10 @@ struct TrainerConfig {
   // of the streams would otherwise hit the cap with memory a stream-ordered allocator
   // (a GPU's pool) would already have reused.
   std::int64_t device_memory_bytes = 0;
+  // The activation pre-flight check (stages/memory_check.h) in Create. Off only for a
+  // trainer built to read sizes from (PlanRecompute's): one that runs may exhaust memory
+  // in a step.
+  bool check_activation_memory = true;
 };
 
 class Trainer {
@@ -140,6 +144,10 @@ class Trainer {
   // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin", and a second line,
   // "note: ...", when more host devices compute than the process has CPU cores.
   std::string PlacementSummary() const;
+  // What the machine's memory had for activations when Create checked them: what this
+  // process could still take, less the data it was about to make (the places of
+  // ActivationPlaces, as the pre-flight check uses them); nullopt when unknown.
+  std::optional<std::int64_t> machine_activation_bytes() const { return machine_bytes_; }
 
  private:
   Trainer() = default;
@@ -148,7 +156,8 @@ class Trainer {
   std::vector<LayerRange> partition_;
   std::unique_ptr<Executor> executor_;
   model::Dataset data_;
-  std::int64_t cursor_ = 0;  // next sample of data_
+  std::int64_t cursor_ = 0;                    // next sample of data_
+  std::optional<std::int64_t> machine_bytes_;  // machine_activation_bytes()
   std::vector<trace::Timeline> timelines_;
   std::vector<std::vector<trace::Span>> phases_;  // StepResult::phases of each step
 };

@@ -325,6 +325,83 @@ TEST(BenchTest, UnsupportedCombinationsAreSkippedWithTheirReason) {
   EXPECT_THAT(r.out, HasSubstr("1 of 6 configurations ran"));  // 1f1b P=3 only
 }
 
+// --recompute-stages=auto chooses per configuration: in a device that holds 1F1B's
+// activations but not GPipe's (4 micro-batches per rank), GPipe recomputes and 1F1B does
+// not. The sizes come from train's plan of the same tiny model.
+TEST(BenchTest, RecomputeStagesAutoChoosesPerConfiguration) {
+  const std::string plan_json = TempPath("plan.json"), json = TempPath("auto.json"),
+                    csv = TempPath("auto.csv");
+  const std::vector<std::string> model = {"--hidden=8",  "--layers=4",          "--inputs=6",
+                                          "--classes=4", "--microbatch-size=2", "--backend=host",
+                                          "--stages=2",  "--microbatches=4",    "--steps=1"};
+  auto planned = [&](const std::string& schedule, const std::string& flag) {
+    std::vector<std::string> args = {"train", "--schedule=" + schedule, flag,
+                                     "--device-memory=64MiB", "--json=" + plan_json};
+    args.insert(args.end(), model.begin(), model.end());
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(Slurp(plan_json));
+  };
+  const nlohmann::json gpipe = planned("gpipe", "--recompute-stages=auto");
+  const nlohmann::json gpipe_all = planned("gpipe", "--recompute");
+  const nlohmann::json one_f_one_b = planned("1f1b", "--recompute-stages=auto");
+  std::int64_t size = 0, gpipe_plain = 0;
+  for (const nlohmann::json& place : gpipe["recompute_plan"]["places"]) {
+    for (int rank = 0; rank < 2; ++rank) {
+      if (place["name"] != "host:" + std::to_string(rank)) continue;
+      const std::int64_t state =
+          64 * (std::int64_t{1} << 20) - place["available_bytes"].get<std::int64_t>();
+      size = std::max(
+          {size,
+           state + gpipe_all["ranks"][rank]["planned_peak_activation_bytes"].get<std::int64_t>(),
+           state + one_f_one_b["recompute_plan"]["peak_bytes_without"][rank].get<std::int64_t>()});
+      gpipe_plain =
+          std::max(gpipe_plain, state + place["planned_bytes_without"].get<std::int64_t>());
+    }
+  }
+  ASSERT_GT(size, 0);
+  ASSERT_LT(size, gpipe_plain) << "the tiny model no longer tells the two apart";
+
+  RunResult r = RunCli(
+      Tiny({"--schedules=gpipe,1f1b", "--stages=2", "--microbatches=4", "--recompute-stages=auto",
+            "--device-memory=" + std::to_string(size), "--json=" + json, "--csv=" + csv}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("; activation recomputation where a rank does not fit its device"));
+  EXPECT_THAT(r.out, HasSubstr("\n  --recompute-stages=auto: recomputing stage"));
+  EXPECT_THAT(r.out, HasSubstr("\n  --recompute-stages=auto: no stage needs to recompute"));
+  const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["schedule"], "gpipe");
+  EXPECT_FALSE(rows[0]["recompute_stages"].empty()) << rows[0].dump();
+  EXPECT_EQ(rows[1]["recompute_stages"], nlohmann::json::array()) << rows[1].dump();
+  // The plan's peaks are what the exact-accounting step measured.
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row["peak_activation_bytes"], row["simulated_peak_activation_bytes"]) << row.dump();
+  }
+  std::vector<std::string> lines = absl::StrSplit(Slurp(csv), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  const std::vector<std::string> header = absl::StrSplit(lines[0], ',');
+  const auto column = std::find(header.begin(), header.end(), "recompute_stages");
+  ASSERT_NE(column, header.end());
+  const std::vector<std::string> gpipe_row = absl::StrSplit(lines[1], ',');
+  EXPECT_EQ(gpipe_row[column - header.begin()],
+            absl::StrJoin(rows[0]["recompute_stages"].get<std::vector<int>>(), ";"));
+
+  r = RunCli(Tiny({"--schedules=gpipe", "--stages=2", "--microbatches=4", "--recompute-stages=0"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --recompute-stages=0: bench takes auto (the stages chosen for each "
+            "configuration to fit --device-memory); a list fits one configuration, so run it "
+            "with train\n");
+  // A searched schedule's order would change after the choice: skipped with the reason.
+  r = RunCli(Tiny({"--schedules=zb-1p,1f1b", "--stages=2", "--microbatches=4",
+                   "--recompute-stages=auto", "--device-memory=64MiB"}));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("skipped: --recompute-stages=auto chooses for the order that will "
+                               "run, and zb-1p's is searched afterwards"));
+  EXPECT_THAT(r.out, HasSubstr("1 of 2 configurations ran"));
+}
+
 TEST(BenchTest, NothingRunnableExitsTwo) {
   RunResult r = RunCli(Tiny({"--schedules=dualpipe-v", "--stages=2", "--microbatches=2"}));
   EXPECT_EQ(r.code, 2);

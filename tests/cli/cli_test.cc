@@ -791,16 +791,21 @@ TEST(CliTest, TrainWithActivationRecomputation) {
       train, {"--recompute-stages=auto", "--device-memory=64MiB", "--json=" + with_json}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: no stage needs to recompute; planned "
-                               "activation peak per rank, of what its device has left: "));
+                               "activations of what each memory has for them: host:0 "));
   const nlohmann::json roomy = nlohmann::json::parse(Slurp(with_json));
   EXPECT_EQ(roomy["recompute_stages"], nlohmann::json::array());
-  std::vector<std::int64_t> state;
-  for (int rank = 0; rank < 2; ++rank) {
-    state.push_back(64 * (std::int64_t{1} << 20) -
-                    roomy["recompute_plan"]["room_bytes"][rank].get<std::int64_t>());
-    EXPECT_EQ(roomy["recompute_plan"]["peak_bytes_without"][rank],
-              without["ranks"][rank]["planned_peak_activation_bytes"]);
+  std::vector<std::int64_t> state(2);
+  for (const nlohmann::json& place : roomy["recompute_plan"]["places"]) {
+    for (int rank = 0; rank < 2; ++rank) {
+      if (place["name"] == "host:" + std::to_string(rank)) {
+        state[rank] = 64 * (std::int64_t{1} << 20) - place["available_bytes"].get<std::int64_t>();
+        EXPECT_EQ(place["planned_bytes_without"],
+                  without["ranks"][rank]["planned_peak_activation_bytes"]);
+      }
+    }
   }
+  ASSERT_GT(state[0], 0);
+  ASSERT_GT(state[1], 0);
   const std::int64_t rebuilt0 = with["ranks"][0]["planned_peak_activation_bytes"];
   const std::int64_t plain0 = without["ranks"][0]["planned_peak_activation_bytes"];
   const std::int64_t plain1 = without["ranks"][1]["planned_peak_activation_bytes"];
@@ -815,12 +820,21 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   EXPECT_EQ(chosen["recompute_stages"], nlohmann::json::array({0}));
   EXPECT_EQ(chosen["recompute_plan"]["peak_bytes_with"], nlohmann::json::array({rebuilt0, plain1}));
   EXPECT_EQ(chosen["losses"], without["losses"]);
-  r = RunCli(WithFlags(train, {"--recompute-stages=auto"}));
+  // A schedule searched after the choice would change the order it was made for.
+  r = RunCli({"train", "--schedule=zb-1p", "--stages=2", "--microbatches=4", "--layers=4",
+              "--hidden=32", "--steps=1", "--backend=host", "--recompute-stages=auto",
+              "--device-memory=64MiB"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "pipesched: choosing the stages to recompute needs the size of each device, and "
-            "host:0 shares the machine's memory: give each device a size "
-            "(--device-memory=SIZE)\n");
+            "pipesched: --recompute-stages=auto chooses for the order that will run, and zb-1p's "
+            "is searched afterwards for the costs its first steps measure (fitting "
+            "--device-memory by its own search): give --search-steps=0 to run its unit-cost "
+            "order, or a --recompute-stages list\n");
+  r = RunCli({"train", "--schedule=zb-1p", "--stages=2", "--microbatches=4", "--layers=4",
+              "--hidden=32", "--steps=1", "--backend=host", "--recompute-stages=auto",
+              "--device-memory=64MiB", "--search-steps=0"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: no stage needs to recompute"));
   r = RunCli(WithFlags(train, {"--recompute-stages=2"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("cannot recompute stage 2: the pipeline has stages 0 to 1"));

@@ -250,24 +250,46 @@ TEST(MemoryFitTest, RecomputeWithinMemoryRecomputesWhereARankDoesNotFit) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 byte")));
 }
 
-// With what a stage costs when it recomputes given: the same 1F1B as above, but a
-// recomputing stage keeps 40 of its 100 bytes (its input and 30 of boundary buffers, as
-// pipesched's executor does), not only the 10 of its input. In 250 bytes ranks 0 and 1
-// still recompute, and peak at 4 x 40 + 60 = 220 and 3 x 40 + 60 + the next input = 190;
-// 200 bytes, which the derived costs fit, is then too little for rank 0.
-TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheGivenRecomputingCosts) {
-  PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
-                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+// Each of `ranks` ranks on a memory of its own with `capacity` bytes.
+std::vector<SharedMemory> EachAlone(int ranks, std::int64_t capacity) {
+  std::vector<SharedMemory> memories;
+  for (int r = 0; r < ranks; ++r) {
+    memories.push_back(
+        {.name = absl::StrCat("device ", r), .ranks = {r}, .capacity_bytes = capacity});
+  }
+  return memories;
+}
+
+// 100 bytes per micro-batch, 10 of them the received input.
+CostModel HundredBytesTenOfThemInput() {
   CostModel costs;
   costs.uniform.activation_bytes = 100;
   costs.uniform.input_bytes = 10;
-  CostModel recomputing = costs;
-  recomputing.uniform.activation_bytes = 40;
-  recomputing.uniform.recompute_bytes = 60;
-  recomputing.uniform.b = 3;
-  recomputing.uniform.i = 2;
+  return costs;
+}
+
+// `costs` recomputing as pipesched's executor does: keeping 40 (input and boundary
+// buffers), rebuilding 60, B and I each one F longer.
+CostModel KeepingForty(CostModel costs) {
+  costs.uniform.activation_bytes = 40;
+  costs.uniform.recompute_bytes = 60;
+  costs.uniform.b += costs.uniform.f;
+  costs.uniform.i += costs.uniform.f;
+  return costs;
+}
+
+// With what a stage costs when it recomputes given: the same 1F1B as above, but a
+// recomputing stage keeps 40 of its 100 bytes (its input and 30 of boundary buffers, as
+// pipesched's executor does), not only the 10 of its input. In 250 bytes per rank ranks 0
+// and 1 still recompute, and peak at 4 x 40 + 60 = 220 and 3 x 40 + 60 + the next input
+// = 190; 200 bytes, which the derived costs fit, is then too little for rank 0.
+TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheGivenRecomputingCosts) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  const CostModel costs = HundredBytesTenOfThemInput();
+  const CostModel recomputing = KeepingForty(costs);
   PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit,
-                          RecomputeWithinMemory(s, costs, recomputing, 250));
+                          RecomputeWithinMemory(s, costs, recomputing, EachAlone(4, 250)));
   EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
   ASSERT_EQ(fit.sim.ranks.size(), 4u);
   EXPECT_EQ(fit.sim.ranks[0].peak_live_bytes, 220);
@@ -279,24 +301,64 @@ TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheGivenRecomputingCosts) {
   EXPECT_EQ(fit.costs.stages[0].activation_bytes, 40);
   EXPECT_EQ(fit.costs.stages[2].activation_bytes, 100);
   PS_ASSERT_OK(RecomputeWithinMemory(s, costs, 200).status());
-  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, 200),
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, EachAlone(4, 200)),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("rank 0 does not fit in 200 B per device even with every stage "
-                                 "of it recomputing its activations: it peaks at 220 B")));
+                       HasSubstr("device 0 does not fit: its rank peaks at 220 B but it has "
+                                 "200 B, with every stage there that can recompute recomputing")));
   // Only stages that recompute in `recomputing` and not in `costs` are candidates.
   CostModel never = costs;
-  EXPECT_THAT(RecomputeWithinMemory(s, costs, never, 250),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 0 does not fit")));
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, never, EachAlone(4, 250)),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device 0 does not fit")));
   CostModel short_list = recomputing;
   short_list.stages.assign(3, recomputing.uniform);
-  EXPECT_THAT(RecomputeWithinMemory(s, costs, short_list, 250),
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, short_list, EachAlone(4, 250)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("the recomputing costs have 3 stages, the schedule 4")));
   CostModel replayed = costs;
   replayed.actions[{0, Op::kF, 0}] = 1;
   EXPECT_THAT(
-      RecomputeWithinMemory(s, replayed, recomputing, 250),
+      RecomputeWithinMemory(s, replayed, recomputing, EachAlone(4, 250)),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("per-action durations in the costs")));
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, EachAlone(5, 250)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("device 4 holds rank 4, but the schedule has ranks 0 to 3")));
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, EachAlone(4, 0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 byte")));
+}
+
+// Ranks that share a memory are held to it together: ranks 0 and 1 (400 + 310 without)
+// on one GPU of 540 need only stage 0 (220 + 310 = 530), where each alone in 270 would
+// need both; in 500 they need both (220 + 190 = 410), and 400 is too little even so.
+// Ranks 2 and 3 (210 + 110) fit 400 together as they are.
+TEST(MemoryFitTest, RecomputeWithinMemoryHoldsRanksSharingAMemoryTogether) {
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
+                          GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
+  const CostModel costs = HundredBytesTenOfThemInput();
+  const CostModel recomputing = KeepingForty(costs);
+  auto two_gpus = [](std::int64_t first) {
+    return std::vector<SharedMemory>{{.name = "gpu 0", .ranks = {0, 1}, .capacity_bytes = first},
+                                     {.name = "gpu 1", .ranks = {2, 3}, .capacity_bytes = 400}};
+  };
+  PS_ASSERT_OK_AND_ASSIGN(RecomputeFit fit,
+                          RecomputeWithinMemory(s, costs, recomputing, two_gpus(540)));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0}));
+  PS_ASSERT_OK_AND_ASSIGN(fit, RecomputeWithinMemory(s, costs, recomputing, EachAlone(4, 270)));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
+  PS_ASSERT_OK_AND_ASSIGN(fit, RecomputeWithinMemory(s, costs, recomputing, two_gpus(500)));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
+  EXPECT_THAT(RecomputeWithinMemory(s, costs, recomputing, two_gpus(400)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("gpu 0 does not fit: its ranks peak at 410 B but it has 400 B")));
+  // A memory all four share (the host's), 1030 without: 850 with stage 0 is still above
+  // 800, and stage 1 lowers the sum more (to 730) than stage 2 would (790).
+  PS_ASSERT_OK_AND_ASSIGN(
+      fit, RecomputeWithinMemory(
+               s, costs, recomputing,
+               {{.name = "host memory", .ranks = {0, 1, 2, 3}, .capacity_bytes = 800}}));
+  EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
+  EXPECT_LE(fit.sim.ranks[0].peak_live_bytes + fit.sim.ranks[1].peak_live_bytes +
+                fit.sim.ranks[2].peak_live_bytes + fit.sim.ranks[3].peak_live_bytes,
+            800);
 }
 
 // Two stages on a rank: zb-v's rank 0 holds stage 0 (100 bytes per micro-batch) and stage
