@@ -246,15 +246,16 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
-  if (sweep.recompute_auto) {
-    PS_ASSIGN_OR_RETURN(const stages::RecomputePlan plan,
-                        PlanRecomputeFromFlags(config, sweep.search_steps));
-    config.recompute_stages = plan.stages;
-    row.recompute_note = RecomputePlanLine(plan);
-  }
   // The searched schedules: searched for this machine's costs, measured in a few steps first.
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
-                      CreateTrainer(&config, sweep.search_steps, &row.search_note));
+  std::unique_ptr<stages::Trainer> trainer;
+  if (sweep.recompute_auto) {
+    stages::RecomputePlan plan;
+    PS_ASSIGN_OR_RETURN(trainer, CreateTrainerRecomputingToFit(&config, sweep.search_steps, "bench",
+                                                               &plan, &row.search_note));
+    row.recompute_note = RecomputePlanLine(plan);
+  } else {
+    PS_ASSIGN_OR_RETURN(trainer, CreateTrainer(&config, sweep.search_steps, &row.search_note));
+  }
   row.v = trainer->schedule().num_chunks();
   for (int s = 0; s < trainer->executor().num_stages(); ++s) {
     if (trainer->executor().recompute_bytes(s) > 0) row.recompute_stages.push_back(s);
@@ -836,7 +837,7 @@ int Bench(const CommandContext& ctx) {
       b.model.d_in, b.model.num_layers, b.model.d_hidden, b.model.num_classes, b.microbatch_size,
       b.replicas, b.backend,
       b.recompute            ? "; activation recomputation"
-      : sweep.recompute_auto ? "; activation recomputation where a rank does not fit its device"
+      : sweep.recompute_auto ? "; activation recomputation where the activations do not fit"
                              : "");
   const std::string load = LoadAverage();
   out << "bench: " << model << "\n"

@@ -195,8 +195,9 @@ ABSL_FLAG(bool, recompute, false,
           "the executor's input and boundary buffers");
 ABSL_FLAG(std::string, recompute_stages, "",
           "selective activation recomputation: the virtual stages that recompute, e.g. 0,1; "
-          "simulate and train also take auto: stages chosen greedily, rank by rank, until each "
-          "rank fits --device-memory (train: or its GPU)");
+          "simulate, train and bench also take auto: stages chosen greedily until every rank "
+          "fits --device-memory (train and bench: each device with a size, GPUs shared by "
+          "several ranks and the machine's memory, as the pre-flight check holds them)");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

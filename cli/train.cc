@@ -162,16 +162,18 @@ absl::Status Train(const CommandContext& ctx) {
         "--resume restores the parameters already; drop --init (or --resume)");
   }
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
-  // --recompute-stages=auto: the stages whose recomputation makes each rank's planned
-  // activations fit its device, chosen before anything runs.
+  // --recompute-stages=auto: the stages whose recomputation makes the planned activations
+  // fit where they live, chosen before anything runs.
   std::optional<stages::RecomputePlan> recompute_plan;
-  if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
-    PS_ASSIGN_OR_RETURN(recompute_plan, PlanRecomputeFromFlags(config, search_steps));
-    config.recompute_stages = recompute_plan->stages;
-  }
   std::string search_note;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<stages::Trainer> trainer,
-                      CreateTrainer(&config, search_steps, &search_note));
+  std::unique_ptr<stages::Trainer> trainer;
+  if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
+    recompute_plan.emplace();
+    PS_ASSIGN_OR_RETURN(trainer, CreateTrainerRecomputingToFit(&config, search_steps, "train",
+                                                               &*recompute_plan, &search_note));
+  } else {
+    PS_ASSIGN_OR_RETURN(trainer, CreateTrainer(&config, search_steps, &search_note));
+  }
   if (std::string init = absl::GetFlag(FLAGS_init); !init.empty()) {
     PS_RETURN_IF_ERROR(trainer->LoadParameters(init));
   }

@@ -129,18 +129,36 @@ scheduler::CostModel HandoffCosts(const stages::Trainer& trainer,
   return costs;
 }
 
-absl::StatusOr<stages::RecomputePlan> PlanRecomputeFromFlags(const stages::TrainerConfig& config,
-                                                             int search_steps) {
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(
+    stages::TrainerConfig* config, int search_steps, std::string_view command,
+    stages::RecomputePlan* plan, std::string* note) {
   const scheduler::ScheduleInfo* info =
-      config.schedule_override.has_value() ? nullptr : scheduler::FindSchedule(config.schedule);
+      config->schedule_override.has_value() ? nullptr : scheduler::FindSchedule(config->schedule);
   if (info != nullptr && info->uses_costs && search_steps > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--recompute-stages=auto chooses for the order that will run, and ", config.schedule,
-        "'s is searched afterwards for the costs its first steps measure (fitting "
-        "--device-memory by its own search): give --search-steps=0 to run its unit-cost "
-        "order, or a --recompute-stages list"));
+        "--recompute-stages=auto chooses for the order that will run, and ", config->schedule,
+        "'s is searched afterwards for the costs its first steps measure (and fits the "
+        "devices' memory by its own search): give --search-steps=0 to run its unit-cost order",
+        command == "train" ? ", or a --recompute-stages list" : ""));
   }
-  return stages::PlanRecompute(config);
+  const std::vector<int> given = config->recompute_stages;  // empty: auto needs none given
+  absl::Status refused;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    config->recompute_stages = given;
+    PS_ASSIGN_OR_RETURN(*plan, stages::PlanRecompute(*config));
+    config->recompute_stages = plan->stages;
+    absl::StatusOr<std::unique_ptr<stages::Trainer>> trainer =
+        CreateTrainer(config, search_steps, note);
+    if (trainer.ok() || !absl::IsResourceExhausted(trainer.status())) return trainer;
+    refused = trainer.status();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--recompute-stages=auto chose ",
+      plan->stages.empty() ? std::string("no stage")
+                           : absl::StrCat("stages ", absl::StrJoin(plan->stages, ",")),
+      ", twice, but the trainer then found less memory than the plan had (the machine's "
+      "shrinks as other processes take it): ",
+      refused.message()));
 }
 
 std::string RecomputePlanLine(const stages::RecomputePlan& plan) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
@@ -41,10 +43,16 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
 // stages::AnalyzeIdle), as `train --save-costs` writes it.
 scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::IdleAnalysis& idle);
 
-// --recompute-stages=auto: stages::PlanRecompute(config), refused (InvalidArgument) for a
-// schedule whose order is searched for measured costs after it (search_steps > 0).
-absl::StatusOr<stages::RecomputePlan> PlanRecomputeFromFlags(const stages::TrainerConfig& config,
-                                                             int search_steps);
+// --recompute-stages=auto, then the trainer: stages::PlanRecompute(*config) (refused,
+// InvalidArgument, for a schedule whose order a search with search_steps > 0 would replace
+// afterwards; `command`, "train" or "bench", decides which fixes the message offers), its
+// stages in config->recompute_stages and the plan in *plan, then CreateTrainer. The plan
+// holds the machine's memory to what the process could take when it was made; when that
+// has shrunk by the time the trainer checks again (ResourceExhausted), it plans once more
+// against the new figure, and a second refusal says it followed auto's choice.
+absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(
+    stages::TrainerConfig* config, int search_steps, std::string_view command,
+    stages::RecomputePlan* plan, std::string* note);
 
 // --recompute-stages=auto's line (no newline): the stages chosen, and what each memory's
 // ranks plan to hold (and held without, where that differs) of what it has.

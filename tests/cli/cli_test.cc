@@ -827,8 +827,8 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "pipesched: --recompute-stages=auto chooses for the order that will run, and zb-1p's "
-            "is searched afterwards for the costs its first steps measure (fitting "
-            "--device-memory by its own search): give --search-steps=0 to run its unit-cost "
+            "is searched afterwards for the costs its first steps measure (and fits the "
+            "devices' memory by its own search): give --search-steps=0 to run its unit-cost "
             "order, or a --recompute-stages list\n");
   r = RunCli({"train", "--schedule=zb-1p", "--stages=2", "--microbatches=4", "--layers=4",
               "--hidden=32", "--steps=1", "--backend=host", "--recompute-stages=auto",
