@@ -257,9 +257,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     PS_ASSIGN_OR_RETURN(trainer, CreateTrainer(&config, sweep.search_steps, &row.search_note));
   }
   row.v = trainer->schedule().num_chunks();
-  for (int s = 0; s < trainer->executor().num_stages(); ++s) {
-    if (trainer->executor().recompute_bytes(s) > 0) row.recompute_stages.push_back(s);
-  }
+  row.recompute_stages = RecomputingStages(trainer->executor());
   const int p = row.p, total = sweep.warmup + sweep.steps;
   std::vector<stages::StepResult> results;
   for (int step = 1; step <= total; ++step) {

@@ -407,12 +407,9 @@ absl::Status Train(const CommandContext& ctx) {
     j["microbatch_size"] = config.microbatch_size;
     j["global_batch"] = trainer->global_batch();
     j["recompute"] = config.recompute;
-    std::vector<int> recomputing;
-    for (int s = 0; s < schedule.num_stages(); ++s) {
-      if (trainer->executor().recompute_bytes(s) > 0) recomputing.push_back(s);
-    }
-    j["recompute_stages"] = recomputing;  // the stages that did, whichever flag said so
-    if (recompute_plan.has_value()) {     // --recompute-stages=auto's choice, planned bytes
+    // The stages that did, whichever flag said so.
+    j["recompute_stages"] = RecomputingStages(trainer->executor());
+    if (recompute_plan.has_value()) {  // --recompute-stages=auto's choice, planned bytes
       nlohmann::json places = nlohmann::json::array();
       for (const stages::RecomputePlan::Place& place : recompute_plan->places) {
         places.push_back({{"name", place.name},

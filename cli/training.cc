@@ -161,6 +161,14 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(
       refused.message()));
 }
 
+std::vector<int> RecomputingStages(const stages::Executor& executor) {
+  std::vector<int> stages;
+  for (int s = 0; s < executor.num_stages(); ++s) {
+    if (executor.recompute_bytes(s) > 0) stages.push_back(s);
+  }
+  return stages;
+}
+
 std::string RecomputePlanLine(const stages::RecomputePlan& plan) {
   std::vector<std::string> places;
   for (const stages::RecomputePlan::Place& place : plan.places) {

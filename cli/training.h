@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "scheduler/schedule.h"
 #include "stages/bubble_analysis.h"
+#include "stages/executor.h"
 #include "stages/recompute_plan.h"
 #include "stages/trainer.h"
 
@@ -53,6 +54,9 @@ scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::
 absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(
     stages::TrainerConfig* config, int search_steps, std::string_view command,
     stages::RecomputePlan* plan, std::string* note);
+
+// The virtual stages of `executor` that recompute their activations, ascending.
+std::vector<int> RecomputingStages(const stages::Executor& executor);
 
 // --recompute-stages=auto's line (no newline): the stages chosen, and what each memory's
 // ranks plan to hold (and held without, where that differs) of what it has.

@@ -210,6 +210,14 @@ TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
   EXPECT_EQ(again.searches, fit.searches);
 }
 
+// 100 bytes per micro-batch, 10 of them the received input.
+CostModel HundredBytesTenOfThemInput() {
+  CostModel costs;
+  costs.uniform.activation_bytes = 100;
+  costs.uniform.input_bytes = 10;
+  return costs;
+}
+
 // Selective recomputation within a device: 1F1B P=4 M=8, 100 bytes per micro-batch of
 // which 10 are the received input, peaks at 400/310/210/110. In 250 bytes rank 0 and then
 // rank 1 recompute their stage (4 x 10 + 90, 3 x 10 + 90 + the next input); rank 2 fits
@@ -218,9 +226,7 @@ TEST(MemoryFitTest, StaticBytesComeOffTheDeviceFirst) {
 TEST(MemoryFitTest, RecomputeWithinMemoryRecomputesWhereARankDoesNotFit) {
   PS_ASSERT_OK_AND_ASSIGN(const Schedule s,
                           GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 8}));
-  CostModel costs;
-  costs.uniform.activation_bytes = 100;
-  costs.uniform.input_bytes = 10;
+  const CostModel costs = HundredBytesTenOfThemInput();
   PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, 250));
   EXPECT_EQ(fit.stages, (std::vector<int>{0, 1}));
   ASSERT_EQ(fit.sim.ranks.size(), 4u);
@@ -258,14 +264,6 @@ std::vector<SharedMemory> EachAlone(int ranks, std::int64_t capacity) {
         {.name = absl::StrCat("device ", r), .ranks = {r}, .capacity_bytes = capacity});
   }
   return memories;
-}
-
-// 100 bytes per micro-batch, 10 of them the received input.
-CostModel HundredBytesTenOfThemInput() {
-  CostModel costs;
-  costs.uniform.activation_bytes = 100;
-  costs.uniform.input_bytes = 10;
-  return costs;
 }
 
 // `costs` recomputing as pipesched's executor does: keeping 40 (input and boundary

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "stages/trainer.h"
+#include "tests/stages/tiny_trainer.h"
 #include "tests/testing/status_matchers.h"
 
 namespace pipesched::stages {
@@ -102,16 +103,7 @@ TEST(MemoryCheckTest, InterleavedOnASharedDeviceCountsChunkActivations) {
 }
 
 TrainerConfig Config(const std::string& schedule) {
-  TrainerConfig config;
-  config.schedule = schedule;
-  config.stages = 2;
-  config.microbatches = 8;
-  config.microbatch_size = 32;
-  config.model = {.d_in = 16, .d_hidden = 64, .num_classes = 4, .num_layers = 4};
-  config.backend = "host";
-  config.strict = true;
-  config.exact_memory_accounting = true;
-  return config;
+  return stages::testing::TinyTrainerConfig(schedule);
 }
 
 // With a capacity every host device is its own place; the plan's peak there is what a

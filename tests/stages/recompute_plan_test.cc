@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "stages/memory_check.h"
 #include "stages/trainer.h"
+#include "tests/stages/tiny_trainer.h"
 #include "tests/testing/status_matchers.h"
 
 namespace pipesched::stages {
@@ -26,15 +27,9 @@ using ::testing::Not;
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
+// The memory tests' tiny trainer on devices of 64 MiB.
 TrainerConfig Config(const std::string& schedule) {
-  TrainerConfig config;
-  config.schedule = schedule;
-  config.stages = 2;
-  config.microbatches = 8;
-  config.microbatch_size = 32;
-  config.model = {.d_in = 16, .d_hidden = 64, .num_classes = 4, .num_layers = 4};
-  config.backend = "host";
-  config.strict = true;
+  TrainerConfig config = stages::testing::TinyTrainerConfig(schedule);
   config.device_memory_bytes = 64 * kMiB;
   return config;
 }
