@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -149,6 +150,17 @@ std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts) {
   consider(facts.address_space_limit, facts.vm_size, MemoryBound::kAddressSpace);
   consider(facts.data_limit, facts.vm_data, MemoryBound::kDataSize);
   consider(facts.cgroup_headroom, std::int64_t{0}, MemoryBound::kCgroup);
+  return least;
+}
+
+std::optional<MemoryHeadroom> MappingHeadroom(const MemoryFacts& facts) {
+  MemoryFacts limits_only{.mem_available = std::numeric_limits<std::int64_t>::max(),
+                          .address_space_limit = facts.address_space_limit,
+                          .vm_size = facts.vm_size,
+                          .data_limit = facts.data_limit,
+                          .vm_data = facts.vm_data};
+  const std::optional<MemoryHeadroom> least = HeadroomOf(limits_only);
+  if (!least.has_value() || least->bound == MemoryBound::kMachine) return std::nullopt;
   return least;
 }
 

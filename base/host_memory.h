@@ -42,6 +42,11 @@ struct MemoryFacts {
 // use is unknown bounds nothing); ties go to the machine. nullopt without mem_available.
 std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts);
 
+// The least of the process's own limits on what it maps (ulimit -v, ulimit -d), which
+// bind address space that is mapped but never touched, unlike the machine's memory or a
+// cgroup's; nullopt when neither is set (or what it has used is unknown).
+std::optional<MemoryHeadroom> MappingHeadroom(const MemoryFacts& facts);
+
 // This process's MemoryFacts, read now (/proc/meminfo, getrlimit, /proc/self/status,
 // /proc/self/cgroup with cgroup v2's memory.max/current/stat or v1's
 // memory.limit_in_bytes/usage_in_bytes/stat under /sys/fs/cgroup).

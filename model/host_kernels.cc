@@ -4,12 +4,20 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <numbers>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/host_memory.h"
+
+// OpenBLAS's own pool of work buffers (driver/others/memory.c), exported by libopenblas
+// but declared in no header: a buffer taken from the pool, mapped when none is free.
+extern "C" void* blas_memory_alloc(int procpos);
+extern "C" void blas_memory_free(void* buffer);
 
 namespace pipesched::model::host {
 namespace {
@@ -24,6 +32,73 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 void SetBlasSingleThreaded() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+namespace {
+
+struct BlasReservation {
+  std::mutex mu;
+  int reserved = 0;
+  // What one buffer maps: OpenBLAS's BUFFER_SIZE for x86-64 builds (32 << 22) and a page,
+  // until a mapping is seen (other builds map 32 or 64 MiB: the guess errs high).
+  std::int64_t buffer_bytes = (std::int64_t{128} << 20) + 4096;
+};
+
+BlasReservation& Reservation() {
+  static BlasReservation* r = new BlasReservation();
+  return *r;
+}
+
+}  // namespace
+
+absl::Status ReserveBlasWorkspaces(int concurrent) {
+  SetBlasSingleThreaded();
+  BlasReservation& r = Reservation();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (concurrent <= r.reserved) return absl::OkStatus();
+  std::vector<void*> held;
+  held.reserve(concurrent);
+  absl::Status status;
+  while (static_cast<int>(held.size()) < concurrent) {
+    const MemoryFacts before = ReadMemoryFacts();
+    // The first `reserved` come from buffers held at once before: mapped, and free.
+    if (static_cast<int>(held.size()) >= r.reserved) {
+      const std::optional<MemoryHeadroom> room = MappingHeadroom(before);
+      if (room.has_value() && room->bytes < r.buffer_bytes) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "OpenBLAS maps a ", HumanBytes(r.buffer_bytes), " work buffer for each of ", concurrent,
+            " threads multiplying at once and cannot map buffer ", held.size() + 1,
+            " (it would retry forever): ", DescribeHeadroom(*room)));
+        break;
+      }
+    }
+    void* buffer = blas_memory_alloc(0);
+    if (buffer == nullptr) {
+      status = absl::ResourceExhaustedError(absl::StrCat("OpenBLAS gave no work buffer for thread ",
+                                                         held.size() + 1, " of ", concurrent,
+                                                         " multiplying at once"));
+      break;
+    }
+    held.push_back(buffer);
+    const MemoryFacts after = ReadMemoryFacts();
+    if (before.vm_size.has_value() && after.vm_size.has_value()) {
+      // A new mapping: learn its size (other threads' allocations may blur it, rarely).
+      const std::int64_t grew = *after.vm_size - *before.vm_size;
+      if (grew >= (std::int64_t{1} << 20) && grew <= (std::int64_t{1} << 30)) {
+        r.buffer_bytes = grew;
+      }
+    }
+  }
+  // However it ended, this many were held at once: mapped, and free again below.
+  r.reserved = std::max(r.reserved, static_cast<int>(held.size()));
+  for (void* buffer : held) blas_memory_free(buffer);
+  return status;
+}
+
+int ReservedBlasWorkspaces() {
+  BlasReservation& r = Reservation();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.reserved;
 }
 
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, float alpha, const float* a,

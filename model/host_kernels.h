@@ -15,6 +15,20 @@ namespace pipesched::model::host {
 // Makes OpenBLAS run each call on the calling thread only. Idempotent.
 void SetBlasSingleThreaded();
 
+// OpenBLAS's sgemm works in a buffer from a pool that all threads share. When every
+// buffer is in use it maps a new one (128 MiB of address space on x86-64), keeps it until
+// the process exits, and -- when the mapping fails, under `ulimit -v` or `ulimit -d` --
+// retries forever: the step hangs. This makes the pool hold at least `concurrent` buffers
+// now, mapping each only after checking that those limits leave room for it, so that
+// `concurrent` threads can multiply at once without mapping. ResourceExhausted naming the
+// limit and what it leaves otherwise (the buffers mapped before stay in the pool).
+// Thread-safe; returns at once when that many were made sure of before. Assumes no other
+// thread multiplies meanwhile (one that does may take a buffer this counts on).
+absl::Status ReserveBlasWorkspaces(int concurrent);
+
+// How many buffers ReserveBlasWorkspaces has made sure of in this process.
+int ReservedBlasWorkspaces();
+
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, float alpha, const float* a,
           int lda, const float* b, int ldb, float beta, float* c, int ldc);
 void AddBias(float* y, const float* bias, int rows, int cols);

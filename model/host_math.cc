@@ -100,6 +100,10 @@ class HostMath final : public Math {
 
 }  // namespace
 
+absl::Status internal::PrepareHostMath(int concurrent_streams) {
+  return host::ReserveBlasWorkspaces(concurrent_streams);
+}
+
 absl::StatusOr<std::unique_ptr<Math>> internal::CreateHostMath(runtime::Device& device) {
   host::SetBlasSingleThreaded();
   return std::make_unique<HostMath>();

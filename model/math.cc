@@ -1,4 +1,4 @@
-// CreateMath: one table from backend kind to implementation.
+// CreateMath and PrepareMath: one table from backend kind to implementation.
 #include "model/math.h"
 
 #include "absl/strings/str_cat.h"
@@ -11,12 +11,27 @@ namespace {
 struct MathFactory {
   runtime::BackendKind kind;
   absl::StatusOr<std::unique_ptr<Math>> (*create)(runtime::Device&);
+  absl::Status (*prepare)(int concurrent_streams);
 };
 
+absl::Status NothingToPrepare(int) { return absl::OkStatus(); }
+
 constexpr MathFactory kFactories[] = {
-    {runtime::BackendKind::kHost, &internal::CreateHostMath},
-    {runtime::BackendKind::kCuda, &internal::CreateCudaMath},
+    {runtime::BackendKind::kHost, &internal::CreateHostMath, &internal::PrepareHostMath},
+    {runtime::BackendKind::kCuda, &internal::CreateCudaMath, &NothingToPrepare},
 };
+
+const MathFactory* FactoryFor(runtime::BackendKind kind) {
+  for (const MathFactory& factory : kFactories) {
+    if (factory.kind == kind) return &factory;
+  }
+  return nullptr;
+}
+
+absl::Status NoMathFor(runtime::BackendKind kind) {
+  return absl::UnimplementedError(
+      absl::StrCat("no model math for backend ", Absl(runtime::BackendName(kind))));
+}
 
 }  // namespace
 
@@ -28,11 +43,15 @@ absl::StatusOr<std::unique_ptr<Math>> internal::CreateCudaMath(runtime::Device& 
 #endif
 
 absl::StatusOr<std::unique_ptr<Math>> CreateMath(runtime::Device& device) {
-  for (const MathFactory& factory : kFactories) {
-    if (factory.kind == device.kind()) return factory.create(device);
-  }
-  return absl::UnimplementedError(
-      absl::StrCat("no model math for backend ", Absl(runtime::BackendName(device.kind()))));
+  const MathFactory* factory = FactoryFor(device.kind());
+  if (factory == nullptr) return NoMathFor(device.kind());
+  return factory->create(device);
+}
+
+absl::Status PrepareMath(runtime::BackendKind kind, int concurrent_streams) {
+  const MathFactory* factory = FactoryFor(kind);
+  if (factory == nullptr) return NoMathFor(kind);
+  return factory->prepare(concurrent_streams);
 }
 
 }  // namespace pipesched::model

@@ -108,6 +108,13 @@ class Math {
                                  runtime::Stream& stream) = 0;
 };
 
+// Makes now what `kind`'s math needs for `concurrent_streams` streams to run it at once,
+// so that a step cannot fail or hang getting it: on the host, OpenBLAS's work buffers
+// (see host_kernels.h; ResourceExhausted when `ulimit -v` or `ulimit -d` leaves no room
+// for them, naming the limit); nothing on CUDA (cuBLAS's workspace comes with each
+// Math). Call it before the step, once the streams exist; cheap when made before.
+absl::Status PrepareMath(runtime::BackendKind kind, int concurrent_streams);
+
 // The implementation for `device`'s backend. Unavailable for CUDA when built without it.
 // The object must only be used with streams of `device`, from one host thread at a time.
 absl::StatusOr<std::unique_ptr<Math>> CreateMath(runtime::Device& device);

@@ -10,6 +10,7 @@
 namespace pipesched::model::internal {
 
 absl::StatusOr<std::unique_ptr<Math>> CreateHostMath(runtime::Device& device);
+absl::Status PrepareHostMath(int concurrent_streams);
 // cuda_math.cu; a stub returning Unavailable when built without CUDA.
 absl::StatusOr<std::unique_ptr<Math>> CreateCudaMath(runtime::Device& device);
 

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "model/math.h"
 
 namespace pipesched::model {
 
@@ -23,6 +24,7 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
   PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(backend_options));
   runtime::Device& device = t->backend_->device(0);
   PS_ASSIGN_OR_RETURN(t->stream_, device.CreateStream("reference"));
+  PS_RETURN_IF_ERROR(PrepareMath(device.kind(), 1));
   ChunkOptions chunk_options;
   chunk_options.config = options.config;
   chunk_options.first_layer = 0;

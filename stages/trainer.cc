@@ -11,6 +11,7 @@
 #include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "model/math.h"
 #include "scheduler/registry.h"
 #include "scheduler/validate.h"
 #include "stages/checkpoint.h"
@@ -259,6 +260,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   }
   PS_RETURN_IF_ERROR(executor.status());
   t->executor_ = *std::move(executor);
+
+  // What the stages' math needs to run on all P x D compute streams at once (on the host,
+  // OpenBLAS's work buffers: a step that cannot map one hangs) is made now, and before
+  // the memory left for activations is read below.
+  if (absl::Status math = model::PrepareMath(t->backend_->kind(), P * D); !math.ok()) {
+    return absl::Status(math.code(),
+                        absl::StrCat(math.message(), "; the pipeline multiplies on ", P * D,
+                                     " compute streams at once (--stages x --replicas): use "
+                                     "fewer, or raise that limit"));
+  }
 
   // Activations are allocated step by step: refuse now a plan whose peak cannot fit,
   // rather than in the step that exhausts the memory (minutes into a large run on a CPU),

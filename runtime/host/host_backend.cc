@@ -344,6 +344,31 @@ absl::Status NotHost(const Stream& stream, std::string_view what) {
 
 // ---- HostStream -------------------------------------------------------------------
 
+// Why no thread could start, and what would help. pthread_create's EAGAIN is the thread
+// limit (ulimit -u), or no room for the new thread's stack under the process's mapping
+// limits (ulimit -v, -d).
+std::string NoThreadWhy() {
+  std::size_t stack = std::size_t{8} << 20;
+  pthread_attr_t attr;
+  if (::pthread_getattr_default_np(&attr) == 0) {
+    ::pthread_attr_getstacksize(&attr, &stack);
+    ::pthread_attr_destroy(&attr);
+  }
+  constexpr char kFewer[] = "use fewer pipeline ranks and replicas (each runs four streams)";
+  const std::optional<MemoryHeadroom> room = MappingHeadroom(ReadMemoryFacts());
+  // Within a few stacks of the limit, the stack is why: the room is read after the
+  // failure, and threads that ended meanwhile may have given theirs back.
+  if (room.has_value() && room->bytes < 4 * static_cast<std::int64_t>(stack)) {
+    return absl::StrCat(DescribeHeadroom(*room), " and each thread maps a ",
+                        HumanBytes(static_cast<std::int64_t>(stack)),
+                        " stack; the host backend runs one thread per stream: ", kFewer,
+                        ", or raise that limit");
+  }
+  return absl::StrCat(
+      "the host backend runs one thread per stream and this machine allows no more; ", kFewer,
+      ", or raise the process's thread limit (ulimit -u)");
+}
+
 absl::StatusOr<std::unique_ptr<HostStream>> HostStream::Create(HostDevice& device,
                                                                std::string name) {
   auto core = std::make_shared<StreamCore>(device.backend().spin());
@@ -353,11 +378,9 @@ absl::StatusOr<std::unique_ptr<HostStream>> HostStream::Create(HostDevice& devic
   try {
     worker = std::thread([core] { Run(core); });
   } catch (const std::system_error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        device.desc(), ": cannot start the worker thread of stream '", name, "' (", e.what(),
-        "): the host backend runs one thread per stream and this machine allows no more; "
-        "use fewer pipeline ranks and replicas (each runs four streams), or raise the "
-        "process's thread limit (ulimit -u)"));
+    return absl::ResourceExhaustedError(absl::StrCat(device.desc(),
+                                                     ": cannot start the worker thread of stream '",
+                                                     name, "' (", e.what(), "): ", NoThreadWhy()));
   }
   return std::unique_ptr<HostStream>(
       new HostStream(device, std::move(name), std::move(core), std::move(worker)));

@@ -85,6 +85,26 @@ TEST(HostMemoryTest, HeadroomIsTheTightestBoundAndSaysWhichItIs) {
   EXPECT_FALSE(HeadroomOf({.address_space_limit = kGiB}).has_value());
 }
 
+// Mapped but untouched address space (OpenBLAS's work buffers) is bound by the process's
+// own limits only, never by the machine's or a cgroup's memory.
+TEST(HostMemoryTest, MappingHeadroomIsTheTightestProcessLimit) {
+  EXPECT_FALSE(MappingHeadroom({.mem_available = kGiB, .cgroup_headroom = kGiB / 2}).has_value());
+  MemoryFacts facts{.mem_available = kGiB / 4, .cgroup_headroom = kGiB / 8};
+  facts.address_space_limit = 4 * kGiB;
+  facts.vm_size = kGiB;
+  ASSERT_TRUE(MappingHeadroom(facts).has_value());
+  EXPECT_EQ(MappingHeadroom(facts)->bytes, 3 * kGiB);
+  EXPECT_EQ(MappingHeadroom(facts)->bound, MemoryBound::kAddressSpace);
+  facts.data_limit = 3 * kGiB;
+  facts.vm_data = 2 * kGiB;
+  EXPECT_EQ(MappingHeadroom(facts)->bytes, kGiB);
+  EXPECT_EQ(MappingHeadroom(facts)->bound, MemoryBound::kDataSize);
+  // A limit whose use is unknown bounds nothing.
+  EXPECT_FALSE(MappingHeadroom({.mem_available = kGiB, .address_space_limit = kGiB}).has_value());
+  facts.vm_size = 5 * kGiB;
+  EXPECT_EQ(MappingHeadroom(facts)->bytes, 0);
+}
+
 // Under `ulimit -v` the process can take far less than the machine has: the headroom
 // says so (checks that rely on MemAvailable alone passed there, then failed allocating).
 TEST(HostMemoryTest, AnAddressSpaceLimitBoundsTheHeadroom) {

@@ -2,11 +2,18 @@
 // poisoned with NaN first.
 #include "model/host_kernels.h"
 
+#include <unistd.h>
+
+#include <barrier>
 #include <cmath>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "model_test_util.h"
+#include "testing/capped_child.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::model {
@@ -216,6 +223,81 @@ TEST(HostKernelsTest, AdamWStepsByHand) {
   const double vhat = 0.00124975 / (1 - 0.999 * 0.999);
   EXPECT_NEAR(p[0], 0.898101 - 0.1 * mhat / (std::sqrt(vhat) + 1e-8), 1e-6);
   EXPECT_NEAR(p[0], 0.934711, 1e-5);
+}
+
+// OpenBLAS maps a work buffer (128 MiB of address space here) when every buffer of its pool
+// is in use, and retries forever when it cannot: under `ulimit -v`, threads multiplying at
+// once hung. Buffers reserved beforehand are taken without mapping.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PS_SKIP_UNDER_SANITIZERS() \
+  GTEST_SKIP() << "the sanitizers' runtimes need more address space than the cap leaves"
+#else
+#define PS_SKIP_UNDER_SANITIZERS()
+#endif
+
+TEST(HostKernelsTest, ReservedBlasBuffersLetThreadsMultiplyUnderATightLimit) {
+  PS_SKIP_UNDER_SANITIZERS();
+  constexpr int kThreads = 3;
+  PS_ASSERT_OK(host::ReserveBlasWorkspaces(kThreads));
+  EXPECT_GE(host::ReservedBlasWorkspaces(), kThreads);
+  PS_EXPECT_OK(host::ReserveBlasWorkspaces(1));  // fewer than made sure of: nothing to do
+  // Room for the threads' stacks (8 MiB each), not for another buffer.
+  const std::optional<int> code =
+      pipesched::testing::RunWithCappedAddressSpace(std::size_t{48} << 20, [] {
+        ::alarm(60);  // a hang ends the child with SIGALRM: the test fails, not the run
+        // 256 x 256 x 256: above the size OpenBLAS multiplies without a buffer.
+        constexpr int n = 256;
+        std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f);
+        std::vector<std::vector<float>> c(kThreads, std::vector<float>(n * n, -1.0f));
+        std::barrier start(kThreads);
+        std::vector<std::thread> threads;
+        try {
+          for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back([&, t] {
+              start.arrive_and_wait();
+              for (int i = 0; i < 20; ++i) {
+                host::Gemm(Transpose::kNo, Transpose::kNo, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                           0.0f, c[t].data(), n);
+              }
+            });
+          }
+        } catch (const std::system_error&) {
+          std::_Exit(7);  // a thread could not start: the cap is too tight for this test
+        }
+        for (std::thread& thread : threads) thread.join();
+        for (const std::vector<float>& out : c) {
+          if (out[0] != 0.5f * 0.25f * n || out[n * n - 1] != 0.5f * 0.25f * n) return 8;
+        }
+        return 0;
+      });
+  ASSERT_TRUE(code.has_value()) << "the child hung (SIGALRM) or crashed";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 7: no thread, 8: wrong product";
+}
+
+TEST(HostKernelsTest, ReservingABlasBufferWithoutRoomNamesTheLimit) {
+  PS_SKIP_UNDER_SANITIZERS();
+  // Before the fork: in the child (whose OpenBLAS threads the fork stopped) the first call
+  // would start them again, with no room for their stacks.
+  host::SetBlasSingleThreaded();
+  const std::optional<int> code =
+      pipesched::testing::RunWithCappedAddressSpace(std::size_t{32} << 20, [] {
+        ::alarm(60);
+        const int before = host::ReservedBlasWorkspaces();
+        const absl::Status status = host::ReserveBlasWorkspaces(before + 1);
+        if (!absl::IsResourceExhausted(status)) return 10;
+        const std::string expected_start = absl::StrCat(
+            "OpenBLAS maps a 128.00 MiB work buffer for each of ", before + 1,
+            " threads multiplying at once and cannot map buffer ", before + 1,
+            " (it would retry forever): this process's address-space limit (ulimit -v) leaves ");
+        if (std::string(status.message()).rfind(expected_start, 0) != 0) {
+          std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+          return 11;
+        }
+        return host::ReservedBlasWorkspaces() == before ? 0 : 12;
+      });
+  ASSERT_TRUE(code.has_value()) << "the child hung (SIGALRM) or crashed";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 10: not ResourceExhausted, 11: another message, "
+                         "12: the count moved";
 }
 
 }  // namespace

@@ -390,7 +390,14 @@ TEST(HostRuntimeThreads, AStreamWhoseThreadCannotStartIsResourceExhausted) {
       const bool right =
           absl::IsResourceExhausted(stream.status()) &&
           message.find("host:0: cannot start the worker thread of stream 'capped-") !=
-              std::string::npos;
+              std::string::npos &&
+          // The cap is the address space, not the thread count: the advice says so.
+          message.find("this process's address-space limit (ulimit -v) leaves ") !=
+              std::string::npos &&
+          message.find(
+              " stack; the host backend runs one thread per stream: use fewer "
+              "pipeline ranks and replicas (each runs four streams), or raise that "
+              "limit") != std::string::npos;
       streams.clear();
       return right ? 0 : 6;
     }

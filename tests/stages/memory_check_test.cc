@@ -4,6 +4,9 @@
 // cannot fit before any step while the same memory runs a schedule that holds less.
 #include "stages/memory_check.h"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -12,8 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/host_kernels.h"
 #include "stages/trainer.h"
 #include "tests/stages/tiny_trainer.h"
+#include "tests/testing/capped_child.h"
 #include "tests/testing/status_matchers.h"
 
 namespace pipesched::stages {
@@ -193,6 +198,50 @@ TEST(MemoryCheckTest, TrainerRefusesAPlanThatCannotFitBeforeTheFirstStep) {
   config.device_memory_bytes = -1;
   EXPECT_THAT(Trainer::Create(config),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device memory cap")));
+}
+
+// The host backend's stages multiply through OpenBLAS, whose work buffers (128 MiB of
+// address space each) the trainer maps when it is made: under a limit with no room for
+// them it is refused there, naming the limit, where a step used to hang.
+TEST(MemoryCheckTest, TrainerRefusesWhenOpenBlasCannotMapItsWorkBuffers) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' runtimes need more address space than the cap leaves";
+#else
+  // Before the fork: in the child (whose OpenBLAS threads the fork stopped) the first
+  // call would start them again, with no room for their stacks.
+  model::host::SetBlasSingleThreaded();
+  TrainerConfig config = testing::TinyTrainerConfig("1f1b");
+  // More compute streams than buffers made sure of so far, so that one must be mapped.
+  config.replicas = model::host::ReservedBlasWorkspaces() / 2 + 1;
+  const int streams = 2 * config.replicas;
+  // Room for the threads (four streams per rank and one setting up a chunk, 8 MiB of stack
+  // each) and some to spare, not for a 128 MiB buffer.
+  const std::size_t headroom = static_cast<std::size_t>(4 * streams + 1) * (8 << 20) + (96 << 20);
+  const std::optional<int> code = pipesched::testing::RunWithCappedAddressSpace(headroom, [&] {
+    ::alarm(120);  // a hang ends the child with SIGALRM: the test fails, not the run
+    // No per-thread malloc arenas (64 MiB of address space each): the room stays for the
+    // stacks, whichever thread allocates first.
+    ::mallopt(M_ARENA_MAX, 1);
+    absl::StatusOr<std::unique_ptr<Trainer> > trainer = Trainer::Create(config);
+    if (trainer.ok()) return 20;
+    const std::string message(trainer.status().message());
+    if (!absl::IsResourceExhausted(trainer.status())) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+      return 21;
+    }
+    const bool right =
+        message.rfind("OpenBLAS maps a ", 0) == 0 &&
+        message.find("this process's address-space limit (ulimit -v) leaves ") !=
+            std::string::npos &&
+        message.find(absl::StrCat("; the pipeline multiplies on ", streams,
+                                  " compute streams at once (--stages x --replicas): use fewer, "
+                                  "or raise that limit")) != std::string::npos;
+    if (!right) std::fprintf(stderr, "%s\n", message.c_str());
+    return right ? 0 : 22;
+  });
+  ASSERT_TRUE(code.has_value()) << "the child hung (SIGALRM) or crashed";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 20: made, 21: another error, 22: another message";
+#endif
 }
 
 }  // namespace
