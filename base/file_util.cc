@@ -61,7 +61,18 @@ OutputTarget ResolveOutput(const std::string& path) {
   std::string p = path;
   for (int hop = 0; hop < 16; ++hop) {
     struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0) return {.kind = OutputTarget::kReplace, .path = p};
+    if (::lstat(p.c_str(), &st) != 0) {
+      // /dev/fd/9 with no descriptor 9: a descriptor that is not open, not a new file.
+      std::error_code ec;
+      const fs::path parent =
+          fs::path(p).parent_path().empty() ? fs::path(".") : fs::path(p).parent_path();
+      int fd = -1;
+      if (fs::canonical(parent, ec) == own_fds && !ec &&
+          absl::SimpleAtoi(fs::path(p).filename().string(), &fd)) {
+        return {.kind = OutputTarget::kDescriptor, .path = p, .fd = fd};
+      }
+      return {.kind = OutputTarget::kReplace, .path = p};
+    }
     if (!S_ISLNK(st.st_mode)) {
       const bool replace = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode);
       return {.kind = replace ? OutputTarget::kReplace : OutputTarget::kInPlace, .path = p};
@@ -114,6 +125,17 @@ absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
   if (!fs::is_directory(dir, ec)) return bad(absl::StrCat(dir.string(), " is not a directory"));
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return bad(absl::StrCat("the directory ", dir.string(), " is not writable (",
+                            std::strerror(errno), ")"));
+  }
+  // access() says yes to root everywhere, and to anyone on a read-only file system's
+  // directories or in /proc and /sys: create the temporary the write will use, and drop it.
+  const std::string probe = absl::StrCat(target.path, ".tmp.", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  } else if (errno != EEXIST) {
+    return bad(absl::StrCat("the directory ", dir.string(), " takes no new file (",
                             std::strerror(errno), ")"));
   }
   return absl::OkStatus();

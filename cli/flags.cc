@@ -143,14 +143,18 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
       return absl::InvalidArgumentError(
           absl::StrCat("--", Dashed(canon), " is given twice; give it once"));
     }
-    const bool integer = flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>();
+    const bool is_unsigned = flag->IsOfType<std::uint32_t>() || flag->IsOfType<std::uint64_t>();
+    const bool integer =
+        is_unsigned || flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>();
     std::string error;
     // Integers are decimal: abseil would also take "0x10" as 16.
     if ((integer && !IsIntegerLiteral(value)) || !flag->ParseFrom(value, &error)) {
       // An integer that does not parse into an integer flag is out of its type's range.
       const bool huge = integer && IsIntegerLiteral(value);
       std::string expected = "does not parse";
-      if (huge) {
+      if (huge && is_unsigned && value[0] == '-') {
+        expected = "expected a whole number from 0 up, in decimal digits, such as 8";
+      } else if (huge) {
         expected = "far beyond any value it takes";
       } else if (integer) {
         expected = "expected a whole number in decimal digits, such as 8";

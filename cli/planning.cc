@@ -106,9 +106,10 @@ absl::StatusOr<double> MaxActivationsFromFlags() {
 }
 
 absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
-                                   bool refines_any_order) {
+                                   bool refines_any_order, bool search_steps_given) {
   const bool limit = absl::GetFlag(FLAGS_max_activations) != 0;
-  if (!limit && (refines_any_order || !absl::GetFlag(FLAGS_refine))) return absl::OkStatus();
+  const bool refine = !refines_any_order && absl::GetFlag(FLAGS_refine);
+  if (!limit && !refine && !search_steps_given) return absl::OkStatus();
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(schedule);
   if (!from_file && info == nullptr) return absl::OkStatus();  // the generator names it
   if (from_file || !info->uses_costs) {
@@ -117,8 +118,10 @@ absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
       if (known.uses_costs) searched.emplace_back(known.name);
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        limit ? "--max-activations" : "--refine", " applies to the searched schedules (",
-        absl::StrJoin(searched, ", "), "), not to ",
+        limit    ? "--max-activations"
+        : refine ? "--refine"
+                 : "--search-steps",
+        " applies to the searched schedules (", absl::StrJoin(searched, ", "), "), not to ",
         from_file ? std::string("a schedule file") : std::string(schedule),
         limit ? ", whose order fixes its memory" : ", whose order is given, not searched",
         "; drop the flag or name a searched schedule"));
@@ -140,7 +143,8 @@ void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64
       Absl(what), millions, millions * kSecondsPerMillion);
 }
 
-absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text) {
+absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text,
+                                                           bool search_steps_given) {
   std::vector<std::string> names;
   if (text == "all") {
     for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
@@ -168,11 +172,13 @@ absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& te
       names.emplace_back(s);
     }
   }
-  if ((absl::GetFlag(FLAGS_max_activations) != 0 || absl::GetFlag(FLAGS_refine)) &&
+  if ((absl::GetFlag(FLAGS_max_activations) != 0 || absl::GetFlag(FLAGS_refine) ||
+       search_steps_given) &&
       std::none_of(names.begin(), names.end(), [](const std::string& name) {
         return scheduler::FindSchedule(name)->uses_costs;
       })) {
-    PS_RETURN_IF_ERROR(CheckSearchFlagsApply(names.front(), /*from_file=*/false));
+    PS_RETURN_IF_ERROR(CheckSearchFlagsApply(names.front(), /*from_file=*/false,
+                                             /*refines_any_order=*/false, search_steps_given));
   }
   return names;
 }
@@ -202,6 +208,12 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
   std::string source;
   PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
                       UncheckedCostsFromFlags(ctx, file, file_path, &source));
+  return CheckCostsForSchedule(std::move(costs), source, file);
+}
+
+absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(scheduler::CostModel costs,
+                                                           const std::string& source,
+                                                           const scheduler::ScheduleFile& file) {
   if (absl::Status fit =
           scheduler::CheckCostsFit(costs, file.schedule.num_ranks(), file.schedule.num_chunks());
       !fit.ok()) {

@@ -31,13 +31,14 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
 absl::StatusOr<double> MaxActivationsFromFlags();
-// InvalidArgument when a flag for the searched schedules (--max-activations, --refine) is
-// given for `schedule` (one schedule a command runs as it is) and `schedule` is not
-// searched (its order is fixed by its name) or comes from a file (`from_file`). With
-// `refines_any_order` (simulate, which refines any order with a split backward through
-// scheduler::RefineSchedule) only --max-activations is checked.
+// InvalidArgument when a flag for the searched schedules (--max-activations, --refine,
+// and --search-steps where `search_steps_given`) is given for `schedule` (one schedule a
+// command runs as it is) and `schedule` is not searched (its order is fixed by its name)
+// or comes from a file (`from_file`). With `refines_any_order` (simulate, which refines
+// any order with a split backward through scheduler::RefineSchedule) --refine is not
+// checked.
 absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
-                                   bool refines_any_order = false);
+                                   bool refines_any_order = false, bool search_steps_given = false);
 
 // A line on stderr before a search that will take a while (`what`, e.g. "zb-v-min's
 // order", searched over more than a few million actions: tens of seconds to minutes), so
@@ -45,10 +46,11 @@ absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
 void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions);
 
 // compare's and bench's --schedules=a,b,... (or "all", the registry's order): every name
-// known, none empty or twice; with --max-activations or --refine, at least one of them
-// searched.
+// known, none empty or twice; with --max-activations, --refine or (`search_steps_given`)
+// --search-steps, at least one of them searched.
 // InvalidArgument naming the problem and the known schedules otherwise.
-absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text);
+absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text,
+                                                           bool search_steps_given = false);
 
 // A comma-separated list of distinct integers given as --`flag`=`text` ("2,4");
 // InvalidArgument naming the flag for a part that is not an integer or one given twice.
@@ -61,6 +63,12 @@ absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::strin
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path);
+// CostsFromFlags's checks of costs already read (UncheckedCostsFromFlags, with its
+// `source`) against `file`'s schedule: for a caller that read them before the schedule
+// existed, since --costs may be a pipe that reads once.
+absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(scheduler::CostModel costs,
+                                                           const std::string& source,
+                                                           const scheduler::ScheduleFile& file);
 // The same without the fit check, for a caller with its own rules (compare): `source`
 // receives where per-stage lists came from ("" when from no file), for its errors.
 // Both apply --recompute (scheduler::WithRecompute) last.

@@ -1,4 +1,5 @@
 // `pipesched simulate` and `pipesched validate`: the planner on the command line.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -53,6 +54,12 @@ absl::StatusOr<std::optional<std::int64_t>> DeviceMemoryFromFlags() {
   return std::optional<std::int64_t>(*bytes);
 }
 
+absl::Status NeedsActivationSizes() {
+  return absl::InvalidArgumentError(
+      "--device-memory needs the activations' sizes: give --activation-bytes (and "
+      "--workspace-bytes), or a --costs file with activation_bytes");
+}
+
 // Whether every rank's peak -- its static bytes (parameters, gradients, optimizer state)
 // and its activations -- fits in `capacity` (one rank per device): a line saying so, or a
 // ResourceExhausted for the first rank whose static bytes alone do not fit, or
@@ -84,11 +91,7 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
   }
   const std::int64_t peak = sim.ranks[worst].peak_live_bytes;
   const std::int64_t held = sim.ranks[worst].static_bytes;
-  if (peak == 0) {
-    return absl::InvalidArgumentError(
-        "--device-memory needs the activations' sizes: give --activation-bytes (and "
-        "--workspace-bytes), or a --costs file with activation_bytes");
-  }
+  if (peak == 0) return NeedsActivationSizes();
   PS_RETURN_IF_ERROR(
       stages::CheckActivationsFit({.schedule = schedule.name,
                                    .num_ranks = schedule.num_ranks(),
@@ -116,6 +119,12 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
+  // Known now, so said before the grid and the table rather than after them.
+  if (capacity.has_value() &&
+      std::all_of(sim.ranks.begin(), sim.ranks.end(),
+                  [](const scheduler::RankStats& r) { return r.peak_live_bytes == 0; })) {
+    return NeedsActivationSizes();
+  }
   // Drawn with the zero-grads and optimizer steps when the costs have them: the step.
   // (Moved: a timeline at the planner's limits is hundreds of MB, and only drawing
   // reads it from here on.)
@@ -323,9 +332,10 @@ int RunSimulate(const CommandContext& ctx) {
   }
   // A generated schedule that is searched for its costs is searched once, for the costs the
   // flags give; CostsFromFlags then checks them against the schedule.
+  // A --costs file is read once: it may be a pipe.
   std::optional<scheduler::CostModel> search_costs;
+  std::string source;
   if (absl::GetFlag(FLAGS_from).empty()) {
-    std::string source;
     absl::StatusOr<scheduler::CostModel> unchecked =
         UncheckedCostsFromFlags(ctx, scheduler::ScheduleFile{}, "", &source);
     if (!unchecked.ok()) return ReportError(ctx, unchecked.status());
@@ -334,8 +344,10 @@ int RunSimulate(const CommandContext& ctx) {
   absl::StatusOr<scheduler::ScheduleFile> file =
       ScheduleFromFlags(ctx, search_costs.has_value() ? &*search_costs : nullptr);
   if (!file.ok()) return ReportError(ctx, file.status());
+  // A generated schedule has no costs of its own: those read above are the flags' costs.
   absl::StatusOr<scheduler::CostModel> costs =
-      CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
+      search_costs.has_value() ? CheckCostsForSchedule(*search_costs, source, *file)
+                               : CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
   if (FlagGiven(ctx, "recompute_stages")) {
     const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file->schedule.name);

@@ -119,7 +119,9 @@ struct StepRecord {
 absl::Status Train(const CommandContext& ctx) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
-  PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value()));
+  PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value(),
+                                           /*refines_any_order=*/false,
+                                           FlagGiven(ctx, "search_steps")));
   int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 1 || steps > 10'000'000) {
     return absl::InvalidArgumentError(

@@ -68,6 +68,12 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer), " is not one of sgd, adamw"));
   }
   config.optimizer.kind = *kind;
+  if (*kind == model::OptimizerKind::kAdamW && FlagGiven(ctx, "momentum")) {
+    // It would be silently unused: AdamW's moments have their own fixed betas.
+    return absl::InvalidArgumentError(
+        "--momentum is SGD's; --optimizer=adamw keeps its moments with beta1 = 0.9 and "
+        "beta2 = 0.999: drop --momentum, or use --optimizer=sgd");
+  }
   double lr = absl::GetFlag(FLAGS_lr);
   double momentum = absl::GetFlag(FLAGS_momentum);
   double wd = absl::GetFlag(FLAGS_weight_decay);

@@ -421,7 +421,15 @@ TEST(BenchTest, UnknownOrRepeatedNamesAreRefusedBeforeTheSweep) {
             "pipesched: --virtual=3 applies to the schedules with several chunks per rank "
             "(interleaved-1f1b, "},
            {{"--schedules=1f1b", "--max-activations=2"},
-            "pipesched: --max-activations applies to the searched schedules"}}) {
+            "pipesched: --max-activations applies to the searched schedules"},
+           // It was silently unused: no schedule of the sweep is searched.
+           {{"--schedules=1f1b,gpipe", "--search-steps=5"},
+            "pipesched: --search-steps applies to the searched schedules (zb-1p, zb-2p, "
+            "zb-v-1p, interleaved-zb-1p, zb-v-half, zb-v-min), not to 1f1b, whose order is "
+            "given, not searched; drop the flag or name a searched schedule\n"},
+           {{"--schedules=1f1b", "--optimizer=adamw", "--momentum=0.5"},
+            "pipesched: --momentum is SGD's; --optimizer=adamw keeps its moments with beta1 = "
+            "0.9 and beta2 = 0.999: drop --momentum, or use --optimizer=sgd\n"}}) {
     RunResult r = RunCli(Tiny(flags));
     EXPECT_EQ(r.code, 2) << message;
     EXPECT_THAT(r.err, ::testing::StartsWith(message));

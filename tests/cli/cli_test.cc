@@ -1,4 +1,6 @@
 // Drives the pipesched program in-process: exit codes, one-line errors, outputs.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -146,6 +148,7 @@ TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
   RunResult unknown = run("1f1b", {"--device-memory=80GiB"});
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("--device-memory needs the activations' sizes"));
+  EXPECT_EQ(unknown.out, "");  // said before the grid and the table, not after them
   RunResult bad = run("1f1b", {twelve_gib, "--device-memory=lots"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--device-memory=lots: 'lots' is not a size"));
@@ -336,6 +339,15 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad value '1e3' for --microbatches: expected a whole number in decimal "
                  "digits, such as 8"},
         BadInput{{"simulate", "--microbatches=0x10"}, "bad value '0x10' for --microbatches"},
+        // The unsigned --seed too: 0x10 ran as seed 16, -1 got abseil's "Illegal value".
+        BadInput{{"train", "--seed=0x10"},
+                 "bad value '0x10' for --seed: expected a whole number in decimal digits, such "
+                 "as 8"},
+        BadInput{{"train", "--seed=-1"},
+                 "bad value '-1' for --seed: expected a whole number from 0 up, in decimal "
+                 "digits, such as 8"},
+        BadInput{{"bench", "--seed=18446744073709551616"},
+                 "bad value '18446744073709551616' for --seed: far beyond any value it takes"},
         BadInput{{"simulate", "--cost-f=1,5"},
                  "bad value '1,5' for --cost-f: expected a number such as 0.5 or 2"},
         // Outputs are checked before the run, in one line naming what would work.
@@ -343,6 +355,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "--json=/nonexistent/dir/x.json: the directory /nonexistent/dir does not exist; "
                  "give a file path in a writable directory"},
         BadInput{{"simulate", "--svg=/"}, "--svg=/: is a directory"},
+        // Caught only after the run before: access() says yes to root in /proc (and /sys),
+        // and /dev/fd/987 is no descriptor at all.
+        BadInput{{"simulate", "--json=/proc/x.json"}, "--json=/proc/x.json: the directory /proc "},
+        BadInput{{"simulate", "--json=/dev/fd/987"},
+                 "--json=/dev/fd/987: descriptor 987 is not open for writing; give a file path "
+                 "in a writable directory"},
         BadInput{{"validate", Shared("interop/pytorch/2-rank.csv"), "--json=/nonexistent/x.json"},
                  "--json=/nonexistent/x.json: the directory /nonexistent does not exist"},
         BadInput{{"help", "simulate", "extra"},
@@ -372,6 +390,26 @@ TEST(CliTest, CostBAloneSetsIAndWToHalfOfIt) {
               "--cost-i=1", "--cost-w=1", "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("makespan 20 "));
+}
+
+// A --costs file is read once: from a pipe (`--costs=<(...)`) the second read found it
+// empty and simulate called valid costs "not valid JSON" (a named pipe hung there).
+TEST(CliTest, SimulateReadsACostsPipeOnce) {
+  const std::string costs = R"({"version": 1, "default": {"f": 2, "b": 4}})";
+  for (const std::string schedule : {"1f1b", "zb-2p"}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ASSERT_EQ(::write(fds[1], costs.data(), costs.size()),
+              static_cast<ssize_t>(costs.size()));  // fits the pipe's buffer
+    ::close(fds[1]);
+    RunResult r =
+        RunCli({"simulate", "--schedule=" + schedule, "--stages=2", "--microbatches=4", "--nogrid",
+                "--cost-i=2", "--cost-w=2", absl::StrCat("--costs=/dev/fd/", fds[0])});
+    ::close(fds[0]);
+    ASSERT_EQ(r.code, 0) << schedule << ": " << r.err;
+    // 1f1b: (M + P - 1)(F + B) = 5 x 6; zb-2p: M (F + I + W) + (P - 1) F = 24 + 2.
+    EXPECT_THAT(r.out, HasSubstr(schedule == "1f1b" ? "makespan 30 " : "makespan 26 "));
+  }
 }
 
 // Bad cost files: one line, exit 2. Each was a crash (deep nesting), a hang (1e308), a
@@ -550,6 +588,24 @@ TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
               "--steps=1", "--backend=host"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order fixes its memory"));
+  // --search-steps was silently unused for an order that is not searched.
+  r = RunCli({"train", "--schedule=1f1b", "--search-steps=5", "--steps=1", "--backend=host"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --search-steps applies to the searched schedules (zb-1p, zb-2p, "
+            "zb-v-1p, interleaved-zb-1p, zb-v-half, zb-v-min), not to 1f1b, whose order is "
+            "given, not searched; drop the flag or name a searched schedule\n");
+  r = RunCli({"train", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--search-steps=0",
+              "--steps=1", "--backend=host"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--search-steps applies to the searched schedules"));
+  EXPECT_THAT(r.err, HasSubstr("not to a schedule file, whose order is given, not searched"));
+  // And --momentum with AdamW, whose moments take no momentum: the runs were identical.
+  r = RunCli({"train", "--optimizer=adamw", "--momentum=0.5", "--steps=1", "--backend=host"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "pipesched: --momentum is SGD's; --optimizer=adamw keeps its moments with beta1 = "
+            "0.9 and beta2 = 0.999: drop --momentum, or use --optimizer=sgd\n");
 }
 
 // --refine: the searched order improved by local search, with a line saying by how much;
