@@ -128,8 +128,8 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
   if (!FlagGiven(ctx, "microbatch_size")) sweep.base.microbatch_size = kBenchMicrobatchSize;
   if (!FlagGiven(ctx, "layers")) sweep.base.model.num_layers = kBenchLayers;
-  PS_ASSIGN_OR_RETURN(sweep.schedules, SchedulesFromFlag(absl::GetFlag(FLAGS_schedules),
-                                                         FlagGiven(ctx, "search_steps")));
+  PS_ASSIGN_OR_RETURN(sweep.schedules,
+                      SchedulesFromFlag(absl::GetFlag(FLAGS_schedules), SearchStepsGiven(ctx)));
   PS_ASSIGN_OR_RETURN(sweep.stages, IntList("stages", absl::GetFlag(FLAGS_bench_stages)));
   PS_ASSIGN_OR_RETURN(sweep.microbatches,
                       IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));

@@ -199,9 +199,11 @@ ABSL_FLAG(bool, recompute, false,
           "the executor's input and boundary buffers");
 ABSL_FLAG(std::string, recompute_stages, "",
           "selective activation recomputation: the virtual stages that recompute, e.g. 0,1; "
-          "simulate, train and bench also take auto: stages chosen greedily until every rank "
-          "fits --device-memory (train and bench: each device with a size, GPUs shared by "
-          "several ranks and the machine's memory, as the pre-flight check holds them)");
+          "simulate, train and bench also take auto: of the sets of stages whose recomputation "
+          "makes every rank fit --device-memory, the one with the shortest simulated step "
+          "(greedy beyond 12 candidate stages; train and bench: each device with a size, GPUs "
+          "shared by several ranks and the machine's memory, as the pre-flight check holds "
+          "them)");
 ABSL_FLAG(int32_t, search_steps, 3,
           "the searched schedules (zb-1p, zb-2p, zb-v-1p, interleaved-zb-1p, zb-v-half, "
           "zb-v-min): steps of their unit-cost order whose "

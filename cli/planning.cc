@@ -105,6 +105,10 @@ absl::StatusOr<double> MaxActivationsFromFlags() {
       "worth of activations per rank"));
 }
 
+bool SearchStepsGiven(const CommandContext& ctx) {
+  return FlagGiven(ctx, "search_steps") && absl::GetFlag(FLAGS_search_steps) != 0;
+}
+
 absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
                                    bool refines_any_order, bool search_steps_given) {
   const bool limit = absl::GetFlag(FLAGS_max_activations) != 0;
@@ -127,6 +131,11 @@ absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
         "; drop the flag or name a searched schedule"));
   }
   return absl::OkStatus();
+}
+
+std::string RecomputeSearchText(bool exhaustive) {
+  return exhaustive ? "of every set that fits, the shortest step"
+                    : "chosen greedily, not proven the shortest step";
 }
 
 void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions) {

@@ -37,6 +37,10 @@ absl::StatusOr<double> MaxActivationsFromFlags();
 // or comes from a file (`from_file`). With `refines_any_order` (simulate, which refines
 // any order with a split backward through scheduler::RefineSchedule) --refine is not
 // checked.
+// Whether --search-steps was given with a search to run (not 0: "keep the unit-cost
+// order" is what an order that is not searched does anyway).
+bool SearchStepsGiven(const CommandContext& ctx);
+
 absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
                                    bool refines_any_order = false, bool search_steps_given = false);
 
@@ -76,6 +80,10 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
                                                              const scheduler::ScheduleFile& file,
                                                              std::string_view file_path,
                                                              std::string* source);
+
+// How --recompute-stages=auto chose (scheduler::RecomputeFit::exhaustive): "of every set
+// that fits, the shortest step" or "chosen greedily, not proven the shortest step".
+std::string RecomputeSearchText(bool exhaustive);
 
 // Prints the statistics table of a simulation, with the closed form where one applies.
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,

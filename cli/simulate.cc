@@ -119,10 +119,12 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
-  // Known now, so said before the grid and the table rather than after them.
+  // Known now, so said before the grid and the table rather than after them (unless the
+  // static bytes alone do not fit: CheckDeviceMemory says that first, after the output).
   if (capacity.has_value() &&
-      std::all_of(sim.ranks.begin(), sim.ranks.end(),
-                  [](const scheduler::RankStats& r) { return r.peak_live_bytes == 0; })) {
+      std::all_of(sim.ranks.begin(), sim.ranks.end(), [&](const scheduler::RankStats& r) {
+        return r.peak_live_bytes == 0 && r.static_bytes <= *capacity;
+      })) {
     return NeedsActivationSizes();
   }
   // Drawn with the zero-grads and optimizer steps when the costs have them: the step.
@@ -163,10 +165,10 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
 }
 
 // --recompute-stages: a list recomputes those virtual stages (scheduler::WithRecomputeOn);
-// auto those that make every rank fit --device-memory, chosen greedily
-// (RecomputeWithinMemory), with a line saying which and what it costs. Not with --recompute (every
-// stage) nor for a searched schedule (searched for costs without it; it fits a device by its own
-// search).
+// auto those that make every rank fit --device-memory, the shortest step of every set
+// (or greedily, with many candidates: RecomputeWithinMemory), with a line saying which and what it
+// costs. Not with --recompute (every stage) nor for a searched schedule (searched for costs without
+// it; it fits a device by its own search).
 absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedule& schedule,
                              bool searched, scheduler::CostModel* costs) {
   const std::string text = absl::GetFlag(FLAGS_recompute_stages);
@@ -207,11 +209,12 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
     const double was = fit.without.step_time, is = fit.sim.step_time;
     *ctx.out << absl::StrFormat(
         "%s: recomputing%s %s %s of %d fits %s: the busiest rank peaks at %s instead of %s; "
-        "step %.6g instead of %.6g (%+.2f%%) (--recompute-stages=%s)\n",
+        "step %.6g instead of %.6g (%+.2f%%) (--recompute-stages=%s); %s\n",
         schedule.name, further, fit.stages.size() == 1 ? "stage" : "stages",
         absl::StrJoin(fit.stages, ","), schedule.num_stages(), device,
         HumanBytes(scheduler::PeakBytes(fit.sim)), HumanBytes(scheduler::PeakBytes(fit.without)),
-        is, was, was > 0 ? 100 * (is - was) / was : 0.0, absl::StrJoin(fit.stages, ","));
+        is, was, was > 0 ? 100 * (is - was) / was : 0.0, absl::StrJoin(fit.stages, ","),
+        RecomputeSearchText(fit.exhaustive));
   }
   *costs = std::move(fit.costs);
   return absl::OkStatus();

@@ -120,8 +120,7 @@ absl::Status Train(const CommandContext& ctx) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
   PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value(),
-                                           /*refines_any_order=*/false,
-                                           FlagGiven(ctx, "search_steps")));
+                                           /*refines_any_order=*/false, SearchStepsGiven(ctx)));
   int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 1 || steps > 10'000'000) {
     return absl::InvalidArgumentError(
@@ -421,7 +420,8 @@ absl::Status Train(const CommandContext& ctx) {
       }
       j["recompute_plan"] = {{"peak_bytes_without", recompute_plan->peak_without},
                              {"peak_bytes_with", recompute_plan->peak_with},
-                             {"places", places}};
+                             {"places", places},
+                             {"exhaustive", recompute_plan->exhaustive}};
     }
     j["backend"] = std::string(runtime::BackendName(trainer->backend().kind()));
     nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array(),

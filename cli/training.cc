@@ -68,8 +68,10 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer), " is not one of sgd, adamw"));
   }
   config.optimizer.kind = *kind;
-  if (*kind == model::OptimizerKind::kAdamW && FlagGiven(ctx, "momentum")) {
-    // It would be silently unused: AdamW's moments have their own fixed betas.
+  if (*kind == model::OptimizerKind::kAdamW && FlagGiven(ctx, "momentum") &&
+      absl::GetFlag(FLAGS_momentum) != 0) {
+    // It would be silently unused: AdamW's moments have their own fixed betas (0, "none",
+    // is what AdamW does anyway).
     return absl::InvalidArgumentError(
         "--momentum is SGD's; --optimizer=adamw keeps its moments with beta1 = 0.9 and "
         "beta2 = 0.999: drop --momentum, or use --optimizer=sgd");
@@ -189,7 +191,8 @@ std::string RecomputePlanLine(const stages::RecomputePlan& plan) {
       "--recompute-stages=auto: ",
       plan.stages.empty() ? std::string("no stage needs to recompute")
                           : absl::StrCat("recomputing stage", plan.stages.size() == 1 ? " " : "s ",
-                                         absl::StrJoin(plan.stages, ","), " of ", plan.num_stages),
+                                         absl::StrJoin(plan.stages, ","), " of ", plan.num_stages,
+                                         " (", RecomputeSearchText(plan.exhaustive), ")"),
       "; planned activations of what each memory has for them: ", absl::StrJoin(places, ", "));
 }
 

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +43,7 @@ struct BlasReservation {
   std::mutex mu;
   int reserved = 0;
   // What one buffer maps: OpenBLAS's BUFFER_SIZE for x86-64 builds (32 << 22) and a page,
-  // until a mapping is seen (other builds map 32 or 64 MiB: the guess errs high).
+  // or more where a larger mapping is seen (other builds map 32 or 64 MiB: errs high).
   std::int64_t buffer_bytes = (std::int64_t{128} << 20) + 4096;
 };
 
@@ -51,10 +54,29 @@ BlasReservation& Reservation() {
 
 }  // namespace
 
+int BlasPoolSize() {
+  // OpenBLAS's pool has max(50, 2 x MAX_THREADS) slots (driver/others/memory.c); past them
+  // it takes "overflow" slots, mapped again on every use (and, in 0.3.21, freeing many of
+  // them writes past its own array). openblas_get_config() says "... MAX_THREADS=64".
+  const std::string config = openblas_get_config();
+  const std::size_t at = config.find("MAX_THREADS=");
+  int max_threads = 64;
+  if (at != std::string::npos) {
+    max_threads = std::atoi(config.c_str() + at + std::strlen("MAX_THREADS="));
+    if (max_threads < 1) max_threads = 64;
+  }
+  // Less the buffers OpenBLAS's own threads hold for their lifetime (one per CPU but the
+  // caller's, started when the library loads, idle since SetBlasSingleThreaded).
+  const int own_threads = std::max(0, std::min(openblas_get_num_procs(), max_threads) - 1);
+  return std::max(1, std::max(50, 2 * max_threads) - own_threads);
+}
+
 absl::Status ReserveBlasWorkspaces(int concurrent) {
   SetBlasSingleThreaded();
   BlasReservation& r = Reservation();
   std::lock_guard<std::mutex> lock(r.mu);
+  // Beyond the pool nothing stays mapped to be reserved.
+  concurrent = std::min(concurrent, BlasPoolSize());
   if (concurrent <= r.reserved) return absl::OkStatus();
   std::vector<void*> held;
   held.reserve(concurrent);
@@ -79,14 +101,14 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
                                                          " multiplying at once"));
       break;
     }
+    const bool may_map = static_cast<int>(held.size()) >= r.reserved;
     held.push_back(buffer);
     const MemoryFacts after = ReadMemoryFacts();
-    if (before.vm_size.has_value() && after.vm_size.has_value()) {
-      // A new mapping: learn its size (other threads' allocations may blur it, rarely).
+    if (may_map && before.vm_size.has_value() && after.vm_size.has_value()) {
+      // A new mapping larger than assumed: learn it (upward only, so that another
+      // thread's unmapping meanwhile cannot make the next check too lenient).
       const std::int64_t grew = *after.vm_size - *before.vm_size;
-      if (grew >= (std::int64_t{1} << 20) && grew <= (std::int64_t{1} << 30)) {
-        r.buffer_bytes = grew;
-      }
+      if (grew > r.buffer_bytes && grew <= (std::int64_t{1} << 30)) r.buffer_bytes = grew;
     }
   }
   // However it ended, this many were held at once: mapped, and free again below.

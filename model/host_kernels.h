@@ -23,8 +23,17 @@ void SetBlasSingleThreaded();
 // `concurrent` threads can multiply at once without mapping. ResourceExhausted naming the
 // limit and what it leaves otherwise (the buffers mapped before stay in the pool).
 // Thread-safe; returns at once when that many were made sure of before. Assumes no other
-// thread multiplies meanwhile (one that does may take a buffer this counts on).
+// thread multiplies meanwhile (one that does may take a buffer this counts on). At most
+// the pool's size (BlasPoolSize) is reserved: past it OpenBLAS maps a buffer on every use,
+// so more streams than that multiplying at once can still hang under such a limit. The
+// count is a maximum over calls, not a sum: two trainers stepping at once in one process
+// need a call with both counts added.
 absl::Status ReserveBlasWorkspaces(int concurrent);
+
+// The slots of OpenBLAS's pool of work buffers that callers can hold: max(50, 2 x
+// MAX_THREADS) of its build (128 for Debian 12's) less one held by each of OpenBLAS's own
+// threads (one per CPU but one): 127 on 2 CPUs.
+int BlasPoolSize();
 
 // How many buffers ReserveBlasWorkspaces has made sure of in this process.
 int ReservedBlasWorkspaces();

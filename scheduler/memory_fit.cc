@@ -1,7 +1,9 @@
 #include "scheduler/memory_fit.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -235,6 +237,11 @@ absl::StatusOr<MemoryFit> SearchWithinMemory(std::string_view name, const Genera
 
 namespace {
 
+// The exhaustive search's bounds: at most 2^12 sets, and at most 2^25 actions simulated
+// in all (about a second on this project's machines), beyond which the greedy rule runs.
+constexpr int kExactRecomputeCandidates = 12;
+constexpr std::int64_t kExactRecomputeActions = std::int64_t{1} << 25;
+
 std::vector<int> Listed(const std::vector<bool>& chosen) {
   std::vector<int> stages;
   for (int s = 0; s < static_cast<int>(chosen.size()); ++s) {
@@ -305,6 +312,64 @@ absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const Co
     PS_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, c));
     return std::make_pair(std::move(c), std::move(sim));
   };
+  if (WorstMemory(memories, fit.sim) < 0) return fit;  // fits as it is
+  // The candidates that can help: on a rank of a memory that is over its capacity (the
+  // others fit, and recomputing there lowers nothing any memory over it holds).
+  std::vector<bool> short_rank(schedule.num_ranks(), false);
+  for (const SharedMemory& memory : memories) {
+    if (PlannedBytes(memory, fit.without) <= memory.capacity_bytes) continue;
+    for (int r : memory.ranks) short_rank[r] = true;
+  }
+  std::vector<int> helpful;
+  for (int s = 0; s < num_stages; ++s) {
+    if (candidate[s] && short_rank[schedule.placement.RankOf(s)]) helpful.push_back(s);
+  }
+  // Few enough of them: every set, and of those that fit the one with the shortest step
+  // (ties: fewer stages, then the lower ones). A set that fits is not grown further, since
+  // recomputing more only adds work; a set that does not fit could not be shrunk to fit.
+  const int k = static_cast<int>(helpful.size());
+  const std::int64_t actions = static_cast<std::int64_t>(schedule.NumActions());
+  if (k > 0 && k <= kExactRecomputeCandidates &&
+      (std::int64_t{1} << k) * std::max<std::int64_t>(actions, 1) <= kExactRecomputeActions) {
+    std::vector<bool> trial(num_stages, false);
+    for (int s : helpful) trial[s] = true;
+    PS_ASSIGN_OR_RETURN(auto all, with(trial));
+    if (WorstMemory(memories, all.second) >= 0) {
+      const int worst = WorstMemory(memories, all.second);
+      return no_fit(worst, all.second);
+    }
+    std::vector<std::uint32_t> masks;
+    for (std::uint32_t mask = 1; mask < (std::uint32_t{1} << k); ++mask) masks.push_back(mask);
+    std::stable_sort(masks.begin(), masks.end(), [](std::uint32_t a, std::uint32_t b) {
+      return std::popcount(a) < std::popcount(b);
+    });
+    std::vector<std::uint32_t> fitting;
+    std::optional<std::uint32_t> best;
+    std::optional<std::pair<CostModel, SimResult>> best_run;
+    for (std::uint32_t mask : masks) {
+      if (std::any_of(fitting.begin(), fitting.end(),
+                      [mask](std::uint32_t f) { return (mask & f) == f; })) {
+        continue;
+      }
+      std::vector<bool> set(num_stages, false);
+      for (int i = 0; i < k; ++i) set[helpful[i]] = (mask >> i) & 1;
+      PS_ASSIGN_OR_RETURN(auto run, with(set));
+      if (WorstMemory(memories, run.second) >= 0) continue;
+      fitting.push_back(mask);
+      // Masks come by size: on a tie of steps the fewer stages win.
+      if (!best.has_value() || run.second.step_time < best_run->second.step_time) {
+        best = mask;
+        best_run = std::move(run);
+      }
+    }
+    for (int i = 0; i < k; ++i) {
+      if ((*best >> i) & 1) fit.stages.push_back(helpful[i]);
+    }
+    fit.costs = std::move(best_run->first);
+    fit.sim = std::move(best_run->second);
+    fit.exhaustive = true;
+    return fit;
+  }
   std::vector<int> order;  // stages in the order they were chosen
   for (int worst = WorstMemory(memories, fit.sim); worst >= 0;
        worst = WorstMemory(memories, fit.sim)) {

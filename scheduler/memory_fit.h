@@ -104,15 +104,23 @@ struct RecomputeFit {
   CostModel costs;          // `costs` with those stages recomputing
   SimResult sim;            // Simulate(schedule, costs)
   SimResult without;        // Simulate(schedule, `costs` as given)
+  // Whether every set of the stages that could help was tried (few enough of them), so
+  // that `stages` is the set that fits with the shortest step; false: the greedy rule's.
+  bool exhaustive = false;
 };
 
-// Greedy, a stage at a time: while a rank peaks above the capacity, the rank that peaks
-// highest recomputes the stage of its own whose recomputation lowers its peak the most
-// (simulated; ties: the shorter step, then the lower stage); stages whose costs
-// recompute already are left as they are. Then every chosen stage that the later ones
-// made unnecessary is dropped again, the latest first. Ranks that fit are left alone,
-// since a recomputing stage's longer B and I also lengthen the pipeline. Not proven
-// minimal: no stage of the set returned can be dropped alone. ResourceExhausted, naming
+// The stages that can help are those of the ranks that peak above the capacity (ranks
+// that fit are left alone, since a recomputing stage's longer B and I also lengthen the
+// pipeline); stages whose costs recompute already are left as they are. When they are
+// few (at most 12, and 2^k simulations within about 2^25 actions) every set of them is
+// simulated, and of those that fit the one with the shortest step is returned (ties:
+// fewer stages; a set is not grown past one that fits, since recomputing more only adds
+// work): RecomputeFit::exhaustive. Otherwise greedy, a stage at a time: while a rank peaks
+// above the capacity, the rank that peaks highest recomputes the stage of its own whose
+// recomputation lowers its peak the most (simulated; ties: the shorter step, then the
+// lower stage); then every chosen stage that the later ones made unnecessary is dropped
+// again, the latest first -- not proven minimal: no stage of the set returned can be
+// dropped alone. ResourceExhausted, naming
 // the rank and its peak, when a rank does not fit with all its stages recomputing (or
 // its static bytes alone take the device); InvalidArgument for a capacity below 1 byte,
 // and what Simulate and WithRecomputeOn refuse (costs that recompute already).
@@ -135,11 +143,11 @@ struct SharedMemory {
 // pipesched's executor does (its boundary buffers; stages::PlanRecompute). And with the
 // memories the ranks live in given: while one holds more than its capacity (its ranks'
 // peaks added), the one furthest above recomputes the stage of its ranks that lowers what
-// it holds the most. The candidates are the stages that do not recompute in `costs` and
-// do in `recomputing` (recompute_bytes > 0). ResourceExhausted naming the memory when it
-// does not fit with all its candidates recomputing; InvalidArgument for a capacity below
-// 1 byte, a rank outside the schedule, per-action overrides in either cost model, or a
-// per-stage list whose length is not the schedule's stages.
+// it holds the most (or, with few candidates, every set is tried, as above). The candidates are the
+// stages that do not recompute in `costs` and do in `recomputing` (recompute_bytes > 0).
+// ResourceExhausted naming the memory when it does not fit with all its candidates recomputing;
+// InvalidArgument for a capacity below 1 byte, a rank outside the schedule, per-action overrides in
+// either cost model, or a per-stage list whose length is not the schedule's stages.
 absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, const CostModel& costs,
                                                    const CostModel& recomputing,
                                                    const std::vector<SharedMemory>& memories);

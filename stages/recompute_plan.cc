@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/host_memory.h"
 #include "base/status.h"
+#include "model/mlp.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/memory_fit.h"
 #include "scheduler/simulator.h"
@@ -61,12 +62,22 @@ absl::StatusOr<RecomputePlan> PlanRecompute(const TrainerConfig& config) {
                         .capacity_bytes = std::max<std::int64_t>(place.available_bytes, 1)});
   }
 
-  // What each stage holds without recomputation and with it; unit times (a recomputing
-  // B or I runs the F once more), since the peaks depend only on the programs' order.
+  // What each stage holds without recomputation and with it. The peaks depend only on
+  // the programs' order; the times, in proportion to each chunk's parameters (the FLOPs of
+  // its matrix products; a recomputing B or I runs the F once more), let the choice among
+  // sets that fit prefer the one whose extra forwards cost the step least.
+  const std::vector<LayerRange>& partition = trainer->partition();
+  double mean_params = 0;
+  std::vector<double> params;
+  for (const LayerRange& r : partition) {
+    params.push_back(static_cast<double>(model::ParamCount(config.model, r.first, r.last)));
+    mean_params += params.back() / static_cast<double>(partition.size());
+  }
   scheduler::CostModel plain;
   scheduler::CostModel recomputing;
   for (int s = 0; s < executor.num_stages(); ++s) {
-    scheduler::StageCosts with = executor.WithMemoryCosts(s);
+    const double f = mean_params > 0 ? params[s] / mean_params : 1.0;
+    scheduler::StageCosts with = executor.WithMemoryCosts(s, {.f = f, .b = 2 * f, .i = f, .w = f});
     scheduler::StageCosts without = with;
     without.activation_bytes += with.recompute_bytes;
     without.recompute_bytes = 0;
@@ -79,6 +90,7 @@ absl::StatusOr<RecomputePlan> PlanRecompute(const TrainerConfig& config) {
                       scheduler::RecomputeWithinMemory(schedule, plain, recomputing, memories));
   RecomputePlan plan;
   plan.stages = fit.stages;
+  plan.exhaustive = fit.exhaustive;
   plan.num_stages = executor.num_stages();
   for (int r = 0; r < schedule.num_ranks(); ++r) {
     plan.peak_without.push_back(fit.without.ranks[r].peak_live_bytes);

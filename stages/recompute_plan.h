@@ -3,9 +3,10 @@
 // pre-flight check (stages/memory_check.h) holds them: each device with a size, and on
 // the host backend the machine's memory that every host device takes from; ranks that
 // share one (a GPU holding several) are held to it together. The choice is
-// scheduler::RecomputeWithinMemory's with those memories (greedy: the memory furthest
-// above what it has recomputes the stage of its ranks that lowers what it holds most,
-// then what later choices made unnecessary is dropped), fed with what this executor
+// scheduler::RecomputeWithinMemory's with those memories (with few candidates, of every
+// set that fits the shortest step, each stage's times in proportion to its chunk's
+// parameters; else greedy: the memory furthest above what it has recomputes the stage of
+// its ranks that lowers what it holds most), fed with what this executor
 // really holds: a recomputing stage keeps its received input and boundary buffers, and
 // drops its StageWork's stash (not WithRecompute's model, which keeps the input only).
 // The peaks depend on the order of each rank's program, not on timings, so no step runs.
@@ -41,6 +42,9 @@ struct RecomputePlan {
     std::int64_t planned_with = 0;
   };
   std::vector<Place> places;
+  // Whether every set of the stages that could help was simulated (few of them), the
+  // shortest step of those that fit chosen; false: the greedy rule's choice.
+  bool exhaustive = false;
 };
 
 // Builds the trainer of `config` with every stage recomputing and without the activation

@@ -595,7 +595,7 @@ TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
             "pipesched: --search-steps applies to the searched schedules (zb-1p, zb-2p, "
             "zb-v-1p, interleaved-zb-1p, zb-v-half, zb-v-min), not to 1f1b, whose order is "
             "given, not searched; drop the flag or name a searched schedule\n");
-  r = RunCli({"train", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--search-steps=0",
+  r = RunCli({"train", "--from=" + Shared("interop/pytorch/2-rank.csv"), "--search-steps=2",
               "--steps=1", "--backend=host"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--search-steps applies to the searched schedules"));
@@ -606,6 +606,10 @@ TEST(CliTest, MaxActivationsHoldsTheSearchedSchedules) {
   EXPECT_EQ(r.err,
             "pipesched: --momentum is SGD's; --optimizer=adamw keeps its moments with beta1 = "
             "0.9 and beta2 = 0.999: drop --momentum, or use --optimizer=sgd\n");
+  // 0 of either is what the run does anyway: a script that always passes it still runs.
+  r = RunCli({"train", "--schedule=1f1b", "--optimizer=adamw", "--momentum=0", "--search-steps=0",
+              "--steps=1", "--layers=3", "--hidden=16", "--backend=host"});
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 // --refine: the searched order improved by local search, with a line saying by how much;
@@ -766,7 +770,7 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
   EXPECT_THAT(r.out, ::testing::StartsWith(
                          "1f1b: recomputing stages 0,1 of 4 fits --device-memory=250: the busiest "
                          "rank peaks at 210 B instead of 400 B; step 40 instead of 33 (+21.21%) "
-                         "(--recompute-stages=0,1)\n"));
+                         "(--recompute-stages=0,1); of every set that fits, the shortest step\n"));
   EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0,1 of 4: "));
   EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
   r = RunCli(WithFlags(one_f_one_b, {"--device-memory=400", "--recompute-stages=auto"}));
@@ -870,11 +874,13 @@ TEST(CliTest, TrainWithActivationRecomputation) {
   r = RunCli(WithFlags(train, {"--recompute-stages=auto", "--device-memory=" + std::to_string(size),
                                "--json=" + with_json}));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: recomputing stage 0 of 2; "));
+  EXPECT_THAT(r.out, HasSubstr("--recompute-stages=auto: recomputing stage 0 of 2 (of every set "
+                               "that fits, the shortest step); "));
   EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 0 of 2: "));
   const nlohmann::json chosen = nlohmann::json::parse(Slurp(with_json));
   EXPECT_EQ(chosen["recompute_stages"], nlohmann::json::array({0}));
   EXPECT_EQ(chosen["recompute_plan"]["peak_bytes_with"], nlohmann::json::array({rebuilt0, plain1}));
+  EXPECT_EQ(chosen["recompute_plan"]["exhaustive"], true);
   EXPECT_EQ(chosen["losses"], without["losses"]);
   // A schedule searched after the choice would change the order it was made for.
   r = RunCli({"train", "--schedule=zb-1p", "--stages=2", "--microbatches=4", "--layers=4",

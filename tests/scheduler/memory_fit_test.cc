@@ -4,6 +4,7 @@
 // message says how far off the tightest order is.
 #include "scheduler/memory_fit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -388,6 +389,109 @@ TEST(MemoryFitTest, RecomputeWithinMemoryTakesTheStageThatLowersThePeak) {
                                  "of it recomputing")));
   PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit as_is, RecomputeWithinMemory(s, measured, 800));
   EXPECT_TRUE(as_is.stages.empty());
+}
+
+// Few candidates: every set is simulated and the shortest step that fits is kept. On
+// zb-v's rank 1 (stages 1 and 2) either stage alone fits 1074 bytes; stage 1 lowers the
+// peak more (the greedy rule's choice, step 36.48) but has the dearer forward, while stage
+// 2's extra forward lands in rank 1's idle time: the step stays 33.32.
+TEST(MemoryFitTest, RecomputeWithinMemoryKeepsTheShortestStepOfEverySetThatFits) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      const Schedule s,
+      GenerateSchedule("zb-v", {.num_ranks = 2, .num_microbatches = 4, .num_chunks = 2}));
+  CostModel costs;
+  costs.stages = {
+      {.f = 1.57, .b = 2.47, .i = 1.93, .w = 0.54, .activation_bytes = 228, .input_bytes = 13},
+      {.f = 1.77, .b = 1.74, .i = 1.19, .w = 0.55, .activation_bytes = 293, .input_bytes = 66},
+      {.f = 0.52, .b = 2.43, .i = 1.69, .w = 0.74, .activation_bytes = 225, .input_bytes = 53},
+      {.f = 1.61, .b = 2.68, .i = 1.19, .w = 1.49, .activation_bytes = 144, .input_bytes = 26}};
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, 1074));
+  EXPECT_TRUE(fit.exhaustive);
+  EXPECT_EQ(fit.stages, (std::vector<int>{2}));
+  EXPECT_NEAR(fit.without.step_time, 33.32, 1e-9);
+  EXPECT_NEAR(fit.sim.step_time, 33.32, 1e-9);
+  EXPECT_EQ(PeakBytes(fit.sim), 985);
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel stage_1, WithRecomputeOn(costs, {1}, 4));
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult greedy, Simulate(s, stage_1));
+  EXPECT_EQ(PeakBytes(greedy), 938);           // lower, but
+  EXPECT_NEAR(greedy.step_time, 36.48, 1e-9);  // longer
+}
+
+// Against every set, on random models: what is returned fits, and no set that fits and
+// has no smaller set that fits has a shorter step (a set is not grown past one that fits:
+// recomputing more only adds work).
+TEST(MemoryFitTest, RecomputeWithinMemoryMatchesEverySetOnRandomModels) {
+  std::mt19937 rng(20261203);
+  std::uniform_real_distribution<double> time(0.5, 2.0);
+  std::uniform_int_distribution<int> bytes(50, 400);
+  int checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const bool v = trial % 2 == 1;
+    const int ranks = 2 + trial % 3;
+    PS_ASSERT_OK_AND_ASSIGN(
+        const Schedule s,
+        GenerateSchedule(v ? "zb-v" : "1f1b", {.num_ranks = ranks,
+                                               .num_microbatches = 4 + 2 * (trial % 3),
+                                               .num_chunks = v ? 2 : 1}));
+    const int stages = s.num_stages();
+    CostModel costs;
+    for (int st = 0; st < stages; ++st) {
+      const double i = time(rng), w = time(rng) / 2;
+      const std::int64_t a = bytes(rng);
+      costs.stages.push_back({.f = time(rng),
+                              .b = i + w,
+                              .i = i,
+                              .w = w,
+                              .activation_bytes = a,
+                              .input_bytes = 1 + a / 5});
+    }
+    PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, Simulate(s, costs));
+    PS_ASSERT_OK_AND_ASSIGN(const CostModel all, WithRecompute(costs));
+    PS_ASSERT_OK_AND_ASSIGN(const SimResult every, Simulate(s, all));
+    const std::int64_t lo = PeakBytes(every), hi = PeakBytes(plain);
+    if (hi - lo < 2) continue;
+    const std::int64_t capacity = lo + (hi - lo) * (1 + trial % 4) / 5;
+    PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, capacity));
+    ASSERT_TRUE(fit.exhaustive) << trial;
+    ASSERT_LE(PeakBytes(fit.sim), capacity) << trial;
+    std::vector<std::uint32_t> fitting;
+    for (std::uint32_t mask = 0; mask < (std::uint32_t{1} << stages); ++mask) {
+      std::vector<int> set;
+      for (int st = 0; st < stages; ++st) {
+        if ((mask >> st) & 1) set.push_back(st);
+      }
+      PS_ASSERT_OK_AND_ASSIGN(const CostModel c, WithRecomputeOn(costs, set, stages));
+      PS_ASSERT_OK_AND_ASSIGN(const SimResult sim, Simulate(s, c));
+      if (PeakBytes(sim) > capacity) continue;
+      const bool minimal = std::none_of(fitting.begin(), fitting.end(), [mask](std::uint32_t f) {
+        return (mask & f) == f;  // masks come in increasing order: subsets first
+      });
+      fitting.push_back(mask);
+      if (minimal) {
+        EXPECT_LE(fit.sim.step_time, sim.step_time + 1e-9)
+            << "trial " << trial << ": " << ::testing::PrintToString(set) << " is shorter than "
+            << ::testing::PrintToString(fit.stages);
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 40);
+}
+
+// Many candidates: the greedy rule, which still fits.
+TEST(MemoryFitTest, RecomputeWithinMemoryIsGreedyBeyondTwelveCandidates) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      const Schedule s,
+      GenerateSchedule("interleaved-1f1b",
+                       {.num_ranks = 8, .num_microbatches = 16, .num_chunks = 2}));
+  const CostModel costs = HundredBytesTenOfThemInput();
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, Simulate(s, costs));
+  ASSERT_GT(PeakBytes(plain), 1000);
+  // Every rank above it: all 16 stages could help.
+  PS_ASSERT_OK_AND_ASSIGN(const RecomputeFit fit, RecomputeWithinMemory(s, costs, 1000));
+  EXPECT_FALSE(fit.exhaustive);
+  EXPECT_FALSE(fit.stages.empty());
+  EXPECT_LE(PeakBytes(fit.sim), 1000);
 }
 
 // The limit as --max-activations takes it back: floor(X V) must give the same chunk

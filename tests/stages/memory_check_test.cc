@@ -214,9 +214,11 @@ TEST(MemoryCheckTest, TrainerRefusesWhenOpenBlasCannotMapItsWorkBuffers) {
   // More compute streams than buffers made sure of so far, so that one must be mapped.
   config.replicas = model::host::ReservedBlasWorkspaces() / 2 + 1;
   const int streams = 2 * config.replicas;
-  // Room for the threads (four streams per rank and one setting up a chunk, 8 MiB of stack
-  // each) and some to spare, not for a 128 MiB buffer.
-  const std::size_t headroom = static_cast<std::size_t>(4 * streams + 1) * (8 << 20) + (96 << 20);
+  // Room for the threads (four streams per rank and one setting up a chunk, a stack each)
+  // and some to spare, not for a 128 MiB buffer.
+  const std::size_t headroom =
+      static_cast<std::size_t>(4 * streams + 1) * pipesched::testing::DefaultThreadStackBytes() +
+      (96 << 20);
   const std::optional<int> code = pipesched::testing::RunWithCappedAddressSpace(headroom, [&] {
     ::alarm(120);  // a hang ends the child with SIGALRM: the test fails, not the run
     // No per-thread malloc arenas (64 MiB of address space each): the room stays for the
