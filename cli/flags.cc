@@ -63,6 +63,34 @@ bool IsIntegerLiteral(std::string_view text) {
   return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
+namespace {
+
+// A decimal number: [+-]digits[.digits][e[+-]digits], or with the digits after the point
+// only (".5"). abseil would also take hexadecimal ("0x10" as 16), "inf" and "nan".
+bool IsDecimalNumber(std::string_view text) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - start;
+  };
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  std::size_t mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
+}  // namespace
+
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
                                       const std::vector<std::string_view>& allowed) {
   ParsedArgs parsed;
@@ -147,8 +175,10 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     const bool integer =
         is_unsigned || flag->IsOfType<std::int32_t>() || flag->IsOfType<std::int64_t>();
     std::string error;
-    // Integers are decimal: abseil would also take "0x10" as 16.
-    if ((integer && !IsIntegerLiteral(value)) || !flag->ParseFrom(value, &error)) {
+    // Numbers are decimal: abseil would also take "0x10" as 16.
+    const bool real = flag->IsOfType<double>();
+    if ((integer && !IsIntegerLiteral(value)) || (real && !IsDecimalNumber(value)) ||
+        !flag->ParseFrom(value, &error)) {
       // An integer that does not parse into an integer flag is out of its type's range.
       const bool huge = integer && IsIntegerLiteral(value);
       std::string expected = "does not parse";

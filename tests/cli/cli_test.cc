@@ -350,6 +350,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad value '18446744073709551616' for --seed: far beyond any value it takes"},
         BadInput{{"simulate", "--cost-f=1,5"},
                  "bad value '1,5' for --cost-f: expected a number such as 0.5 or 2"},
+        // Hexadecimal ran as 16; inf and nan are no costs.
+        BadInput{{"simulate", "--cost-f=0x10"},
+                 "bad value '0x10' for --cost-f: expected a number such as 0.5 or 2"},
+        BadInput{{"train", "--lr=inf"},
+                 "bad value 'inf' for --lr: expected a number such as 0.5 or 2"},
         // Outputs are checked before the run, in one line naming what would work.
         BadInput{{"simulate", "--json=/nonexistent/dir/x.json"},
                  "--json=/nonexistent/dir/x.json: the directory /nonexistent/dir does not exist; "
