@@ -231,7 +231,8 @@ ABSL_FLAG(std::string, recompute_stages, "",
           "selective activation recomputation: the virtual stages that recompute, e.g. 0,1; "
           "simulate, train and bench also take auto: of the sets of stages whose recomputation "
           "makes every rank fit --device-memory, the one with the shortest simulated step "
-          "(greedy beyond 12 candidate stages; train and bench: each device with a size, GPUs "
+          "(greedy beyond 12 candidate stages or 2^23 simulated actions; train and bench: each "
+          "device with a size, GPUs "
           "shared by several ranks and the machine's memory, as the pre-flight check holds "
           "them)");
 ABSL_FLAG(int32_t, search_steps, 3,

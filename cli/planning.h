@@ -31,16 +31,16 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
 absl::StatusOr<double> MaxActivationsFromFlags();
+// Whether --search-steps was given with a search to run (not 0: "keep the unit-cost
+// order" is what an order that is not searched does anyway).
+bool SearchStepsGiven(const CommandContext& ctx);
+
 // InvalidArgument when a flag for the searched schedules (--max-activations, --refine,
 // and --search-steps where `search_steps_given`) is given for `schedule` (one schedule a
 // command runs as it is) and `schedule` is not searched (its order is fixed by its name)
 // or comes from a file (`from_file`). With `refines_any_order` (simulate, which refines
 // any order with a split backward through scheduler::RefineSchedule) --refine is not
 // checked.
-// Whether --search-steps was given with a search to run (not 0: "keep the unit-cost
-// order" is what an order that is not searched does anyway).
-bool SearchStepsGiven(const CommandContext& ctx);
-
 absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
                                    bool refines_any_order = false, bool search_steps_given = false);
 

@@ -193,6 +193,9 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
         "--recompute-stages=auto chooses the stages that make each rank fit --device-memory: "
         "give --device-memory, or list the stages");
   }
+  bool sized = false;
+  for (int s = 0; s < schedule.num_stages(); ++s) sized |= costs->Stage(s).activation_bytes > 0;
+  if (!sized) return NeedsActivationSizes();  // else "fits without recomputing" would say
   PS_ASSIGN_OR_RETURN(scheduler::RecomputeFit fit,
                       scheduler::RecomputeWithinMemory(schedule, *costs, *capacity));
   const std::string device = absl::StrCat("--device-memory=", absl::GetFlag(FLAGS_device_memory));

@@ -104,15 +104,16 @@ struct RecomputeFit {
   CostModel costs;          // `costs` with those stages recomputing
   SimResult sim;            // Simulate(schedule, costs)
   SimResult without;        // Simulate(schedule, `costs` as given)
-  // Whether every set of the stages that could help was tried (few enough of them), so
-  // that `stages` is the set that fits with the shortest step; false: the greedy rule's.
+  // Whether `stages` is the set that fits with the shortest step: every set of the stages
+  // that could help was tried (few enough of them), or none was needed; false: the
+  // greedy rule's choice.
   bool exhaustive = false;
 };
 
 // The stages that can help are those of the ranks that peak above the capacity (ranks
 // that fit are left alone, since a recomputing stage's longer B and I also lengthen the
 // pipeline); stages whose costs recompute already are left as they are. When they are
-// few (at most 12, and 2^k simulations within about 2^25 actions) every set of them is
+// few (at most 12, and 2^k simulations within 2^23 actions in all) every set of them is
 // simulated, and of those that fit the one with the shortest step is returned (ties:
 // fewer stages; a set is not grown past one that fits, since recomputing more only adds
 // work): RecomputeFit::exhaustive. Otherwise greedy, a stage at a time: while a rank peaks

@@ -149,6 +149,11 @@ TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("--device-memory needs the activations' sizes"));
   EXPECT_EQ(unknown.out, "");  // said before the grid and the table, not after them
+  // Also before --recompute-stages=auto's line, which would say it fits.
+  unknown = run("1f1b", {"--device-memory=80GiB", "--recompute-stages=auto"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--device-memory needs the activations' sizes"));
+  EXPECT_EQ(unknown.out, "");
   RunResult bad = run("1f1b", {twelve_gib, "--device-memory=lots"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--device-memory=lots: 'lots' is not a size"));
@@ -778,6 +783,17 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
                          "(--recompute-stages=0,1); of every set that fits, the shortest step\n"));
   EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0,1 of 4: "));
   EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
+  // 16 stages on ranks that do not fit: too many sets to try, the greedy rule says so.
+  RunResult many = RunCli({"simulate", "--schedule=interleaved-1f1b", "--stages=8", "--virtual=2",
+                           "--microbatches=16", "--activation-bytes=100", "--input-bytes=10",
+                           "--nogrid", "--device-memory=1000", "--recompute-stages=auto"});
+  ASSERT_EQ(many.code, 0) << many.err;
+  EXPECT_THAT(many.out,
+              ::testing::StartsWith("interleaved-1f1b: recomputing stages 0,1,2,3,4,5,6,8,9 of 16 "
+                                    "fits --device-memory=1000: the busiest rank peaks at 1000 B "
+                                    "instead of 2.3 KiB; step 139 instead of 117 (+18.80%) "
+                                    "(--recompute-stages=0,1,2,3,4,5,6,8,9); chosen greedily, not "
+                                    "proven the shortest step\n"));
   r = RunCli(WithFlags(one_f_one_b, {"--device-memory=400", "--recompute-stages=auto"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith(
