@@ -329,7 +329,7 @@ absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const Co
     if (candidate[s] && short_rank[schedule.placement.RankOf(s)]) helpful.push_back(s);
   }
   // Few enough of them: every set, and of those that fit the one with the shortest step
-  // (ties: fewer stages, then the lower ones). A set that fits is not grown further, since
+  // (ties: fewer stages). A set that fits is not grown further, since
   // recomputing more only adds work; a set that does not fit could not be shrunk to fit.
   const int k = static_cast<int>(helpful.size());
   const std::int64_t actions = static_cast<std::int64_t>(schedule.NumActions());

@@ -43,7 +43,7 @@ struct RecomputePlan {
   };
   std::vector<Place> places;
   // Whether every set of the stages that could help was simulated (few of them), the
-  // shortest step of those that fit chosen; false: the greedy rule's choice.
+  // shortest step of those that fit chosen, or none was needed; false: the greedy rule's.
   bool exhaustive = false;
 };
 

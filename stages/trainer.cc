@@ -268,7 +268,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return absl::Status(math.code(),
                         absl::StrCat(math.message(), "; the pipeline multiplies on ", P * D,
                                      " compute streams at once (--stages x --replicas): use "
-                                     "fewer, or raise that limit"));
+                                     "fewer, or raise the limit named"));
   }
 
   // Activations are allocated step by step: refuse now a plan whose peak cannot fit,

@@ -237,7 +237,7 @@ TEST(MemoryCheckTest, TrainerRefusesWhenOpenBlasCannotMapItsWorkBuffers) {
             std::string::npos &&
         message.find(absl::StrCat("; the pipeline multiplies on ", streams,
                                   " compute streams at once (--stages x --replicas): use fewer, "
-                                  "or raise that limit")) != std::string::npos;
+                                  "or raise the limit named")) != std::string::npos;
     if (!right) std::fprintf(stderr, "%s\n", message.c_str());
     return right ? 0 : 22;
   });
