@@ -60,30 +60,21 @@ OutputTarget ResolveOutput(const std::string& path) {
   const fs::path own_fds = fs::path("/proc") / std::to_string(::getpid()) / "fd";
   std::string p = path;
   for (int hop = 0; hop < 16; ++hop) {
-    struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0) {
-      // /dev/fd/9 with no descriptor 9: a descriptor that is not open, not a new file.
-      std::error_code ec;
-      const fs::path parent =
-          fs::path(p).parent_path().empty() ? fs::path(".") : fs::path(p).parent_path();
-      int fd = -1;
-      if (fs::canonical(parent, ec) == own_fds && !ec &&
-          absl::SimpleAtoi(fs::path(p).filename().string(), &fd)) {
-        return {.kind = OutputTarget::kDescriptor, .path = p, .fd = fd};
-      }
-      return {.kind = OutputTarget::kReplace, .path = p};
-    }
-    if (!S_ISLNK(st.st_mode)) {
-      const bool replace = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode);
-      return {.kind = replace ? OutputTarget::kReplace : OutputTarget::kInPlace, .path = p};
-    }
     const fs::path parent =
         fs::path(p).parent_path().empty() ? fs::path(".") : fs::path(p).parent_path();
+    // A name in this process's descriptor directory is a descriptor, open or not (/dev/fd/9
+    // with no descriptor 9 is not a new file to create).
     std::error_code ec;
     int fd = -1;
     if (fs::canonical(parent, ec) == own_fds && !ec &&
         absl::SimpleAtoi(fs::path(p).filename().string(), &fd)) {
       return {.kind = OutputTarget::kDescriptor, .path = p, .fd = fd};
+    }
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return {.kind = OutputTarget::kReplace, .path = p};
+    if (!S_ISLNK(st.st_mode)) {
+      const bool replace = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode);
+      return {.kind = replace ? OutputTarget::kReplace : OutputTarget::kInPlace, .path = p};
     }
     char target[4096];
     const ssize_t n = ::readlink(p.c_str(), target, sizeof(target) - 1);

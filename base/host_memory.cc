@@ -1,5 +1,6 @@
 #include "base/host_memory.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -202,6 +203,16 @@ std::string DescribeHeadroom(const MemoryHeadroom& headroom) {
       return absl::StrCat("the memory cgroup's limit (a container's) leaves ", bytes);
   }
   return bytes;
+}
+
+std::int64_t DefaultThreadStackBytes() {
+  std::size_t stack = std::size_t{8} << 20;
+  pthread_attr_t attr;
+  if (::pthread_getattr_default_np(&attr) == 0) {
+    ::pthread_attr_getstacksize(&attr, &stack);
+    ::pthread_attr_destroy(&attr);
+  }
+  return static_cast<std::int64_t>(stack);
 }
 
 int HostCpuCount() {

@@ -69,6 +69,10 @@ std::string DescribeHeadroom(const MemoryHeadroom& headroom);
 // narrow below the machine's count); at least 1.
 int HostCpuCount();
 
+// What each new thread maps for its stack: glibc's default (the soft `ulimit -s`, 8 MiB
+// unless changed), or 8 MiB when it cannot be read.
+std::int64_t DefaultThreadStackBytes();
+
 // "512 B", "1.5 KiB", "12.25 MiB", "3.00 GiB".
 std::string HumanBytes(std::int64_t bytes);
 

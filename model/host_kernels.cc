@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,11 +82,15 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
   std::vector<void*> held;
   held.reserve(concurrent);
   absl::Status status;
+  // Without a limit on mappings none can fail: no facts to read for each buffer.
+  const bool limited = MappingHeadroom(ReadMemoryFacts()).has_value();
   while (static_cast<int>(held.size()) < concurrent) {
-    const MemoryFacts before = ReadMemoryFacts();
     // The first `reserved` come from buffers held at once before: mapped, and free.
-    if (static_cast<int>(held.size()) >= r.reserved) {
-      const std::optional<MemoryHeadroom> room = MappingHeadroom(before);
+    const bool may_map = static_cast<int>(held.size()) >= r.reserved;
+    std::optional<MemoryFacts> before;
+    if (may_map && limited) {
+      before = ReadMemoryFacts();
+      const std::optional<MemoryHeadroom> room = MappingHeadroom(*before);
       if (room.has_value() && room->bytes < r.buffer_bytes) {
         status = absl::ResourceExhaustedError(absl::StrCat(
             "OpenBLAS maps a ", HumanBytes(r.buffer_bytes), " work buffer for each of ", concurrent,
@@ -101,13 +106,12 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
                                                          " multiplying at once"));
       break;
     }
-    const bool may_map = static_cast<int>(held.size()) >= r.reserved;
     held.push_back(buffer);
-    const MemoryFacts after = ReadMemoryFacts();
-    if (may_map && before.vm_size.has_value() && after.vm_size.has_value()) {
+    if (before.has_value() && before->vm_size.has_value()) {
       // A new mapping larger than assumed: learn it (upward only, so that another
       // thread's unmapping meanwhile cannot make the next check too lenient).
-      const std::int64_t grew = *after.vm_size - *before.vm_size;
+      const std::optional<std::int64_t> vm_size = ReadMemoryFacts().vm_size;
+      const std::int64_t grew = vm_size.value_or(*before->vm_size) - *before->vm_size;
       if (grew > r.buffer_bytes && grew <= (std::int64_t{1} << 30)) r.buffer_bytes = grew;
     }
   }

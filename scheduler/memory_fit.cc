@@ -338,8 +338,7 @@ absl::StatusOr<RecomputeFit> FitByRecomputing(const Schedule& schedule, const Co
     std::vector<bool> trial(num_stages, false);
     for (int s : helpful) trial[s] = true;
     PS_ASSIGN_OR_RETURN(auto all, with(trial));
-    if (WorstMemory(memories, all.second) >= 0) {
-      const int worst = WorstMemory(memories, all.second);
+    if (const int worst = WorstMemory(memories, all.second); worst >= 0) {
       return no_fit(worst, all.second);
     }
     std::vector<std::uint32_t> masks;

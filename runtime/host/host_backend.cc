@@ -348,19 +348,13 @@ absl::Status NotHost(const Stream& stream, std::string_view what) {
 // limit (ulimit -u), or no room for the new thread's stack under the process's mapping
 // limits (ulimit -v, -d).
 std::string NoThreadWhy() {
-  std::size_t stack = std::size_t{8} << 20;
-  pthread_attr_t attr;
-  if (::pthread_getattr_default_np(&attr) == 0) {
-    ::pthread_attr_getstacksize(&attr, &stack);
-    ::pthread_attr_destroy(&attr);
-  }
+  const std::int64_t stack = DefaultThreadStackBytes();
   constexpr char kFewer[] = "use fewer pipeline ranks and replicas (each runs four streams)";
   const std::optional<MemoryHeadroom> room = MappingHeadroom(ReadMemoryFacts());
   // Within a few stacks of the limit, the stack is why: the room is read after the
   // failure, and threads that ended meanwhile may have given theirs back.
-  if (room.has_value() && room->bytes < 4 * static_cast<std::int64_t>(stack)) {
-    return absl::StrCat(DescribeHeadroom(*room), " and each thread maps a ",
-                        HumanBytes(static_cast<std::int64_t>(stack)),
+  if (room.has_value() && room->bytes < 4 * stack) {
+    return absl::StrCat(DescribeHeadroom(*room), " and each thread maps a ", HumanBytes(stack),
                         " stack; the host backend runs one thread per stream: ", kFewer,
                         ", or raise that limit");
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "gtest/gtest.h"
 #include "model_test_util.h"
 #include "testing/capped_child.h"
@@ -244,7 +245,7 @@ TEST(HostKernelsTest, ReservedBlasBuffersLetThreadsMultiplyUnderATightLimit) {
   PS_EXPECT_OK(host::ReserveBlasWorkspaces(1));  // fewer than made sure of: nothing to do
   // Room for the threads' stacks and 24 MiB more, not for another buffer.
   const std::size_t headroom =
-      kThreads * pipesched::testing::DefaultThreadStackBytes() + (std::size_t{24} << 20);
+      kThreads * static_cast<std::size_t>(DefaultThreadStackBytes()) + (std::size_t{24} << 20);
   const std::optional<int> code = pipesched::testing::RunWithCappedAddressSpace(headroom, [] {
     ::alarm(60);  // a hang ends the child with SIGALRM: the test fails, not the run
     // 256 x 256 x 256: above the size OpenBLAS multiplies without a buffer.

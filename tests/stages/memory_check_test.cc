@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/host_kernels.h"
@@ -216,9 +217,9 @@ TEST(MemoryCheckTest, TrainerRefusesWhenOpenBlasCannotMapItsWorkBuffers) {
   const int streams = 2 * config.replicas;
   // Room for the threads (four streams per rank and one setting up a chunk, a stack each)
   // and some to spare, not for a 128 MiB buffer.
-  const std::size_t headroom =
-      static_cast<std::size_t>(4 * streams + 1) * pipesched::testing::DefaultThreadStackBytes() +
-      (96 << 20);
+  const std::size_t headroom = static_cast<std::size_t>(4 * streams + 1) *
+                                   static_cast<std::size_t>(DefaultThreadStackBytes()) +
+                               (96 << 20);
   const std::optional<int> code = pipesched::testing::RunWithCappedAddressSpace(headroom, [&] {
     ::alarm(120);  // a hang ends the child with SIGALRM: the test fails, not the run
     // No per-thread malloc arenas (64 MiB of address space each): the room stays for the

@@ -5,7 +5,6 @@
 // leaves.
 #pragma once
 
-#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,18 +20,6 @@ namespace pipesched::testing {
 // Exit codes of the child's own setup, kept out of `body`'s way.
 inline constexpr int kCappedChildNoStatm = 3;      // /proc/self/statm unreadable
 inline constexpr int kCappedChildNoSetrlimit = 4;  // setrlimit failed
-
-// What each new thread maps for its stack (glibc's default: the soft `ulimit -s`, 8 MiB
-// unless changed), for a cap meant to leave room for some threads.
-inline std::size_t DefaultThreadStackBytes() {
-  std::size_t stack = std::size_t{8} << 20;
-  pthread_attr_t attr;
-  if (::pthread_getattr_default_np(&attr) == 0) {
-    ::pthread_attr_getstacksize(&attr, &stack);
-    ::pthread_attr_destroy(&attr);
-  }
-  return stack;
-}
 
 // Forks; the child caps its address space at its current size plus `headroom` bytes and
 // exits with body()'s value. Returns the child's exit code, or nullopt when it did not
