@@ -397,7 +397,7 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
 }
 
 std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
-                           const scheduler::SimResult& sim) {
+                           const scheduler::SimResult& sim, const RecomputeChoice* auto_choice) {
   nlohmann::json j;
   j["schedule"] = schedule.name;
   j["stages"] = schedule.num_ranks();
@@ -431,6 +431,15 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
     if (costs.Stage(s).recompute_bytes > 0) recomputing.push_back(s);
   }
   j["recompute_stages"] = recomputing;
+  j["recompute_plan"] = nullptr;
+  if (auto_choice != nullptr) {
+    j["recompute_plan"] = {{"stages", auto_choice->stages},
+                           {"step_time_without", auto_choice->step_time_without},
+                           {"step_time_with", auto_choice->step_time_with},
+                           {"peak_bytes_without", auto_choice->peak_bytes_without},
+                           {"peak_bytes_with", auto_choice->peak_bytes_with},
+                           {"exhaustive", auto_choice->exhaustive}};
+  }
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

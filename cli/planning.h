@@ -95,8 +95,21 @@ absl::Status WriteScheduleOutputs(const CommandContext& ctx, const scheduler::Sc
                                   const std::vector<const trace::Timeline*>& timelines,
                                   const std::string& svg_title);
 
-// The --json statistics document.
+// What --recompute-stages=auto chose (scheduler::RecomputeFit), for simulate --json's
+// "recompute_plan": the stages, and the step and per-rank activation peaks it compared,
+// simulated before --refine.
+struct RecomputeChoice {
+  std::vector<int> stages;
+  double step_time_without = 0;
+  double step_time_with = 0;
+  std::vector<std::int64_t> peak_bytes_without;  // per rank
+  std::vector<std::int64_t> peak_bytes_with;
+  bool exhaustive = false;
+};
+
+// The --json statistics document; "recompute_plan" is `auto_choice`, null without one.
 std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler::CostModel& costs,
-                           const scheduler::SimResult& sim);
+                           const scheduler::SimResult& sim,
+                           const RecomputeChoice* auto_choice = nullptr);
 
 }  // namespace pipesched::cli

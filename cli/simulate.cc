@@ -114,8 +114,10 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
 }
 
 // Validates, simulates, prints and writes the outputs of one schedule.
+// `auto_choice`: what --recompute-stages=auto chose, for --json; null without it.
 absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Schedule& schedule,
-                               const scheduler::CostModel& costs) {
+                               const scheduler::CostModel& costs,
+                               const RecomputeChoice* auto_choice = nullptr) {
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
@@ -142,7 +144,7 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
                       schedule.num_chunks(), schedule.num_microbatches, 100 * sim.bubble_fraction);
   PS_RETURN_IF_ERROR(WriteScheduleOutputs(ctx, schedule, costs, {&drawn}, title));
   if (std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
-    PS_RETURN_IF_ERROR(WriteFileAtomic(p, SimulationJson(schedule, costs, sim)));
+    PS_RETURN_IF_ERROR(WriteFileAtomic(p, SimulationJson(schedule, costs, sim, auto_choice)));
     *ctx.out << "wrote " << p << "\n";
   }
   // Last, so that a plan that does not fit still gets its grid and pictures.
@@ -169,8 +171,10 @@ absl::Status CheckOutputsDistinct(std::vector<FlagPath> inputs) {
 // (or greedily, with many candidates: RecomputeWithinMemory), with a line saying which and what it
 // costs. Not with --recompute (every stage) nor for a searched schedule (searched for costs without
 // it; it fits a device by its own search).
+// With auto, `choice` gets what it chose, for --json.
 absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedule& schedule,
-                             bool searched, scheduler::CostModel* costs) {
+                             bool searched, scheduler::CostModel* costs,
+                             std::optional<RecomputeChoice>* choice) {
   const std::string text = absl::GetFlag(FLAGS_recompute_stages);
   if (absl::GetFlag(FLAGS_recompute)) {
     return absl::InvalidArgumentError(
@@ -219,6 +223,17 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
         is, was, was > 0 ? 100 * (is - was) / was : 0.0, absl::StrJoin(fit.stages, ","),
         RecomputeSearchText(fit.exhaustive));
   }
+  RecomputeChoice& chosen = choice->emplace();
+  chosen.stages = fit.stages;
+  chosen.step_time_without = fit.without.step_time;
+  chosen.step_time_with = fit.sim.step_time;
+  for (const scheduler::RankStats& r : fit.without.ranks) {
+    chosen.peak_bytes_without.push_back(r.peak_live_bytes);
+  }
+  for (const scheduler::RankStats& r : fit.sim.ranks) {
+    chosen.peak_bytes_with.push_back(r.peak_live_bytes);
+  }
+  chosen.exhaustive = fit.exhaustive;
   *costs = std::move(fit.costs);
   return absl::OkStatus();
 }
@@ -355,10 +370,12 @@ int RunSimulate(const CommandContext& ctx) {
       search_costs.has_value() ? CheckCostsForSchedule(*search_costs, source, *file)
                                : CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
+  std::optional<RecomputeChoice> auto_choice;
   if (FlagGiven(ctx, "recompute_stages")) {
     const scheduler::ScheduleInfo* info = scheduler::FindSchedule(file->schedule.name);
     const bool searched = search_costs.has_value() && info != nullptr && info->uses_costs;
-    if (absl::Status s = RecomputeStages(ctx, file->schedule, searched, &*costs); !s.ok()) {
+    if (absl::Status s = RecomputeStages(ctx, file->schedule, searched, &*costs, &auto_choice);
+        !s.ok()) {
       return ReportError(ctx, s);
     }
   }
@@ -376,7 +393,8 @@ int RunSimulate(const CommandContext& ctx) {
                                    max_activations, std::move(refined_fit), &file->schedule);
     if (!s.ok()) return ReportError(ctx, s);
   }
-  absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
+  absl::Status s = SimulateAndReport(ctx, file->schedule, *costs,
+                                     auto_choice.has_value() ? &*auto_choice : nullptr);
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }
 

@@ -77,6 +77,7 @@ TEST(CliTest, SimulateWritesJsonWithTheDocumentedKeys) {
   EXPECT_DOUBLE_EQ(j["formula_bubble_fraction"].get<double>(), 1.0 / 5.0);
   EXPECT_EQ(j["peak_activations"], nlohmann::json::array({4, 4}));  // GPipe holds M
   EXPECT_EQ(j["recompute_stages"], nlohmann::json::array());
+  EXPECT_TRUE(j["recompute_plan"].is_null()) << j["recompute_plan"].dump();
 }
 
 // GPipe, P=2, M=4: every rank holds 4 stashes at its first B, which also holds the
@@ -775,7 +776,9 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
       "simulate",         "--schedule=1f1b",        "--stages=4",
       "--microbatches=8", "--activation-bytes=100", "--input-bytes=10",
       "--nogrid"};
-  RunResult r = RunCli(WithFlags(one_f_one_b, {"--device-memory=250", "--recompute-stages=auto"}));
+  const std::string plan_json = TempPath("recompute_plan.json");
+  RunResult r = RunCli(WithFlags(
+      one_f_one_b, {"--device-memory=250", "--recompute-stages=auto", "--json=" + plan_json}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith(
                          "1f1b: recomputing stages 0,1 of 4 fits --device-memory=250: the busiest "
@@ -783,11 +786,24 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
                          "(--recompute-stages=0,1); of every set that fits, the shortest step\n"));
   EXPECT_THAT(r.out, HasSubstr("activation recomputation on stages 0,1 of 4: "));
   EXPECT_THAT(r.out, HasSubstr("makespan 40 "));
+  // --json says what auto chose and what it compared.
+  nlohmann::json plan = nlohmann::json::parse(Slurp(plan_json))["recompute_plan"];
+  EXPECT_EQ(plan["stages"], nlohmann::json::array({0, 1}));
+  EXPECT_DOUBLE_EQ(plan["step_time_without"].get<double>(), 33);
+  EXPECT_DOUBLE_EQ(plan["step_time_with"].get<double>(), 40);
+  EXPECT_EQ(plan["peak_bytes_without"][0], 400);  // 1F1B: 4 stashes of 100 B on rank 0
+  EXPECT_EQ(plan["peak_bytes_with"].size(), 4u);
+  EXPECT_EQ(*std::max_element(plan["peak_bytes_with"].begin(), plan["peak_bytes_with"].end()), 210);
+  EXPECT_EQ(plan["exhaustive"], true);
   // 16 stages on ranks that do not fit: too many sets to try, the greedy rule says so.
-  RunResult many = RunCli({"simulate", "--schedule=interleaved-1f1b", "--stages=8", "--virtual=2",
-                           "--microbatches=16", "--activation-bytes=100", "--input-bytes=10",
-                           "--nogrid", "--device-memory=1000", "--recompute-stages=auto"});
+  RunResult many =
+      RunCli({"simulate", "--schedule=interleaved-1f1b", "--stages=8", "--virtual=2",
+              "--microbatches=16", "--activation-bytes=100", "--input-bytes=10", "--nogrid",
+              "--device-memory=1000", "--recompute-stages=auto", "--json=" + plan_json});
   ASSERT_EQ(many.code, 0) << many.err;
+  plan = nlohmann::json::parse(Slurp(plan_json))["recompute_plan"];
+  EXPECT_EQ(plan["stages"], nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 8, 9}));
+  EXPECT_EQ(plan["exhaustive"], false);
   EXPECT_THAT(many.out,
               ::testing::StartsWith("interleaved-1f1b: recomputing stages 0,1,2,3,4,5,6,8,9 of 16 "
                                     "fits --device-memory=1000: the busiest rank peaks at 1000 B "
