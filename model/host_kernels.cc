@@ -76,14 +76,24 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
   SetBlasSingleThreaded();
   BlasReservation& r = Reservation();
   std::lock_guard<std::mutex> lock(r.mu);
-  // Beyond the pool nothing stays mapped to be reserved.
-  concurrent = std::min(concurrent, BlasPoolSize());
+  // Without a limit on mappings none can fail: no facts to read for each buffer.
+  const std::optional<MemoryHeadroom> limit = MappingHeadroom(ReadMemoryFacts());
+  const bool limited = limit.has_value();
+  // Beyond the pool nothing stays mapped to be reserved: past it every use maps, and a
+  // mapping that fails under the limit would retry forever.
+  const int pool = BlasPoolSize();
+  if (limited && concurrent > pool) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "OpenBLAS keeps ", pool, " work buffers mapped for reuse, and ", concurrent,
+        " threads multiplying at once are more: past them it maps a buffer on each use, "
+        "and retries forever where a mapping fails, which a limit on mappings makes possible: ",
+        DescribeHeadroom(*limit)));
+  }
+  concurrent = std::min(concurrent, pool);
   if (concurrent <= r.reserved) return absl::OkStatus();
   std::vector<void*> held;
   held.reserve(concurrent);
   absl::Status status;
-  // Without a limit on mappings none can fail: no facts to read for each buffer.
-  const bool limited = MappingHeadroom(ReadMemoryFacts()).has_value();
   while (static_cast<int>(held.size()) < concurrent) {
     // The first `reserved` come from buffers held at once before: mapped, and free.
     const bool may_map = static_cast<int>(held.size()) >= r.reserved;

@@ -25,7 +25,8 @@ void SetBlasSingleThreaded();
 // Thread-safe; returns at once when that many were made sure of before. Assumes no other
 // thread multiplies meanwhile (one that does may take a buffer this counts on). At most
 // the pool's size (BlasPoolSize) is reserved: past it OpenBLAS maps a buffer on every use,
-// so more streams than that multiplying at once can still hang under such a limit. The
+// so more than that is ResourceExhausted under such a limit (it could hang), and reserves
+// the pool without one. The
 // count is a maximum over calls, not a sum: two trainers stepping at once in one process
 // need a call with both counts added.
 absl::Status ReserveBlasWorkspaces(int concurrent);

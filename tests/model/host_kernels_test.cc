@@ -316,5 +316,33 @@ TEST(HostKernelsTest, ReservationStopsAtOpenBlasPool) {
   EXPECT_EQ(host::ReservedBlasWorkspaces(), host::BlasPoolSize());
 }
 
+// Under a mapping limit more threads than the pool would map on each use, and could
+// hang there: refused, naming the pool and the limit, even with room to spare now.
+TEST(HostKernelsTest, MoreThreadsThanThePoolAreRefusedUnderAMappingLimit) {
+  PS_SKIP_UNDER_SANITIZERS();
+  const int pool = host::BlasPoolSize();
+  host::SetBlasSingleThreaded();  // before the fork (the child's OpenBLAS threads are gone)
+  const std::optional<int> code =
+      pipesched::testing::RunWithCappedAddressSpace(std::size_t{4} << 30, [pool] {
+        ::alarm(60);
+        const absl::Status status = host::ReserveBlasWorkspaces(pool + 1);
+        if (!absl::IsResourceExhausted(status)) return 10;
+        const std::string expected_start = absl::StrCat(
+            "OpenBLAS keeps ", pool, " work buffers mapped for reuse, and ", pool + 1,
+            " threads multiplying at once are more: past them it maps a buffer on each use, "
+            "and retries forever where a mapping fails, which a limit on mappings makes "
+            "possible: this process's address-space limit (ulimit -v) leaves ");
+        if (std::string(status.message()).rfind(expected_start, 0) != 0) {
+          std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+          return 11;
+        }
+        // The pool itself is still fine to ask for.
+        return host::ReserveBlasWorkspaces(1).ok() ? 0 : 12;
+      });
+  ASSERT_TRUE(code.has_value()) << "the child hung (SIGALRM) or crashed";
+  EXPECT_EQ(*code, 0) << "3/4: setup failed, 10: not ResourceExhausted, 11: another message, "
+                         "12: one buffer refused";
+}
+
 }  // namespace
 }  // namespace pipesched::model
