@@ -311,8 +311,9 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // latency as its transfer time (what the machine really costs a dependency; from all
   // measured steps where the median step has no sample), and the stream's measured gap
   // between actions (the runtime's overhead between two actions of a stream).
-  scheduler::CostModel plain =
-      stages::MeasuredCostModel({&med.timeline}, trainer->executor(), {&med.phases});
+  PS_ASSIGN_OR_RETURN(
+      scheduler::CostModel plain,
+      stages::MeasuredCostModel({&med.timeline}, trainer->executor(), {&med.phases}));
   std::vector<const stages::IdleAnalysis*> pointers;
   for (const stages::IdleAnalysis& x : analyses) pointers.push_back(&x);
   const std::vector<double> pooled = stages::MedianHandoff(pointers);
@@ -392,10 +393,11 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
                            .replayed = row.replayed});
       continue;
     }
-    scheduler::CostModel step_costs = stages::WithHandoffLatency(
-        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor(),
-                                  {&results[k].phases}),
-        handoff_of(analyses[k]));
+    PS_ASSIGN_OR_RETURN(scheduler::CostModel step_measured,
+                        stages::MeasuredCostModel({&results[k].timeline}, trainer->executor(),
+                                                  {&results[k].phases}));
+    scheduler::CostModel step_costs =
+        stages::WithHandoffLatency(std::move(step_measured), handoff_of(analyses[k]));
     step_costs.action_gap = std::max(gap_of(analyses[k]), 0.0);
     PS_ASSIGN_OR_RETURN(scheduler::SimResult step_sim,
                         scheduler::Simulate(trainer->schedule(), step_costs));

@@ -267,7 +267,7 @@ absl::Status Train(const CommandContext& ctx) {
   // really cost on this machine (stages/bubble_analysis.h).
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, p));
-  const scheduler::CostModel handoff_costs = HandoffCosts(*trainer, idle);
+  PS_ASSIGN_OR_RETURN(const scheduler::CostModel handoff_costs, HandoffCosts(*trainer, idle));
   const double measured_gap = stages::MedianGap({&idle});  // -1: no sample (JSON: null)
   PS_ASSIGN_OR_RETURN(scheduler::SimResult with_handoff,
                       scheduler::Simulate(trainer->schedule(), handoff_costs));

@@ -129,10 +129,11 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   return config;
 }
 
-scheduler::CostModel HandoffCosts(const stages::Trainer& trainer,
-                                  const stages::IdleAnalysis& idle) {
+absl::StatusOr<scheduler::CostModel> HandoffCosts(const stages::Trainer& trainer,
+                                                  const stages::IdleAnalysis& idle) {
+  PS_ASSIGN_OR_RETURN(scheduler::CostModel measured, trainer.MeasuredCosts());
   scheduler::CostModel costs =
-      stages::WithHandoffLatency(trainer.MeasuredCosts(), stages::MedianHandoff({&idle}));
+      stages::WithHandoffLatency(std::move(measured), stages::MedianHandoff({&idle}));
   costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);  // -1: no sample
   return costs;
 }
@@ -243,7 +244,7 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   const scheduler::Schedule& run = trainer->schedule();  // with its ALLREDUCEs when D > 1
   PS_ASSIGN_OR_RETURN(stages::IdleAnalysis idle,
                       stages::AnalyzeIdle(last.timeline, last.issue_micros, run.num_ranks()));
-  const scheduler::CostModel costs = HandoffCosts(*trainer, idle);
+  PS_ASSIGN_OR_RETURN(const scheduler::CostModel costs, HandoffCosts(*trainer, idle));
   scheduler::GeneratorParams shape{.num_ranks = run.num_ranks(),
                                    .num_microbatches = run.num_microbatches,
                                    .num_chunks = run.num_chunks(),

@@ -42,7 +42,8 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
 // The trainer's measured plan on this machine: MeasuredCosts() with each boundary's
 // effective hand-off latency and the stream's gap between actions from `idle` (one step's
 // stages::AnalyzeIdle), as `train --save-costs` writes it.
-scheduler::CostModel HandoffCosts(const stages::Trainer& trainer, const stages::IdleAnalysis& idle);
+absl::StatusOr<scheduler::CostModel> HandoffCosts(const stages::Trainer& trainer,
+                                                  const stages::IdleAnalysis& idle);
 
 // --recompute-stages=auto, then the trainer: stages::PlanRecompute(*config) (refused,
 // InvalidArgument, for a schedule whose order a search with search_steps > 0 would replace

@@ -16,10 +16,12 @@
 // which never include a CUDA header. CUDA embedders also include
 // "runtime/cuda_runtime.h" (the cudaStream_t behind a Stream) and "base/cuda_check.h";
 // both include <cuda_runtime_api.h>, so this header does not. Errors are absl::Status
-// values; nothing throws. See docs/embedding.md.
+// values; nothing throws but Backend::device with an index out of range. See
+// docs/embedding.md.
 #pragma once
 
 #include "base/file_util.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "comm/all_reduce.h"
@@ -34,6 +36,7 @@
 #include "pipesched/version.h"
 #include "runtime/runtime.h"
 #include "scheduler/action.h"
+#include "scheduler/compare.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/formats.h"
 #include "scheduler/formulas.h"

@@ -207,7 +207,8 @@ class Device {
   // memory_stats() from this call on. Host memory is 64-byte aligned; 0 bytes gives an
   // empty Buffer. ResourceExhausted naming the device, the size requested and the bytes
   // free when it cannot be satisfied (BackendOptions::memory_capacity_bytes or the GPU);
-  // InvalidArgument when `stream` belongs to another backend. Returns immediately.
+  // InvalidArgument when `stream` belongs to another backend (host: another backend
+  // object too) or, on the host, to another device. Returns immediately.
   virtual absl::StatusOr<Buffer> Allocate(std::size_t bytes, Stream& stream) = 0;
 
   // Copies `bytes` from `src` (any device of the same backend) to `dst`. Enqueued on
@@ -266,6 +267,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
   virtual int device_count() const = 0;
+  // `index` must be in [0, device_count()): outside it is a programming error, and
+  // throws std::out_of_range (vector::at's), the one exception of this API.
   virtual Device& device(int index) = 0;
 };
 

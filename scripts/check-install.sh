@@ -76,6 +76,14 @@ for h in $(git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' 'runtime/*.h' 'mo
   esac
   fail "$h is neither installed nor internal: add it to PIPESCHED_PUBLIC_HEADERS_<module> in CMakeLists.txt (and pipesched/pipesched.h), or to the internal lists in this script"
 done
+# The umbrella brings in every installed header but the CUDA-facing two (docs/embedding.md).
+for h in $(cd "$inc" && find . -name '*.h' | sed 's|^\./||' | sort); do
+  case $h in
+  pipesched.h | pipesched/version.h | version.h | base/cuda_check.h | runtime/cuda_runtime.h) continue ;;
+  esac
+  grep -qF "#include \"$h\"" "$inc/pipesched.h" ||
+    fail "include/pipesched/$h is installed but pipesched/pipesched.h does not include it: add it there"
+done
 version=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")$/\1/p' "$cmakedir/pipeschedConfigVersion.cmake")
 [ -n "$version" ] || fail "no PACKAGE_VERSION in pipeschedConfigVersion.cmake"
 grep -q "#define PIPESCHED_VERSION_STRING \"$version\"" "$inc/version.h" ||

@@ -169,6 +169,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of data-parallel replicas must be at least 1, not ", options.num_replicas));
   }
+  if (!factory) {
+    return absl::InvalidArgumentError(
+        "the stage factory is empty: give a function that makes each stage's StageWork");
+  }
   if (!(options.step_timeout_seconds >= 0) || !std::isfinite(options.step_timeout_seconds)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the step timeout must be >= 0 seconds (0 = none), not ", options.step_timeout_seconds));
@@ -268,6 +272,28 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       if (!same) {
         return absl::InvalidArgumentError(absl::StrCat("replica ", d, " of stage ", s,
                                                        " has gradients shaped unlike replica 0's"));
+      }
+      // Buffers are sized by replica 0's works: another replica's must take the same.
+      const StageWork& first = *ex->works_[s];
+      const StageWork& other = ex->work(d, s);
+      const struct {
+        const char* name;
+        std::int64_t first, other;
+      } sizes[] = {{"input_bytes()", static_cast<std::int64_t>(first.input_bytes()),
+                    static_cast<std::int64_t>(other.input_bytes())},
+                   {"output_bytes()", static_cast<std::int64_t>(first.output_bytes()),
+                    static_cast<std::int64_t>(other.output_bytes())},
+                   {"target_bytes()", static_cast<std::int64_t>(first.target_bytes()),
+                    static_cast<std::int64_t>(other.target_bytes())},
+                   {"stash_bytes()", first.stash_bytes(), other.stash_bytes()},
+                   {"workspace_bytes()", first.workspace_bytes(), other.workspace_bytes()},
+                   {"recompute_bytes()", first.recompute_bytes(), other.recompute_bytes()}};
+      for (const auto& [name, want, got] : sizes) {
+        if (want != got) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("replica ", d, " of stage ", s, "'s ", name, " is ", got,
+                           " but replica 0's is ", want, ": every replica runs the same stage"));
+        }
       }
     }
   }
@@ -980,6 +1006,13 @@ absl::Status Executor::SynchronizeAll() {
 }
 
 absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
+  // An aborted step may have left a host function running that a new step's first
+  // synchronisation would wait on forever; any failed step left failed streams.
+  if (!failed_step_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a previous step of this executor failed (", failed_step_.message(),
+                     "): its streams stay failed; make a new Executor"));
+  }
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   const std::size_t in_bytes = static_cast<std::size_t>(M) * works_[0]->input_bytes();
   const std::size_t tg_bytes = static_cast<std::size_t>(M) * works_[S - 1]->target_bytes();
@@ -1038,6 +1071,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   const auto t1 = std::chrono::steady_clock::now();
   for (auto& rk : ranks_) rk->free_pending = false;
   if (!issued.ok() || !synced.ok()) {
+    failed_step_ = issued.ok() ? synced : issued;
     for (auto& sl : slots_) {  // drop what a failed step left behind (streams are idle)
       sl->input = runtime::Buffer();
       sl->input_ready = false;
@@ -1225,9 +1259,9 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>& timelines,
-                                       const Executor& executor,
-                                       const std::vector<const std::vector<trace::Span>*>& phases) {
+absl::StatusOr<scheduler::CostModel> MeasuredCostModel(
+    const std::vector<const trace::Timeline*>& timelines, const Executor& executor,
+    const std::vector<const std::vector<trace::Span>*>& phases) {
   const int S = executor.num_stages();
   std::vector<std::map<std::string, std::vector<double>>> by_stage(S);
   std::vector<std::vector<double>> transfers(std::max(S - 1, 0));
@@ -1255,8 +1289,14 @@ scheduler::CostModel MeasuredCostModel(const std::vector<const trace::Timeline*>
   for (int s = 0; s < S; ++s) {
     scheduler::StageCosts c;
     auto& ops = by_stage[s];
+    const bool has_b = !ops["B"].empty(), has_iw = !ops["I"].empty() && !ops["W"].empty();
+    if (ops["F"].empty() || (!has_b && !has_iw)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the timelines hold no measured ", ops["F"].empty() ? "F" : "backward (B, or I and W)",
+          " of stage ", s, " of ", S,
+          ": give the timelines of steps this executor ran (StepResult::timeline)"));
+    }
     c.f = Median(ops["F"]);
-    const bool has_b = !ops["B"].empty(), has_iw = !ops["I"].empty();
     if (has_iw) {
       c.i = Median(ops["I"]);
       c.w = Median(ops["W"]);

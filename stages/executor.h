@@ -230,6 +230,8 @@ class Executor {
   std::vector<runtime::Buffer> inputs_, targets_, losses_;  // [replica]
   std::vector<int> last_backward_mb_;  // [stage]: micro-batch of the last B/W issued
   std::vector<bool> last_backward_is_w_;
+  // The first failed step's status: the streams stay failed, so later steps are refused.
+  absl::Status failed_step_;
   bool aborted_ = false;             // a step was aborted: the streams are poisoned
   bool abandoned_ = false;           // ... and some did not drain (a host function did not return)
   std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
@@ -252,8 +254,10 @@ class Executor {
 // executor's activation_bytes, workspace_bytes, input_bytes and recompute_bytes. Stages
 // that ran B only get I = W = B / 2 (with recomputation W = (B - F) / 2 and I = B - W: the
 // second forward is part of I); stages that ran I and W get B = I + W. Null entries, and spans
-// whose duration is not finite and non-negative, are skipped.
-scheduler::CostModel MeasuredCostModel(
+// whose duration is not finite and non-negative, are skipped. FailedPrecondition naming the
+// stage when one has no measured F or no backward (B, or I and W) in `timelines` (none
+// given, or timelines of another executor): its times would be made up.
+absl::StatusOr<scheduler::CostModel> MeasuredCostModel(
     const std::vector<const trace::Timeline*>& timelines, const Executor& executor,
     const std::vector<const std::vector<trace::Span>*>& phases = {});
 

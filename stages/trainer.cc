@@ -449,7 +449,10 @@ absl::Status Trainer::SaveParameters(const std::string& path) const {
   return model::WriteSafetensors(path, file);
 }
 
-scheduler::CostModel Trainer::MeasuredCosts() const {
+absl::StatusOr<scheduler::CostModel> Trainer::MeasuredCosts() const {
+  if (timelines_.empty()) {
+    return absl::FailedPreconditionError("no step has run yet: nothing measured to plan from");
+  }
   std::vector<const trace::Timeline*> used;
   std::vector<const std::vector<trace::Span>*> phases;
   for (std::size_t i = timelines_.size() > 1 ? 1 : 0; i < timelines_.size(); ++i) {
@@ -460,11 +463,8 @@ scheduler::CostModel Trainer::MeasuredCosts() const {
 }
 
 absl::StatusOr<scheduler::SimResult> Trainer::Planned() const {
-  if (timelines_.empty()) {
-    return absl::FailedPreconditionError("no step has run yet: nothing measured to plan from");
-  }
-  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim,
-                      scheduler::Simulate(executor_->schedule(), MeasuredCosts()));
+  PS_ASSIGN_OR_RETURN(const scheduler::CostModel costs, MeasuredCosts());
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(executor_->schedule(), costs));
   sim.timeline.time_unit = "us";
   sim.timeline.name = absl::StrCat(executor_->schedule().name, " (planned from measured costs)");
   return sim;

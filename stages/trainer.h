@@ -123,8 +123,8 @@ class Trainer {
   // is left out once there are more). FailedPrecondition before any step.
   absl::StatusOr<scheduler::SimResult> Planned() const;
   // The cost model Planned() simulates with (stages::MeasuredCostModel of the kept
-  // steps); the default CostModel before any step.
-  scheduler::CostModel MeasuredCosts() const;
+  // steps). FailedPrecondition before any step.
+  absl::StatusOr<scheduler::CostModel> MeasuredCosts() const;
 
   const TrainerConfig& config() const { return config_; }
   const scheduler::Schedule& schedule() const { return executor_->schedule(); }

@@ -727,8 +727,25 @@ absl::StatusOr<std::unique_ptr<Event>> HostDevice::CreateEvent(bool timing, std:
   return std::make_unique<HostEvent>(*this, timing, std::move(event_name));
 }
 
+// A stream of another host backend (another set of devices and memory account).
+absl::Status OtherBackend(const HostStream& stream, const HostBackend& backend,
+                          std::string_view what, std::string_view device) {
+  if (&stream.host_device().backend() == &backend) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(Absl(what), " on ", Absl(device), ": stream '",
+                                                 stream.name(),
+                                                 "' belongs to another host backend"));
+}
+
 absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
-  if (AsHostStream(stream) == nullptr) return NotHost(stream, "Allocate");
+  HostStream* host_stream = AsHostStream(stream);
+  if (host_stream == nullptr) return NotHost(stream, "Allocate");
+  PS_RETURN_IF_ERROR(OtherBackend(*host_stream, backend_, "Allocate", description_));
+  // Stream-ordered on this device: its stream's order is the one the memory follows.
+  if (&host_stream->host_device() != this) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Allocate on ", description_, ": stream '", stream.name(), "' is on ",
+        host_stream->host_device().desc(), "; allocate on one of this device's streams"));
+  }
   if (bytes == 0) return Buffer();
   // Beyond 2^62 the sums below would wrap (and no machine has it): refused as they are.
   constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 62;
@@ -798,6 +815,7 @@ void HostDevice::StreamClosed(std::vector<std::function<void()>> deferred_frees,
 absl::Status HostDevice::FreeAsyncImpl(void* data, std::size_t size, Stream& stream) {
   HostStream* host_stream = AsHostStream(stream);
   if (host_stream == nullptr) return NotHost(stream, "FreeAsync");
+  PS_RETURN_IF_ERROR(OtherBackend(*host_stream, backend_, "FreeAsync", description_));
   host_stream->EnqueueFree([this, data, size] { Free(data, size); });
   return absl::OkStatus();
 }
@@ -806,7 +824,9 @@ absl::Status HostDevice::CopyAsync(void* dst, const void* src, std::size_t bytes
                                    const Device& src_device, Stream& stream) {
   HostStream* host_stream = AsHostStream(stream);
   if (host_stream == nullptr) return NotHost(stream, "CopyAsync");
-  if (src_device.kind() != BackendKind::kHost) {
+  PS_RETURN_IF_ERROR(OtherBackend(*host_stream, backend_, "CopyAsync", description_));
+  const auto* host_src = dynamic_cast<const HostDevice*>(&src_device);
+  if (host_src == nullptr || &host_src->backend() != &backend_) {
     return absl::InvalidArgumentError(absl::StrCat("CopyAsync to ", description_, " from ",
                                                    src_device.description(),
                                                    ": devices of different backends"));

@@ -202,6 +202,38 @@ TEST_P(HostRuntime, RecordOnAnotherDevicesStreamIsRejected) {
                        AllOf(HasSubstr("'e0' belongs to host:0"), HasSubstr("'s1' of host:1"))));
 }
 
+// Memory is stream-ordered on its own device, and accounted by its own backend: a
+// stream of another device, or of another backend, is refused.
+TEST_P(HostRuntime, MemoryAndCopiesRefuseStreamsOfOtherDevicesAndBackends) {
+  auto backend = Host(2);
+  auto other = Host(1);
+  PS_ASSERT_OK_AND_ASSIGN(auto s0, backend->device(0).CreateStream("s0"));
+  PS_ASSERT_OK_AND_ASSIGN(auto s1, backend->device(1).CreateStream("s1"));
+  PS_ASSERT_OK_AND_ASSIGN(auto foreign, other->device(0).CreateStream("foreign"));
+  EXPECT_THAT(backend->device(0).Allocate(64, *s1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Allocate on host:0: stream 's1' is on host:1; allocate on one of "
+                                 "this device's streams")));
+  EXPECT_THAT(backend->device(0).Allocate(64, *foreign),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stream 'foreign' belongs to another host backend")));
+  EXPECT_EQ(backend->device(0).memory_stats().current_bytes, 0);
+  EXPECT_EQ(other->device(0).memory_stats().current_bytes, 0);
+  PS_ASSERT_OK_AND_ASSIGN(Buffer a, backend->device(0).Allocate(64, *s0));
+  PS_ASSERT_OK_AND_ASSIGN(Buffer b, backend->device(1).Allocate(64, *s1));
+  EXPECT_THAT(
+      backend->device(1).CopyAsync(b.data(), a.data(), 64, backend->device(0), *foreign),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("belongs to another host backend")));
+  EXPECT_THAT(
+      backend->device(1).CopyAsync(b.data(), a.data(), 64, other->device(0), *s1),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("devices of different backends")));
+  PS_EXPECT_OK(backend->device(1).CopyAsync(b.data(), a.data(), 64, backend->device(0), *s1));
+  EXPECT_THAT(a.FreeAsync(*foreign), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("belongs to another host backend")));
+  EXPECT_TRUE(a);  // kept, and freed by its destructor
+  PS_EXPECT_OK(s1->Synchronize());
+}
+
 TEST_P(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
   auto backend = Host();
   PS_ASSERT_OK_AND_ASSIGN(scenarios::TimingResult timing, scenarios::Timing(backend->device(0)));

@@ -248,7 +248,8 @@ TEST(ExecutorTimingTest, ZeroGradAndOptimizerStepAreTimedAndPredicted) {
   }
   const double makespan = trace::ComputeBubbleStats(r.timeline, 2).makespan;
   EXPECT_GE(r.step_micros, makespan + 2000 + 3000);
-  scheduler::CostModel costs = MeasuredCostModel({&r.timeline}, *ex, {&r.phases});
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::CostModel costs,
+                          MeasuredCostModel({&r.timeline}, *ex, {&r.phases}));
   PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim, scheduler::Simulate(ex->schedule(), costs));
   EXPECT_GE(sim.step_time, sim.makespan + 2000 + 3000);
   // The step's own durations, phases, hand-offs and gaps (none longer than measured)
@@ -413,6 +414,21 @@ TEST(ExecutorToyTest, BadConfigurationsAreErrors) {
   scheduler::Schedule broken = schedule;
   broken.programs[1].pop_back();
   EXPECT_FALSE(Executor::Create(broken, *backend, ToyFactory(2, {})).ok());
+  EXPECT_THAT(
+      Executor::Create(schedule, *backend, StageWorkFactory()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the stage factory is empty")));
+  // Replica 1's micro-batches are twice replica 0's: its buffers, sized by replica 0's
+  // works, would overflow (a heap overflow under ASan before it was refused).
+  StageWorkFactory uneven_replicas =
+      [](int stage, int replica,
+         runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<ToyStage>(stage, 2, ToyOptions{.batch = replica == 0 ? 4 : 8}, device);
+  };
+  auto four_devices = HostBackend(4);
+  EXPECT_THAT(Executor::Create(schedule, *four_devices, uneven_replicas, {.num_replicas = 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("replica 1 of stage 0's input_bytes() is 128 but replica 0's is "
+                                 "64: every replica runs the same stage")));
 
   PS_ASSERT_OK_AND_ASSIGN(auto ex, Executor::Create(schedule, *backend, ToyFactory(2, {})));
   std::vector<float> x(3), t(3);
@@ -429,7 +445,7 @@ TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
   std::vector<float> x, t;
   ToyData(0, 4, 8, x, t);
   PS_ASSERT_OK_AND_ASSIGN(StepResult r, ex->Step(AsInputs(x, t)));
-  scheduler::CostModel costs = MeasuredCostModel({&r.timeline}, *ex);
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::CostModel costs, MeasuredCostModel({&r.timeline}, *ex));
   ASSERT_EQ(costs.stages.size(), 2u);
   for (const scheduler::StageCosts& c : costs.stages) {
     EXPECT_GT(c.f, 0);
@@ -443,7 +459,8 @@ TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
   PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult sim, scheduler::Simulate(ex->schedule(), costs));
   EXPECT_DOUBLE_EQ(sim.step_time, sim.makespan);  // no phases given: not modelled
   // With the step's zero-grad and optimizer spans: each stage's own (one step, one each).
-  scheduler::CostModel with_phases = MeasuredCostModel({&r.timeline}, *ex, {&r.phases});
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::CostModel with_phases,
+                          MeasuredCostModel({&r.timeline}, *ex, {&r.phases}));
   ASSERT_EQ(r.phases.size(), 4u);
   for (const trace::Span& p : r.phases) {
     const scheduler::StageCosts& c = with_phases.stages[p.stage];
@@ -451,8 +468,23 @@ TEST(ExecutorToyTest, MeasuredCostModelReplaysTheRun) {
   }
   EXPECT_EQ(with_phases.stages[1].f, costs.stages[1].f);
   // Null entries are skipped, as the exporters skip them.
-  scheduler::CostModel with_nulls = MeasuredCostModel({&r.timeline, nullptr}, *ex, {nullptr});
+  PS_ASSERT_OK_AND_ASSIGN(scheduler::CostModel with_nulls,
+                          MeasuredCostModel({&r.timeline, nullptr}, *ex, {nullptr}));
   EXPECT_EQ(with_nulls.stages[1].f, costs.stages[1].f);
+  // Nothing measured, or another executor's timeline: no stage's times are made up.
+  EXPECT_THAT(MeasuredCostModel({}, *ex),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("the timelines hold no measured F of stage 0 of 2: give the "
+                                 "timelines of steps this executor ran")));
+  trace::Timeline one_stage = r.timeline;
+  std::erase_if(one_stage.spans, [](const trace::Span& span) { return span.stage == 1; });
+  EXPECT_THAT(
+      MeasuredCostModel({&one_stage}, *ex),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no measured F of stage 1 of 2")));
+  std::erase_if(one_stage.spans, [](const trace::Span& span) { return span.op == "W"; });
+  EXPECT_THAT(MeasuredCostModel({&one_stage}, *ex),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("no measured backward (B, or I and W) of stage 0 of 2")));
   PS_ASSERT_OK_AND_ASSIGN(scheduler::SimResult step,
                           scheduler::Simulate(ex->schedule(), with_phases));
   // A rank's zero-grad can only hold its first action back (with this tiny work rank

@@ -150,8 +150,12 @@ TEST(WatchdogTest, StuckStageCallbackEndsInTimeoutNamingEachRank) {
     std::cout << result.status().message() << "\n";
     EXPECT_GE(elapsed, kTimeout);
     EXPECT_LT(elapsed, kBound);
-    // The executor is unusable afterwards: the next step fails at once.
-    EXPECT_FALSE(ex->Step(data.inputs()).ok());
+    // The executor is unusable afterwards: the next step fails at once, saying why.
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("a previous step of this executor failed (step timed "
+                                         "out: no action finished for"),
+                               HasSubstr("): its streams stay failed; make a new Executor"))));
   }
   EXPECT_EQ(ThreadCount(), threads_before);
 }
@@ -196,6 +200,13 @@ TEST(WatchdogTest, CallbackThatOutlivesTheAbortKeepsItsBuffersUntilItReturns) {
     EXPECT_THAT(ex->Step(data.inputs()).status(),
                 StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no action finished")));
     EXPECT_FALSE(wrote);  // the executor gave up on it (after the grace period)
+    // A second step is refused before it touches a stream: its first synchronisation
+    // would wait behind the host function still running (forever, for one that never
+    // returns).
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("a previous step of this executor failed")));
+    EXPECT_FALSE(wrote);
     // Destroying the executor: the send stream's deferred free waits for the compute
     // stream's worker.
   }
