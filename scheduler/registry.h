@@ -24,8 +24,9 @@ struct GeneratorParams {
   int num_chunks = 0;        // V; 0 = the schedule's default
   // The costs a cost-aware schedule (ScheduleInfo::uses_costs: zb-1p, zb-2p, zb-v-1p,
   // interleaved-zb-1p, zb-v-half, zb-v-min) is
-  // searched for, per virtual stage as Simulate takes them; nullptr = unit costs. The
-  // others ignore it. Not owned; read only during the call.
+  // searched for, per virtual stage as Simulate takes them (per-stage entries for another
+  // P x V are InvalidArgument, CheckCostsFit); nullptr = unit costs. The others ignore
+  // it. Not owned; read only during the call.
   const CostModel* costs = nullptr;
   // A cost-aware schedule's memory limit instead of its own: at most this many stages'
   // worth of live activations per rank (chunk activations / V, as compare's "peak act"),

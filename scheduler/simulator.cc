@@ -48,7 +48,8 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   // Every time and byte count in range first: a negative time overlaps two pieces of
   // work on one lane, one that is not a number would read as a duration's fault.
   PS_RETURN_IF_ERROR(CheckCostModel(costs));
-  PS_RETURN_IF_ERROR(CheckInputBytes(costs, schedule.num_stages()));
+  // Per-stage entries for another shape would be read for the wrong stages, or not at all.
+  PS_RETURN_IF_ERROR(CheckCostsFit(costs, schedule.num_ranks(), schedule.num_chunks()));
 
   // The stages of each rank, in order: their zero-grads hold its compute lane first.
   std::vector<std::vector<int>> stages_of(P);

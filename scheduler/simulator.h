@@ -64,7 +64,8 @@ struct SimResult {
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
 // InvalidArgument when Validate() would reject it, when CheckCostModel() refuses `costs`
 // (naming the first time outside [0, kMaxCostTime] -- negative, above it, inf or NaN --
-// or byte count outside [0, kMaxCostBytes]), or when a rank's live bytes overflow int64.
+// or byte count outside [0, kMaxCostBytes]) or CheckCostsFit does (per-stage or per-boundary
+// entries for another number of stages), or when a rank's live bytes overflow int64.
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pipesched::scheduler

@@ -718,6 +718,11 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     return absl::InvalidArgumentError(
         absl::StrCat("cannot search a schedule for these costs: ", valid.message()));
   }
+  // Per-stage entries for another shape would be read for the wrong stages.
+  if (absl::Status fits = CheckCostsFit(costs, p, chunks); !fits.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot search ", Absl(name), " for these costs: ", fits.message()));
+  }
   int own_limit = shape.limit(p, chunks);
   if (params.max_activations != 0) {
     // At least one stage's worth: a micro-batch keeps one activation on each chunk of a

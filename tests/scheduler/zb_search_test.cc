@@ -367,10 +367,13 @@ TEST(ZbSearchTest, MaxActivationsReplacesTheOwnLimit) {
     const int p = 2 + static_cast<int>(rng() % 5);
     const int m = 1 + static_cast<int>(rng() % 16);
     const double stages_worth = 1 + (rng() % 8) * 0.25;
-    CostModel costs = RandomStages(rng, 2 * p, /*phases=*/false);
+    const CostModel two_chunks = RandomStages(rng, 2 * p, /*phases=*/false);
+    CostModel one_chunk = two_chunks;  // one entry per virtual stage
+    one_chunk.stages.resize(p);
     SCOPED_TRACE(absl::StrCat("P=", p, " M=", m, " limit ", stages_worth));
     for (const char* name : {"zb-v-1p", "zb-v-min", "zb-2p"}) {
       const int v = name[3] == 'v' ? 2 : 1;
+      const CostModel& costs = v == 2 ? two_chunks : one_chunk;
       PS_ASSERT_OK_AND_ASSIGN(Schedule schedule,
                               GenerateSchedule(name, {.num_ranks = p,
                                                       .num_microbatches = m,
@@ -387,6 +390,12 @@ TEST(ZbSearchTest, MaxActivationsReplacesTheOwnLimit) {
                HasSubstr("zb-v-min cannot keep 0.5 stages' worth of activations per rank: a "
                          "micro-batch holds one on each of a rank's chunks; give a limit from 1 "
                          "to 65536, or 0 for zb-v-min's own")));
+  // Costs for another shape are refused, not read for the wrong stages.
+  const CostModel seven = RandomStages(rng, 7, /*phases=*/false);
+  EXPECT_THAT(GenerateSchedule("zb-2p", {.num_ranks = 2, .num_microbatches = 4, .costs = &seven}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cannot search zb-2p for these costs: cost model: \"stages\" has "
+                                 "7 entries but the schedule has 2 virtual stages")));
   // The others ignore it: their order fixes their memory.
   PS_ASSERT_OK_AND_ASSIGN(Schedule zbv, GenerateSchedule("zb-v", {4, 8, 2}));
   PS_ASSERT_OK_AND_ASSIGN(
