@@ -113,6 +113,12 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
     for (int step = 0; step < static_cast<int>(program.size()); ++step, ++id) {
       index.action_rank_[id] = r;
       const Action& a = program[step];
+      if (static_cast<int>(a.op) >= kNumOps) {
+        return InvalidAt(schedule, r, step,
+                         absl::StrFormat("has op %d, not one of F, B, I, W, SEND_F, RECV_F, "
+                                         "SEND_B, RECV_B, ALLREDUCE",
+                                         static_cast<int>(a.op)));
+      }
       if (a.stage < 0 || a.stage >= S) {
         return InvalidAt(
             schedule, r, step,

@@ -190,6 +190,14 @@ TEST(ValidateTest, RejectsOutOfRangeStageAndMicrobatch) {
   EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
                                     StartsWith("rank 1 step 4: action 1F2 has micro-batch 2, "
                                                "outside [0, 2)")));
+  // An op outside the enum (a hand-built action) is named where it is, not as the
+  // backward it leaves without a forward.
+  s = HandSchedule(2, 1, 2, {"0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"});
+  s.programs[0][1].op = static_cast<Op>(42);
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("rank 0 step 1: action 0?1 has op 42, not one of F, "
+                                               "B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, "
+                                               "ALLREDUCE")));
 }
 
 // ALLREDUCE's micro-batch is ignored, so any other value than the documented -1 is a
