@@ -711,6 +711,19 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("zb-v-min: --refine's order does not fit the devices' memory; "
                                "running the order as searched, which does\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("--search-steps=0: the order searched for unit costs")));
+  // Without a memory limit it runs the refined unit-cost order, and says what it bought.
+  r = RunCli({"train", "--schedule=zb-v-min", "--stages=3", "--microbatches=3",
+              "--microbatch-size=8", "--layers=12", "--hidden=16", "--steps=1", "--backend=host",
+              "--search-steps=0", "--refine"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nzb-v-min: --search-steps=0: the order searched for unit costs, "
+                               "with --refine: its unit-cost step 25 -> 23 (-8.00%)\n"));
+  r = RunCli({"train", "--schedule=zb-1p", "--stages=2", "--layers=3", "--hidden=16", "--steps=1",
+              "--backend=host", "--search-steps=0", "--refine"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nzb-1p: --search-steps=0: the order searched for unit costs, "
+                               "with --refine: no shorter unit-cost step than 25\n"));
   r = RunCli(
       {"train", "--schedule=gpipe", "--stages=2", "--steps=1", "--backend=host", "--refine"});
   EXPECT_EQ(r.code, 2);
