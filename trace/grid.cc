@@ -169,8 +169,8 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   std::string out;
   const std::string unit = timeline.time_unit;
   if (options.header) {
-    absl::StrAppend(&out, timeline.name.empty() ? "timeline" : timeline.name, ": makespan ",
-                    FormatNumber(makespan), " ", unit);
+    absl::StrAppend(&out, timeline.name.empty() ? "timeline" : timeline.name, ": ",
+                    LengthLabel(timeline), " ", FormatNumber(makespan), " ", unit);
     if (num_columns > 0) {
       absl::StrAppend(&out, ", 1 column = ", FormatNumber(col_time), " ", unit);
     }

@@ -236,7 +236,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     // Name and makespan, and what was left out.
     body.Line(Text(kMarginLeft, block.top + 12, 14, kInk, t.name.empty() ? "timeline" : t.name,
                    "font-weight=\"600\""));
-    std::string makespan = absl::StrCat("makespan ", Time(block.makespan), " ", unit);
+    std::string makespan = absl::StrCat(LengthLabel(t), " ", Time(block.makespan), " ", unit);
     const auto not_finite = std::count_if(t.spans.begin(), t.spans.end(),
                                           [](const Span& s) { return !HasFiniteTimes(s); });
     if (not_finite > 0) {

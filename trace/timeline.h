@@ -45,6 +45,16 @@ struct Timeline {
   }
 };
 
+// What a drawing calls the timeline's length: "step time" when it has a step's phases
+// (WithStepPhases: its length is the whole step's, not the schedule's makespan),
+// "makespan" otherwise.
+inline const char* LengthLabel(const Timeline& timeline) {
+  for (const Span& s : timeline.spans) {
+    if (s.op == "ZERO_GRAD" || s.op == "OPTIMIZER") return "step time";
+  }
+  return "makespan";
+}
+
 // `timeline` with `phases` (spans outside the schedule's actions: a step's "ZERO_GRAD"s,
 // which start before the first action, and "OPTIMIZER"s after the last) appended, every
 // span shifted so that the earliest starts at 0, and ", whole step" added to its name:

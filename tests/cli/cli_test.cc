@@ -966,7 +966,7 @@ TEST(CliTest, SimulateAWholeStepWithZeroGradAndOptimizer) {
   // The grid draws the whole step.
   r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
               "--cost-zero-grad=0.5", "--cost-optimizer=1.5", "--color=never"});
-  EXPECT_THAT(r.out, HasSubstr("(simulated), whole step: makespan 11 unit"));
+  EXPECT_THAT(r.out, HasSubstr("(simulated), whole step: step time 11 unit"));
   EXPECT_THAT(r.out, HasSubstr("Z zero gradients  O optimizer step"));
   EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["step_time"].get<double>(), 11);
   r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2", "--nogrid"});

@@ -96,6 +96,15 @@ TEST(GridTest, OptionalPartsAndEmptyTimeline) {
   Timeline empty;
   empty.num_ranks = 2;
   EXPECT_EQ(RenderTimelineGrid(empty), "timeline: makespan 0 unit\nrank 0 | \nrank 1 | \n");
+
+  // With a step's phases the length drawn is the whole step's, and is called so.
+  Timeline step =
+      WithStepPhases(testing::TwoRankTimeline(),
+                     {Span{.rank = 0, .stage = 0, .op = "ZERO_GRAD", .start = -1, .end = 0},
+                      Span{.rank = 0, .stage = 0, .op = "OPTIMIZER", .start = 10.5, .end = 12.5}});
+  EXPECT_EQ(LengthLabel(step), std::string("step time"));
+  EXPECT_THAT(Lines(RenderTimelineGrid(step))[0],
+              ::testing::StartsWith("simulated, whole step: step time 13.5 unit"));
 }
 
 TEST(GridTest, UnknownOpsAndSpansShorterThanAColumn) {
