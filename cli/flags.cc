@@ -1,6 +1,9 @@
 #include "cli/flags.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
@@ -177,12 +180,17 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     std::string error;
     // Numbers are decimal: abseil would also take "0x10" as 16.
     const bool real = flag->IsOfType<double>();
-    if ((integer && !IsIntegerLiteral(value)) || (real && !IsDecimalNumber(value)) ||
+    // A decimal number beyond a double's range would parse as inf, and be reported so.
+    const bool overflows = real && IsDecimalNumber(value) &&
+                           !std::isfinite(std::strtod(std::string(value).c_str(), nullptr));
+    if ((integer && !IsIntegerLiteral(value)) || (real && !IsDecimalNumber(value)) || overflows ||
         !flag->ParseFrom(value, &error)) {
       // An integer that does not parse into an integer flag is out of its type's range.
       const bool huge = integer && IsIntegerLiteral(value);
       std::string expected = "does not parse";
-      if (huge && is_unsigned && value[0] == '-') {
+      if (overflows) {
+        expected = "beyond the range of a number (about 1.8e308)";
+      } else if (huge && is_unsigned && value[0] == '-') {
         expected = "expected a whole number from 0 up, in decimal digits, such as 8";
       } else if (huge) {
         expected = "far beyond any value it takes";

@@ -361,6 +361,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad value '0x10' for --cost-f: expected a number such as 0.5 or 2"},
         BadInput{{"train", "--lr=inf"},
                  "bad value 'inf' for --lr: expected a number such as 0.5 or 2"},
+        // Decimal, but beyond a double: it parsed as inf and was reported as "--lr=inf".
+        BadInput{{"train", "--lr=1e400"},
+                 "bad value '1e400' for --lr: beyond the range of a number (about 1.8e308)"},
         // Outputs are checked before the run, in one line naming what would work.
         BadInput{{"simulate", "--json=/nonexistent/dir/x.json"},
                  "--json=/nonexistent/dir/x.json: the directory /nonexistent/dir does not exist; "
