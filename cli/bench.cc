@@ -493,15 +493,17 @@ std::string Pct(const std::optional<double>& f) { return f ? Pct(*f) : "n/a"; }
 // Share of the idle time, in percent of it.
 double Share(double part, double idle) { return idle > 0 ? 100 * part / idle : 0; }
 
-std::string Mib(const std::vector<std::int64_t>& bytes) {
+// Each rank's peak, in the unit that fits it ("20.0 KiB/26.0 KiB"): a small model's
+// peaks of a few KiB read 0.0 in MiB.
+std::string PeakBytes(const std::vector<std::int64_t>& bytes) {
   std::vector<std::string> parts;
-  for (std::int64_t b : bytes) parts.push_back(absl::StrFormat("%.1f", b / 1048576.0));
+  for (std::int64_t b : bytes) parts.push_back(HumanBytes(b));
   return absl::StrJoin(parts, "/");
 }
 
 // Per rank, or "... per device" when ranks share devices.
-std::string PeakMib(const Row& r) {
-  return r.peak_per_device ? Mib(r.peak_bytes) + " per device" : Mib(r.peak_bytes);
+std::string PeakText(const Row& r) {
+  return r.peak_per_device ? PeakBytes(r.peak_bytes) + " per device" : PeakBytes(r.peak_bytes);
 }
 
 constexpr char kHeaderFormat[] =
@@ -510,7 +512,7 @@ constexpr char kHeaderFormat[] =
 void PrintHeader(std::ostream& out) {
   out << absl::StrFormat(kHeaderFormat, "schedule", "P", "V", "M", "step ms", "samples/s", "closed",
                          "sim", "spread", "replay", "meas", "d pp", "dep", "xfer", "ar", "host",
-                         "imb", "expl", "peak MiB/rank");
+                         "imb", "expl", "peak activations/rank");
 }
 
 void PrintRow(std::ostream& out, const Row& r) {
@@ -529,7 +531,7 @@ void PrintRow(std::ostream& out, const Row& r) {
                          absl::StrFormat("%.0f%%", Share(r.idle.allreduce, r.idle_us)),
                          absl::StrFormat("%.0f%%", Share(r.idle.host, r.idle_us)),
                          absl::StrFormat("%.0f%%", Share(r.idle.imbalance, r.idle_us)),
-                         absl::StrFormat("%.1f%%", Share(r.idle.total(), r.idle_us)), PeakMib(r));
+                         absl::StrFormat("%.1f%%", Share(r.idle.total(), r.idle_us)), PeakText(r));
 }
 
 std::string CsvField(const std::string& s) {
@@ -691,7 +693,7 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
   std::string md =
       "| schedule | P | V | M | step ms | samples/s | closed form | simulated | spread | "
       "replayed | measured | sim - meas (pp) | spread - meas (pp) | dependency | transfer | "
-      "all-reduce | host | imbalance | explained | peak MiB per rank "
+      "all-reduce | host | imbalance | explained | peak activations per rank "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string skipped;
   for (const Row& r : rows) {
@@ -708,7 +710,7 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
                              100 * (r.spread - r.measured), Share(r.idle.dependency, r.idle_us),
                              Share(r.idle.transfer, r.idle_us), Share(r.idle.allreduce, r.idle_us),
                              Share(r.idle.host, r.idle_us), Share(r.idle.imbalance, r.idle_us),
-                             Share(r.idle.total(), r.idle_us), PeakMib(r)));
+                             Share(r.idle.total(), r.idle_us), PeakText(r)));
   }
   if (!skipped.empty()) absl::StrAppend(&md, "\nSkipped:\n\n", skipped);
   return md;

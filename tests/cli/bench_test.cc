@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
+#include "base/strings.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
@@ -114,6 +115,10 @@ TEST(BenchTest, TinySweepWritesOneRowPerConfiguration) {
     // Measured in an exact-accounting step, it is what the simulator predicts, byte for
     // byte (stashes, boundary buffers and each backward's workspace).
     EXPECT_EQ(c["peak_activation_bytes"], c["simulated_peak_activation_bytes"]);
+    // The table gives each rank's peak in a unit that fits it (in MiB these KiB read 0.0).
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat(
+                           "  ", HumanBytes(c["peak_activation_bytes"][0].get<std::int64_t>()), "/",
+                           HumanBytes(c["peak_activation_bytes"][1].get<std::int64_t>()), "\n")));
   }
   EXPECT_EQ(ok, 4);
 
