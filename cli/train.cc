@@ -321,6 +321,20 @@ absl::Status Train(const CommandContext& ctx) {
       "measured %.3f ms, replayed %.3f ms (with its own zero-grads and optimizer steps)\n",
       measured.bubble_fraction, replayed.bubble_fraction, measured.makespan / 1000,
       replayed.makespan / 1000, last.step_micros / 1000, replayed.step_time / 1000);
+  // What the replay leaves out is the host issuing late: say how much idle time that was
+  // when it shows (more than 1% of the makespan), and why when the executor made it so.
+  if (replayed.makespan < measured.makespan * 0.99) {
+    double idle_us = 0;
+    for (double x : idle.idle) idle_us += x;
+    out << absl::StrFormat(
+        "  the replay does not model the host issuing late%s: %.3f ms of the ranks' %.3f ms "
+        "of idle time waited for the host to issue (bench's 'host' column)\n",
+        trainer->config().exact_memory_accounting || trainer->config().device_memory_bytes > 0
+            ? " (with --device-memory memory is accounted exactly: the host waits for the "
+              "frees before each allocation)"
+            : "",
+        idle.total.host / 1000, idle_us / 1000);
+  }
   auto idle_share = [](const scheduler::SimResult& sim, int r) {
     return sim.makespan > 0 ? sim.ranks[r].idle / sim.makespan : 0.0;
   };
