@@ -180,16 +180,23 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     std::string error;
     // Numbers are decimal: abseil would also take "0x10" as 16.
     const bool real = flag->IsOfType<double>();
-    // A decimal number beyond a double's range would parse as inf, and be reported so.
-    const bool overflows = real && IsDecimalNumber(value) &&
-                           !std::isfinite(std::strtod(std::string(value).c_str(), nullptr));
+    // A decimal number beyond a double's range would parse as inf, one too close to 0
+    // for it as 0, and be reported as that.
+    const double as_double =
+        real && IsDecimalNumber(value) ? std::strtod(std::string(value).c_str(), nullptr) : 0;
+    const bool overflows = !std::isfinite(as_double);
+    const bool underflows = real && IsDecimalNumber(value) && as_double == 0 &&
+                            value.substr(0, value.find_first_of("eE")).find_first_of("123456789") !=
+                                std::string_view::npos;
     if ((integer && !IsIntegerLiteral(value)) || (real && !IsDecimalNumber(value)) || overflows ||
-        !flag->ParseFrom(value, &error)) {
+        underflows || !flag->ParseFrom(value, &error)) {
       // An integer that does not parse into an integer flag is out of its type's range.
       const bool huge = integer && IsIntegerLiteral(value);
       std::string expected = "does not parse";
       if (overflows) {
-        expected = "beyond the range of a number (about 1.8e308)";
+        expected = "beyond the range of a number (about 1.8e308); give a smaller one";
+      } else if (underflows) {
+        expected = "too close to 0 for a number (below about 4.9e-324); give 0 or a larger one";
       } else if (huge && is_unsigned && value[0] == '-') {
         expected = "expected a whole number from 0 up, in decimal digits, such as 8";
       } else if (huge) {

@@ -54,7 +54,8 @@ absl::Status CheckCost(std::string_view flag, double value) {
 }  // namespace
 
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& ctx,
-                                                          const scheduler::CostModel* costs) {
+                                                          const scheduler::CostModel* costs,
+                                                          const std::string& costs_source) {
   std::string from = absl::GetFlag(FLAGS_from);
   if (!from.empty()) {
     for (std::string_view f : {"schedule", "stages", "microbatches", "virtual"}) {
@@ -86,6 +87,14 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   }
   PS_ASSIGN_OR_RETURN(const double max_activations, MaxActivationsFromFlags());
   PS_RETURN_IF_ERROR(CheckSearchFlagsApply(name, /*from_file=*/false, /*refines_any_order=*/true));
+  if (info != nullptr && info->uses_costs && costs != nullptr) {
+    // Said as the cost file's fault, as CheckCostsForSchedule says it for the others.
+    if (absl::Status fit = scheduler::CheckCostsFit(*costs, p, chunks); !fit.ok()) {
+      return costs_source.empty()
+                 ? fit
+                 : absl::InvalidArgumentError(absl::StrCat(costs_source, ": ", fit.message()));
+    }
+  }
   if (info != nullptr && info->uses_costs) NoteLongSearch(ctx, name + "'s order", actions);
   PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule,
                       scheduler::GenerateSchedule(name, {.num_ranks = p,

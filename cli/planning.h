@@ -25,9 +25,11 @@ inline constexpr int kMaxMicrobatches = 1 << 20;
 
 // --schedule/--stages/--microbatches/--virtual, or --from=FILE. Range errors name the
 // flag and the accepted range. A schedule searched for its costs (ScheduleInfo::uses_costs)
-// is searched for `costs` (unit costs when null), once.
+// is searched for `costs` (unit costs when null), once; costs that do not fit its shape
+// are refused first, prefixed with `costs_source` (the --costs file) when given.
 absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
-    const CommandContext& ctx, const scheduler::CostModel* costs = nullptr);
+    const CommandContext& ctx, const scheduler::CostModel* costs = nullptr,
+    const std::string& costs_source = "");
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
 absl::StatusOr<double> MaxActivationsFromFlags();

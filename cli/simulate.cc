@@ -363,7 +363,7 @@ int RunSimulate(const CommandContext& ctx) {
     search_costs = *std::move(unchecked);
   }
   absl::StatusOr<scheduler::ScheduleFile> file =
-      ScheduleFromFlags(ctx, search_costs.has_value() ? &*search_costs : nullptr);
+      ScheduleFromFlags(ctx, search_costs.has_value() ? &*search_costs : nullptr, source);
   if (!file.ok()) return ReportError(ctx, file.status());
   // A generated schedule has no costs of its own: those read above are the flags' costs.
   absl::StatusOr<scheduler::CostModel> costs =

@@ -319,28 +319,28 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
 }
 
 // With --search-steps=0 and --refine a searched schedule runs its unit-cost order refined
-// for unit costs (the Trainer's generator does it): a line saying what that bought, from
-// both orders simulated with unit costs.
-absl::StatusOr<std::string> UnitCostRefineNote(const stages::TrainerConfig& config) {
-  scheduler::GeneratorParams params{.num_ranks = config.stages,
-                                    .num_microbatches = config.microbatches,
-                                    .num_chunks = config.virtual_stages,
-                                    .max_activations = config.max_activations};
-  PS_ASSIGN_OR_RETURN(const scheduler::Schedule plain,
-                      scheduler::GenerateSchedule(config.schedule, params));
-  params.refine = true;
-  PS_ASSIGN_OR_RETURN(const scheduler::Schedule refined,
-                      scheduler::GenerateSchedule(config.schedule, params));
+// for unit costs (the Trainer's generator did it; `refined` is the order it runs): a line
+// saying what that bought, from both orders simulated with unit costs. Empty when the
+// order without --refine cannot be made (the run goes on without the line).
+std::string UnitCostRefineNote(const stages::TrainerConfig& config,
+                               const scheduler::Schedule& refined) {
+  absl::StatusOr<scheduler::Schedule> plain =
+      scheduler::GenerateSchedule(config.schedule, {.num_ranks = config.stages,
+                                                    .num_microbatches = config.microbatches,
+                                                    .num_chunks = config.virtual_stages,
+                                                    .max_activations = config.max_activations});
   const scheduler::CostModel unit;
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult was, scheduler::Simulate(plain, unit));
-  PS_ASSIGN_OR_RETURN(const scheduler::SimResult is, scheduler::Simulate(refined, unit));
+  absl::StatusOr<scheduler::SimResult> was =
+      plain.ok() ? scheduler::Simulate(*plain, unit) : plain.status();
+  absl::StatusOr<scheduler::SimResult> is = scheduler::Simulate(refined, unit);
+  if (!was.ok() || !is.ok()) return "";
   const std::string what = absl::StrCat(
       config.schedule, ": --search-steps=0: the order searched for unit costs, with --refine: ");
-  if (is.step_time < was.step_time * (1 - 1e-9)) {
-    return absl::StrFormat("%sits unit-cost step %.6g -> %.6g (%+.2f%%)\n", what, was.step_time,
-                           is.step_time, 100 * (is.step_time - was.step_time) / was.step_time);
+  if (is->step_time < was->step_time * (1 - 1e-9)) {
+    return absl::StrFormat("%sits unit-cost step %.6g -> %.6g (%+.2f%%)\n", what, was->step_time,
+                           is->step_time, 100 * (is->step_time - was->step_time) / was->step_time);
   }
-  return absl::StrFormat("%sno shorter unit-cost step than %.6g\n", what, was.step_time);
+  return absl::StrFormat("%sno shorter unit-cost step than %.6g\n", what, was->step_time);
 }
 
 }  // namespace
@@ -353,10 +353,7 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainer(stages::TrainerCo
     absl::StatusOr<std::unique_ptr<stages::Trainer>> trainer = stages::Trainer::Create(*config);
     const bool unit_refined =
         config->refine && !config->schedule_override && info != nullptr && info->uses_costs;
-    if (trainer.ok() && unit_refined) {
-      PS_ASSIGN_OR_RETURN(const std::string line, UnitCostRefineNote(*config));
-      *note += line;
-    }
+    if (trainer.ok() && unit_refined) *note += UnitCostRefineNote(*config, (*trainer)->schedule());
     if (trainer.ok() || !config->refine ||
         trainer.status().code() != absl::StatusCode::kResourceExhausted) {
       return trainer;

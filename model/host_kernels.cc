@@ -87,7 +87,8 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
         "OpenBLAS keeps ", pool, " work buffers mapped for reuse, and ", concurrent,
         " threads multiplying at once are more: past them it maps a buffer on each use, "
         "and retries forever where a mapping fails, which a limit on mappings makes possible: ",
-        DescribeHeadroom(*limit)));
+        DescribeHeadroom(*limit), "; use at most ", pool,
+        " threads multiplying at once, or lift the limit"));
   }
   concurrent = std::min(concurrent, pool);
   if (concurrent <= r.reserved) return absl::OkStatus();
@@ -105,7 +106,8 @@ absl::Status ReserveBlasWorkspaces(int concurrent) {
         status = absl::ResourceExhaustedError(absl::StrCat(
             "OpenBLAS maps a ", HumanBytes(r.buffer_bytes), " work buffer for each of ", concurrent,
             " threads multiplying at once and cannot map buffer ", held.size() + 1,
-            " (it would retry forever): ", DescribeHeadroom(*room)));
+            " (it would retry forever): ", DescribeHeadroom(*room),
+            "; use fewer threads multiplying at once, or raise that limit"));
         break;
       }
     }

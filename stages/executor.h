@@ -138,7 +138,8 @@ class Executor {
   // watchdog's DeadlineExceeded (ExecutorOptions::step_timeout_seconds); either way the
   // step's streams are aborted. InvalidArgument when the inputs have the wrong size. A
   // stream that failed stays failed (runtime semantics): after a failed step, make a new
-  // Executor.
+  // Executor. A step after a failed one is FailedPrecondition (quoting the first line of
+  // that failure) before it touches a stream, which may still run a host function.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
   // The schedule as run (with the ALLREDUCE actions placed when D > 1).

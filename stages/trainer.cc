@@ -266,9 +266,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   // the memory left for activations is read below.
   if (absl::Status math = model::PrepareMath(t->backend_->kind(), P * D); !math.ok()) {
     return absl::Status(math.code(),
-                        absl::StrCat(math.message(), "; the pipeline multiplies on ", P * D,
-                                     " compute streams at once (--stages x --replicas): use "
-                                     "fewer, or raise the limit named"));
+                        absl::StrCat(math.message(), " (the pipeline multiplies on its ", P * D,
+                                     " compute streams at once: --stages x --replicas)"));
   }
 
   // Activations are allocated step by step: refuse now a plan whose peak cannot fit,

@@ -733,7 +733,8 @@ absl::Status OtherBackend(const HostStream& stream, const HostBackend& backend,
   if (&stream.host_device().backend() == &backend) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(Absl(what), " on ", Absl(device), ": stream '",
                                                  stream.name(),
-                                                 "' belongs to another host backend"));
+                                                 "' belongs to another host backend; use a stream "
+                                                 "of this device's backend"));
 }
 
 absl::StatusOr<Buffer> HostDevice::Allocate(std::size_t bytes, Stream& stream) {
@@ -827,9 +828,10 @@ absl::Status HostDevice::CopyAsync(void* dst, const void* src, std::size_t bytes
   PS_RETURN_IF_ERROR(OtherBackend(*host_stream, backend_, "CopyAsync", description_));
   const auto* host_src = dynamic_cast<const HostDevice*>(&src_device);
   if (host_src == nullptr || &host_src->backend() != &backend_) {
-    return absl::InvalidArgumentError(absl::StrCat("CopyAsync to ", description_, " from ",
-                                                   src_device.description(),
-                                                   ": devices of different backends"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyAsync to ", description_, " from ", src_device.description(),
+        host_src == nullptr ? ": devices of different backends"
+                            : " of another host backend; copy between devices of one backend"));
   }
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {

@@ -363,7 +363,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad value 'inf' for --lr: expected a number such as 0.5 or 2"},
         // Decimal, but beyond a double: it parsed as inf and was reported as "--lr=inf".
         BadInput{{"train", "--lr=1e400"},
-                 "bad value '1e400' for --lr: beyond the range of a number (about 1.8e308)"},
+                 "bad value '1e400' for --lr: beyond the range of a number (about 1.8e308); "
+                 "give a smaller one"},
+        BadInput{{"train", "--lr=1e-400"},
+                 "bad value '1e-400' for --lr: too close to 0 for a number (below about "
+                 "4.9e-324); give 0 or a larger one"},
         // Outputs are checked before the run, in one line naming what would work.
         BadInput{{"simulate", "--json=/nonexistent/dir/x.json"},
                  "--json=/nonexistent/dir/x.json: the directory /nonexistent/dir does not exist; "
@@ -451,6 +455,13 @@ TEST(CliTest, BadCostFilesAreOneLineErrors) {
        {},
        "\"stages\" has 5 entries but the schedule has 2 virtual stages (P=2 x V=1)"},
       {R"({"version": 1, "stages": [{"f": 2}]})", {}, "\"stages\" has 1 entry"},
+      // The same for schedules searched for the costs, refused before the search.
+      {R"({"version": 1, "stages": [{}, {}, {}, {}, {}]})",
+       {"--schedule=zb-1p"},
+       "\"stages\" has 5 entries but the schedule has 2 virtual stages (P=2 x V=1)"},
+      {R"({"version": 1, "comm": [5]})",
+       {"--schedule=zb-v-1p", "--stages=4"},
+       "\"comm\" has 1 entry but the schedule has 7 stage boundaries"},
       // nlohmann kept the last of two values without a word (f = 5 here).
       {R"({"version": 1, "default": {"f": 1, "f": 5}})",
        {},

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/host_memory.h"
 #include "gtest/gtest.h"
@@ -332,8 +333,12 @@ TEST(HostKernelsTest, MoreThreadsThanThePoolAreRefusedUnderAMappingLimit) {
             " threads multiplying at once are more: past them it maps a buffer on each use, "
             "and retries forever where a mapping fails, which a limit on mappings makes "
             "possible: this process's address-space limit (ulimit -v) leaves ");
-        if (std::string(status.message()).rfind(expected_start, 0) != 0) {
-          std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+        const std::string message(status.message());
+        if (message.rfind(expected_start, 0) != 0 ||
+            !absl::EndsWith(message, absl::StrCat("; use at most ", pool,
+                                                  " threads multiplying at once, or lift the "
+                                                  "limit"))) {
+          std::fprintf(stderr, "%s\n", message.c_str());
           return 11;
         }
         // The pool itself is still fine to ask for.

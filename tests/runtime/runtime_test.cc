@@ -214,9 +214,11 @@ TEST_P(HostRuntime, MemoryAndCopiesRefuseStreamsOfOtherDevicesAndBackends) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("Allocate on host:0: stream 's1' is on host:1; allocate on one of "
                                  "this device's streams")));
-  EXPECT_THAT(backend->device(0).Allocate(64, *foreign),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("stream 'foreign' belongs to another host backend")));
+  EXPECT_THAT(
+      backend->device(0).Allocate(64, *foreign),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("stream 'foreign' belongs to another host backend; use a stream of "
+                         "this device's backend")));
   EXPECT_EQ(backend->device(0).memory_stats().current_bytes, 0);
   EXPECT_EQ(other->device(0).memory_stats().current_bytes, 0);
   PS_ASSERT_OK_AND_ASSIGN(Buffer a, backend->device(0).Allocate(64, *s0));
@@ -226,7 +228,9 @@ TEST_P(HostRuntime, MemoryAndCopiesRefuseStreamsOfOtherDevicesAndBackends) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("belongs to another host backend")));
   EXPECT_THAT(
       backend->device(1).CopyAsync(b.data(), a.data(), 64, other->device(0), *s1),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("devices of different backends")));
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("CopyAsync to host:1 from host:0 of another host backend; copy between "
+                         "devices of one backend")));
   PS_EXPECT_OK(backend->device(1).CopyAsync(b.data(), a.data(), 64, backend->device(0), *s1));
   EXPECT_THAT(a.FreeAsync(*foreign), StatusIs(absl::StatusCode::kInvalidArgument,
                                               HasSubstr("belongs to another host backend")));

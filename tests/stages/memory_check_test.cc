@@ -236,9 +236,10 @@ TEST(MemoryCheckTest, TrainerRefusesWhenOpenBlasCannotMapItsWorkBuffers) {
         message.rfind("OpenBLAS maps a ", 0) == 0 &&
         message.find("this process's address-space limit (ulimit -v) leaves ") !=
             std::string::npos &&
-        message.find(absl::StrCat("; the pipeline multiplies on ", streams,
-                                  " compute streams at once (--stages x --replicas): use fewer, "
-                                  "or raise the limit named")) != std::string::npos;
+        message.find(absl::StrCat("; use fewer threads multiplying at once, or raise that "
+                                  "limit (the pipeline multiplies on its ",
+                                  streams, " compute streams at once: --stages x --replicas)")) !=
+            std::string::npos;
     if (!right) std::fprintf(stderr, "%s\n", message.c_str());
     return right ? 0 : 22;
   });
