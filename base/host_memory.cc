@@ -151,6 +151,7 @@ std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts) {
   consider(facts.address_space_limit, facts.vm_size, MemoryBound::kAddressSpace);
   consider(facts.data_limit, facts.vm_data, MemoryBound::kDataSize);
   consider(facts.cgroup_headroom, std::int64_t{0}, MemoryBound::kCgroup);
+  consider(facts.commit_limit, facts.committed, MemoryBound::kCommit);
   return least;
 }
 
@@ -159,7 +160,9 @@ std::optional<MemoryHeadroom> MappingHeadroom(const MemoryFacts& facts) {
                           .address_space_limit = facts.address_space_limit,
                           .vm_size = facts.vm_size,
                           .data_limit = facts.data_limit,
-                          .vm_data = facts.vm_data};
+                          .vm_data = facts.vm_data,
+                          .commit_limit = facts.commit_limit,
+                          .committed = facts.committed};
   const std::optional<MemoryHeadroom> least = HeadroomOf(limits_only);
   if (!least.has_value() || least->bound == MemoryBound::kMachine) return std::nullopt;
   return least;
@@ -169,6 +172,11 @@ MemoryFacts ReadMemoryFacts() {
   MemoryFacts facts;
   if (std::optional<std::string> meminfo = ReadSmallFile("/proc/meminfo")) {
     facts.mem_available = KeyedValue(*meminfo, "MemAvailable:", true);
+    const std::optional<std::string> mode = ReadSmallFile("/proc/sys/vm/overcommit_memory");
+    if (mode.has_value() && !mode->empty() && (*mode)[0] == '2') {
+      facts.commit_limit = KeyedValue(*meminfo, "CommitLimit:", true);
+      facts.committed = KeyedValue(*meminfo, "Committed_AS:", true);
+    }
   }
   facts.address_space_limit = Limit(RLIMIT_AS);
   facts.data_limit = Limit(RLIMIT_DATA);
@@ -199,6 +207,9 @@ std::string DescribeHeadroom(const MemoryHeadroom& headroom) {
       return absl::StrCat("this process's address-space limit (ulimit -v) leaves ", bytes);
     case MemoryBound::kDataSize:
       return absl::StrCat("this process's data-size limit (ulimit -d) leaves ", bytes);
+    case MemoryBound::kCommit:
+      return absl::StrCat(
+          "the kernel's commit limit (strict overcommit, vm.overcommit_memory=2) leaves ", bytes);
     case MemoryBound::kCgroup:
       return absl::StrCat("the memory cgroup's limit (a container's) leaves ", bytes);
   }

@@ -20,6 +20,7 @@ enum class MemoryBound {
   kAddressSpace,  // RLIMIT_AS (ulimit -v) less the process's VmSize
   kDataSize,      // RLIMIT_DATA (ulimit -d) less its VmData
   kCgroup,        // a memory cgroup's limit (a container's) less what the group cannot reclaim
+  kCommit,        // strict overcommit (vm.overcommit_memory=2): CommitLimit less Committed_AS
 };
 
 struct MemoryHeadroom {
@@ -36,18 +37,24 @@ struct MemoryFacts {
   // The tightest memory cgroup on the way from this process's group to the root: its
   // limit less its usage without inactive file pages (they are reclaimed first).
   std::optional<std::int64_t> cgroup_headroom;
+  // Under strict overcommit only (vm.overcommit_memory=2), /proc/meminfo's CommitLimit
+  // and Committed_AS: every writable private mapping is charged when it is made, touched
+  // or not, so the kernel refuses one past the limit.
+  std::optional<std::int64_t> commit_limit, committed;
 };
 
 // The least of the bounds in `facts` (a limit below what is used leaves 0; a limit whose
 // use is unknown bounds nothing); ties go to the machine. nullopt without mem_available.
 std::optional<MemoryHeadroom> HeadroomOf(const MemoryFacts& facts);
 
-// The least of the process's own limits on what it maps (ulimit -v, ulimit -d), which
-// bind address space that is mapped but never touched, unlike the machine's memory or a
-// cgroup's; nullopt when neither is set (or what it has used is unknown).
+// The least of the limits on what the process maps (ulimit -v, ulimit -d, and the kernel's
+// commit limit under strict overcommit), which bind address space that is mapped but
+// never touched, unlike the machine's memory or a cgroup's; nullopt when none is set (or
+// what it has used is unknown).
 std::optional<MemoryHeadroom> MappingHeadroom(const MemoryFacts& facts);
 
-// This process's MemoryFacts, read now (/proc/meminfo, getrlimit, /proc/self/status,
+// This process's MemoryFacts, read now (/proc/meminfo, /proc/sys/vm/overcommit_memory,
+// getrlimit, /proc/self/status,
 // /proc/self/cgroup with cgroup v2's memory.max/current/stat or v1's
 // memory.limit_in_bytes/usage_in_bytes/stat under /sys/fs/cgroup).
 MemoryFacts ReadMemoryFacts();

@@ -99,8 +99,24 @@ TEST(HostMemoryTest, MappingHeadroomIsTheTightestProcessLimit) {
   facts.vm_data = 2 * kGiB;
   EXPECT_EQ(MappingHeadroom(facts)->bytes, kGiB);
   EXPECT_EQ(MappingHeadroom(facts)->bound, MemoryBound::kDataSize);
+  // Under strict overcommit the kernel's commit limit binds mappings too.
+  facts.commit_limit = 10 * kGiB;
+  facts.committed = 9 * kGiB + kGiB / 2;
+  EXPECT_EQ(MappingHeadroom(facts)->bytes, kGiB / 2);
+  EXPECT_EQ(MappingHeadroom(facts)->bound, MemoryBound::kCommit);
+  // Allocations too, where it is the tightest (here the cgroup's 128 MiB is).
+  EXPECT_EQ(HeadroomOf(facts)->bound, MemoryBound::kCgroup);
+  EXPECT_EQ(HeadroomOf({.mem_available = kGiB, .commit_limit = kGiB, .committed = kGiB / 4})->bytes,
+            kGiB * 3 / 4);
+  EXPECT_EQ(DescribeHeadroom(*MappingHeadroom(facts)),
+            "the kernel's commit limit (strict overcommit, vm.overcommit_memory=2) leaves "
+            "512.00 MiB");
+  EXPECT_EQ(MappingHeadroom({.mem_available = kGiB, .commit_limit = kGiB, .committed = 0})->bound,
+            MemoryBound::kCommit);
+  facts.commit_limit = facts.committed = std::nullopt;
   // A limit whose use is unknown bounds nothing.
   EXPECT_FALSE(MappingHeadroom({.mem_available = kGiB, .address_space_limit = kGiB}).has_value());
+  EXPECT_FALSE(MappingHeadroom({.mem_available = kGiB, .commit_limit = kGiB}).has_value());
   facts.vm_size = 5 * kGiB;
   EXPECT_EQ(MappingHeadroom(facts)->bytes, 0);
 }
