@@ -57,8 +57,15 @@ constexpr int kBenchSteps = 5;
 // default of 8 blocks splits 4 + 5 layers at P=2: stage 1 does 30% more work).
 constexpr int kBenchLayers = 17;
 
+// A --from file: one configuration, with the file's P, V and M.
+struct FileConfig {
+  std::string path;
+  scheduler::Schedule schedule;
+};
+
 struct Sweep {
   std::vector<std::string> schedules;
+  std::vector<FileConfig> files;  // --from
   std::vector<int> stages, microbatches;
   int virtual_stages = 0;
   int warmup = 2, steps = kBenchSteps;
@@ -75,8 +82,9 @@ struct Sweep {
 struct Row {
   std::string schedule;
   int p = 0, v = 0, m = 0;
-  std::string skipped;  // empty when it ran
-  bool failed = false;  // skipped because it failed at run time (not bad input)
+  const FileConfig* file = nullptr;  // a --from file's configuration, else null
+  std::string skipped;               // empty when it ran
+  bool failed = false;               // skipped because it failed at run time (not bad input)
   double step_ms = 0, samples_per_s = 0, makespan_ms = 0;
   double sim_ms = 0, sim_plain_ms = 0, replay_ms = 0, ideal_ms = 0;
   // Whole steps (zero-grad + actions + optimizer), simulated and replayed: against step_ms.
@@ -128,11 +136,46 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
   if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
   if (!FlagGiven(ctx, "microbatch_size")) sweep.base.microbatch_size = kBenchMicrobatchSize;
   if (!FlagGiven(ctx, "layers")) sweep.base.model.num_layers = kBenchLayers;
-  PS_ASSIGN_OR_RETURN(sweep.schedules,
-                      SchedulesFromFlag(absl::GetFlag(FLAGS_schedules), SearchStepsGiven(ctx)));
-  PS_ASSIGN_OR_RETURN(sweep.stages, IntList("stages", absl::GetFlag(FLAGS_bench_stages)));
-  PS_ASSIGN_OR_RETURN(sweep.microbatches,
-                      IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
+  // --from: each file one configuration, with its own P, V and M; the generated schedules
+  // run too when --schedules names them.
+  const std::string from = absl::GetFlag(FLAGS_from);
+  const bool generated = from.empty() || FlagGiven(ctx, "schedules");
+  if (!from.empty()) {
+    std::vector<std::string> paths;
+    for (absl::string_view path : absl::StrSplit(from, ',')) {
+      if (path.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--from=", from, ": empty file name; give FILE[,FILE...]"));
+      }
+      if (std::find(paths.begin(), paths.end(), path) != paths.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--from lists ", path, " twice; name each file once"));
+      }
+      paths.emplace_back(path);
+    }
+    for (const std::string& path : paths) {
+      PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule, LoadTrainableSchedule(path));
+      sweep.files.push_back({.path = path, .schedule = std::move(schedule)});
+    }
+    if (!generated) {
+      for (const char* f : {"stages", "microbatches", "virtual"}) {
+        if (FlagGiven(ctx, f)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--", f, " applies to the generated schedules of --schedules; --from's files ",
+              "have their own P, V and M: give --schedules too, or drop --", f));
+        }
+      }
+      PS_RETURN_IF_ERROR(CheckSearchFlagsApply("", /*from_file=*/true,
+                                               /*refines_any_order=*/false, SearchStepsGiven(ctx)));
+    }
+  }
+  if (generated) {
+    PS_ASSIGN_OR_RETURN(sweep.schedules,
+                        SchedulesFromFlag(absl::GetFlag(FLAGS_schedules), SearchStepsGiven(ctx)));
+    PS_ASSIGN_OR_RETURN(sweep.stages, IntList("stages", absl::GetFlag(FLAGS_bench_stages)));
+    PS_ASSIGN_OR_RETURN(sweep.microbatches,
+                        IntList("microbatches", absl::GetFlag(FLAGS_bench_microbatches)));
+  }
   sweep.virtual_stages = absl::GetFlag(FLAGS_virtual);
   // --virtual applies to the schedules with several chunks per rank, the others run one:
   // a sweep with none of the former would ignore it.
@@ -243,8 +286,14 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   config.schedule = row.schedule;
   config.stages = row.p;
   config.microbatches = row.m;
-  const scheduler::ScheduleInfo* info = scheduler::FindSchedule(row.schedule);
+  // A file's order runs as it is, whatever its name.
+  const scheduler::ScheduleInfo* info =
+      row.file != nullptr ? nullptr : scheduler::FindSchedule(row.schedule);
   config.virtual_stages = info != nullptr && info->default_chunks > 1 ? sweep.virtual_stages : 0;
+  if (row.file != nullptr) {
+    config.schedule_override = row.file->schedule;
+    config.virtual_stages = row.v;
+  }
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
   // The searched schedules: searched for this machine's costs, measured in a few steps first.
@@ -460,7 +509,14 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     in.costs.w += c.w / n;
     in.costs.allreduce += c.allreduce / n;
   }
-  row.closed_form = scheduler::ClosedFormBubbleFraction(row.schedule, in);
+  // A file's closed form is its generator's only where the file holds that very order.
+  const std::string& named_as = row.file != nullptr ? row.file->schedule.name : row.schedule;
+  row.closed_form = scheduler::ClosedFormBubbleFraction(named_as, in);
+  if (row.file != nullptr && row.closed_form.has_value()) {
+    absl::StatusOr<scheduler::Schedule> named = scheduler::GenerateSchedule(
+        named_as, {.num_ranks = row.p, .num_microbatches = row.m, .num_chunks = row.v});
+    if (!named.ok() || named->programs != row.file->schedule.programs) row.closed_form.reset();
+  }
 
   // Peak activation memory from one more step with exact accounting (the host waits for
   // stream-ordered frees before issuing: exact, but it would perturb the timed steps), on
@@ -592,6 +648,7 @@ constexpr const char* kColumns[] = {"schedule",
 nlohmann::json RowJson(const Row& r, const Sweep& sweep) {
   nlohmann::json j;
   j["schedule"] = r.schedule;
+  j["from"] = r.file != nullptr ? nlohmann::json(r.file->path) : nlohmann::json();
   j["stages"] = r.p;
   j["virtual"] = r.v;
   j["microbatches"] = r.m;
@@ -860,7 +917,30 @@ int Bench(const CommandContext& ctx) {
   // Host devices compute on CPU threads; configurations with more busy devices than
   // cores run ranks that slow each other down, which no simulation here models.
   const absl::StatusOr<runtime::BackendKind> kind = runtime::ResolveBackend(b.backend);
-  const int most_devices = *std::max_element(sweep.stages.begin(), sweep.stages.end()) * b.replicas;
+  // The configurations: schedules x P x M, then the --from files.
+  std::vector<Row> planned;
+  for (const std::string& s : sweep.schedules) {
+    for (int p : sweep.stages) {
+      for (int m : sweep.microbatches) planned.push_back({.schedule = s, .p = p, .m = m});
+    }
+  }
+  for (const FileConfig& file : sweep.files) {
+    // Named as its file names it, unless a generated schedule or an earlier file took
+    // that name (their rows and plotted series would merge).
+    std::string name = file.schedule.name;
+    if (std::any_of(planned.begin(), planned.end(),
+                    [&name](const Row& r) { return r.schedule == name; })) {
+      name = absl::StrCat(name, " (", file.path, ")");
+    }
+    planned.push_back({.schedule = name,
+                       .p = file.schedule.num_ranks(),
+                       .v = file.schedule.num_chunks(),
+                       .m = file.schedule.num_microbatches,
+                       .file = &file});
+  }
+  int most_ranks = 1;
+  for (const Row& row : planned) most_ranks = std::max(most_ranks, row.p);
+  const int most_devices = most_ranks * b.replicas;
   const int busy_devices = b.num_devices > 0 ? std::min(b.num_devices, most_devices) : most_devices;
   const int cpus = HostCpuCount();
   if (kind.ok() && *kind == runtime::BackendKind::kHost && busy_devices > cpus) {
@@ -872,34 +952,28 @@ int Bench(const CommandContext& ctx) {
   }
   PrintHeader(out);
   std::vector<Row> rows;
-  const int total =
-      static_cast<int>(sweep.schedules.size() * sweep.stages.size() * sweep.microbatches.size());
+  const int total = static_cast<int>(planned.size());
   int ran = 0, failed = 0;
-  for (const std::string& s : sweep.schedules) {
-    for (int p : sweep.stages) {
-      for (int m : sweep.microbatches) {
-        Row row{.schedule = s, .p = p, .m = m};
-        absl::Status st = RunOne(sweep, ctx, row);
-        if (!st.ok()) {
-          row.skipped = std::string(st.message());
-          if (ctx.out_is_terminal) out << "\r" << std::string(60, ' ') << "\r";
-        }
-        ran += st.ok();
-        failed += row.failed;
-        PrintRow(out, row);
-        if (st.ok() && !row.recompute_note.empty()) out << "  " << row.recompute_note << "\n";
-        for (absl::string_view line : absl::StrSplit(row.search_note, '\n', absl::SkipEmpty())) {
-          out << "  " << line << "\n";
-        }
-        if (st.ok() && !sweep.traces_dir.empty()) {
-          if (absl::Status w = WriteTraces(sweep, row, out); !w.ok()) return ReportError(ctx, w);
-          row.measured_tl = {};
-          row.simulated_tl = {};
-        }
-        out << std::flush;
-        rows.push_back(std::move(row));
-      }
+  for (Row& row : planned) {
+    absl::Status st = RunOne(sweep, ctx, row);
+    if (!st.ok()) {
+      row.skipped = std::string(st.message());
+      if (ctx.out_is_terminal) out << "\r" << std::string(60, ' ') << "\r";
     }
+    ran += st.ok();
+    failed += row.failed;
+    PrintRow(out, row);
+    if (st.ok() && !row.recompute_note.empty()) out << "  " << row.recompute_note << "\n";
+    for (absl::string_view line : absl::StrSplit(row.search_note, '\n', absl::SkipEmpty())) {
+      out << "  " << line << "\n";
+    }
+    if (st.ok() && !sweep.traces_dir.empty()) {
+      if (absl::Status w = WriteTraces(sweep, row, out); !w.ok()) return ReportError(ctx, w);
+      row.measured_tl = {};
+      row.simulated_tl = {};
+    }
+    out << std::flush;
+    rows.push_back(std::move(row));
   }
   out << absl::StrFormat("%d of %d configurations ran", ran, total);
   if (ran < total) out << absl::StrFormat(", %d skipped", total - ran);

@@ -94,12 +94,13 @@ const std::vector<Command>& AllCommands() {
        "      [--microbatches=4,8,16] [--virtual=V] [--warmup=2] [--steps=5] [--search-steps=3]\n"
        "      [--max-activations=X] [--refine] [--recompute | --recompute-stages=auto]\n"
        "      [--slow-stage=RANK:FACTOR] [--csv=F.csv] [--json=F.json] [--md=F.md] [--svg=F.svg]\n"
-       "      [--traces=DIR]\n"
+       "      [--traces=DIR] [--from=FILE.csv|FILE.json,...: your schedules, one configuration\n"
+       "       each with its own P, V, M; with --schedules the generated ones run too]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
        "       --microbatch-size=64]",
        "sweep schedules x P x M: bubble closed form, simulated, replayed and measured; idle "
        "decomposed",
-       Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches"},
+       Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches", "from"},
                 {"warmup", "search_steps", "recompute_stages", "slow_stage", "csv", "json", "md",
                  "svg", "traces"}),
        &RunBench},

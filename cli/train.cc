@@ -71,24 +71,8 @@ absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx)
             "--from=", from, " takes P, V and M from the file; drop --", std::string(f)));
       }
     }
-    PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(from));
-    // The validator's first line names the problem; its grid is validate's to draw.
-    if (absl::Status v = scheduler::Validate(file.schedule); !v.ok()) {
-      const std::string_view message = Std(v.message());
-      return absl::Status(
-          v.code(), absl::StrCat("--from=", from, ": ", Absl(message.substr(0, message.find('\n'))),
-                                 "; `pipesched validate ", from, "` draws where"));
-    }
-    // Every chunk needs a layer, and --layers stops at kMaxLayers blocks (+ the head).
-    if (const int chunks = file.schedule.num_stages(); chunks > kMaxLayers + 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--from=", from, ": the schedule has ", chunks,
-                       " chunks (stages x virtual stages), but the model has at most ", kMaxLayers,
-                       " blocks + head = ", kMaxLayers + 1,
-                       " layers (--layers) and every chunk needs one; use a schedule with at most ",
-                       kMaxLayers + 1, " chunks"));
-    }
-    config.schedule_override = std::move(file.schedule);
+    PS_ASSIGN_OR_RETURN(scheduler::Schedule schedule, LoadTrainableSchedule(from));
+    config.schedule_override = std::move(schedule);
   } else {
     config.schedule = absl::GetFlag(FLAGS_schedule);
     config.stages = absl::GetFlag(FLAGS_stages);

@@ -16,11 +16,14 @@
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
+#include "scheduler/formats.h"
 #include "scheduler/memory_fit.h"
 #include "scheduler/registry.h"
 #include "scheduler/simulator.h"
+#include "scheduler/validate.h"
 #include "stages/bubble_analysis.h"
 
 namespace pipesched::cli {
@@ -136,6 +139,27 @@ absl::StatusOr<scheduler::CostModel> HandoffCosts(const stages::Trainer& trainer
       stages::WithHandoffLatency(std::move(measured), stages::MedianHandoff({&idle}));
   costs.action_gap = std::max(stages::MedianGap({&idle}), 0.0);  // -1: no sample
   return costs;
+}
+
+absl::StatusOr<scheduler::Schedule> LoadTrainableSchedule(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(path));
+  // The validator's first line names the problem; its grid is validate's to draw.
+  if (absl::Status v = scheduler::Validate(file.schedule); !v.ok()) {
+    const std::string_view message = Std(v.message());
+    return absl::Status(
+        v.code(), absl::StrCat("--from=", path, ": ", Absl(message.substr(0, message.find('\n'))),
+                               "; `pipesched validate ", path, "` draws where"));
+  }
+  // Every chunk needs a layer, and --layers stops at kMaxLayers blocks (+ the head).
+  if (const int chunks = file.schedule.num_stages(); chunks > kMaxLayers + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--from=", path, ": the schedule has ", chunks,
+                     " chunks (stages x virtual stages), but the model has at most ", kMaxLayers,
+                     " blocks + head = ", kMaxLayers + 1,
+                     " layers (--layers) and every chunk needs one; use a schedule with at most ",
+                     kMaxLayers + 1, " chunks"));
+  }
+  return std::move(file.schedule);
 }
 
 absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(

@@ -39,6 +39,11 @@ inline int SpreadDraws(const scheduler::Schedule& schedule) {
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
 
+// A schedule file (--from) that the built-in MLP can run: loaded, valid (the validator's
+// first line, and how to see the rest) and with at most kMaxLayers + 1 chunks; errors
+// name the path.
+absl::StatusOr<scheduler::Schedule> LoadTrainableSchedule(const std::string& path);
+
 // The trainer's measured plan on this machine: MeasuredCosts() with each boundary's
 // effective hand-off latency and the stream's gap between actions from `idle` (one step's
 // stages::AnalyzeIdle), as `train --save-costs` writes it.

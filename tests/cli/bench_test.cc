@@ -408,6 +408,58 @@ TEST(BenchTest, RecomputeStagesAutoChoosesPerConfiguration) {
   EXPECT_THAT(r.out, HasSubstr("1 of 2 configurations ran"));
 }
 
+// --from: each schedule file is a configuration with its own P, V and M, named as the file
+// names it; with --schedules the generated ones run too, and a file named like one of
+// them is told apart by its path (and shares its closed form only for the same order).
+TEST(BenchTest, ScheduleFilesAreConfigurationsOfTheirOwn) {
+  const std::filesystem::path dir = TempPath("from_files");
+  std::filesystem::create_directories(dir);
+  const std::string one_f_one_b = (dir / "1f1b.csv").string();
+  const std::string mine = (dir / "mine.csv").string();
+  std::ofstream(one_f_one_b) << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";           // 1F1B at P=2, M=2
+  std::ofstream(mine) << "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F2,1B0,1B1,1B2\n";  // GPipe, M=3
+  const std::string json = TempPath("from.json");
+  RunResult r = RunCli(Tiny({"--from=" + mine + "," + one_f_one_b, "--schedules=1f1b", "--stages=2",
+                             "--microbatches=2", "--json=" + json}));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("3 of 3 configurations ran"));
+  const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["schedule"], "1f1b");
+  EXPECT_TRUE(rows[0]["from"].is_null());
+  EXPECT_EQ(rows[1]["schedule"], "mine");
+  EXPECT_EQ(rows[1]["from"], mine);
+  EXPECT_EQ(rows[1]["stages"], 2);
+  EXPECT_EQ(rows[1]["microbatches"], 3);
+  EXPECT_TRUE(rows[1]["bubble_closed_form"].is_null());  // no generator of that name
+  EXPECT_EQ(rows[2]["schedule"], "1f1b (" + one_f_one_b + ")");
+  EXPECT_FALSE(rows[2]["bubble_closed_form"].is_null());  // 1F1B's own order
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row["status"], "ok") << row["schedule"];
+    EXPECT_EQ(row["peak_activation_bytes"], row["simulated_peak_activation_bytes"]);
+  }
+  // GPipe's order, run from the file: every rank holds all 3 micro-batches at its peak,
+  // more than 1F1B's file at M=2.
+  EXPECT_GT(rows[1]["peak_activation_bytes"][1].get<std::int64_t>(),
+            rows[2]["peak_activation_bytes"][1].get<std::int64_t>());
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--from=" + mine, "--stages=2"},
+       "pipesched: --stages applies to the generated schedules of --schedules; --from's files "
+       "have their own P, V and M: give --schedules too, or drop --stages\n"},
+      {{"--from=" + mine + "," + mine},
+       "pipesched: --from lists " + mine + " twice; name each file once\n"},
+      {{"--from=" + mine, "--max-activations=2"},
+       "pipesched: --max-activations applies to the searched schedules (zb-1p, zb-2p, zb-v-1p, "
+       "interleaved-zb-1p, zb-v-half, zb-v-min), not to a schedule file, whose order fixes its "
+       "memory; drop the flag or name a searched schedule\n"}};
+  for (const auto& [flags, message] : bad) {
+    RunResult refused = RunCli(Tiny(flags));
+    EXPECT_EQ(refused.code, 2) << flags.back();
+    EXPECT_EQ(refused.err, message);
+  }
+}
+
 TEST(BenchTest, NothingRunnableExitsTwo) {
   RunResult r = RunCli(Tiny({"--schedules=dualpipe-v", "--stages=2", "--microbatches=2"}));
   EXPECT_EQ(r.code, 2);
