@@ -858,8 +858,18 @@ std::string ToPlots(const std::vector<Row>& rows, const Sweep& sweep, const std:
 }
 
 // File name stem of a configuration: "1f1b-p2-m8", "zb-v-p2-v2-m16".
+// The configuration's file name in --traces: a --from file's row name may hold its path
+// (and a JSON schedule's name anything), so all but letters, digits, '.', '-' and '_'
+// become '_'.
 std::string FileStem(const Row& r) {
-  return absl::StrCat(r.schedule, "-p", r.p, r.v > 1 ? absl::StrCat("-v", r.v) : "", "-m", r.m);
+  std::string name = r.schedule;
+  for (char& c : name) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '-' || c == '_';
+    if (!plain) c = '_';
+  }
+  if (name.empty() || name[0] == '.') name.insert(0, "_");  // no hidden or empty names
+  return absl::StrCat(name, "-p", r.p, r.v > 1 ? absl::StrCat("-v", r.v) : "", "-m", r.m);
 }
 
 // --traces: the configuration's simulated and measured median step on one time axis,

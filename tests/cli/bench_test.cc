@@ -1,6 +1,7 @@
 // `pipesched bench` in-process: a tiny sweep, its CSV/JSON/Markdown/SVG outputs, skipped
 // configurations with their reasons, and the exit codes.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -419,9 +420,19 @@ TEST(BenchTest, ScheduleFilesAreConfigurationsOfTheirOwn) {
   std::ofstream(one_f_one_b) << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";           // 1F1B at P=2, M=2
   std::ofstream(mine) << "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F2,1B0,1B1,1B2\n";  // GPipe, M=3
   const std::string json = TempPath("from.json");
+  const std::filesystem::path traces = dir / "traces";
+  std::filesystem::remove_all(traces);
   RunResult r = RunCli(Tiny({"--from=" + mine + "," + one_f_one_b, "--schedules=1f1b", "--stages=2",
-                             "--microbatches=2", "--json=" + json}));
+                             "--microbatches=2", "--json=" + json, "--traces=" + traces.string()}));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
+  // The traces of a row named with its path are files of the traces directory.
+  std::string renamed = "1f1b (" + one_f_one_b + ")";
+  std::replace_if(
+      renamed.begin(), renamed.end(),
+      [](char c) { return !std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-'; },
+      '_');
+  EXPECT_TRUE(std::filesystem::exists(traces / (renamed + "-p2-m2.svg"))) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(traces / "mine-p2-m3.json")) << r.out;
   EXPECT_THAT(r.out, HasSubstr("3 of 3 configurations ran"));
   const nlohmann::json rows = nlohmann::json::parse(Slurp(json))["configurations"];
   ASSERT_EQ(rows.size(), 3u);
