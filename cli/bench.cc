@@ -230,12 +230,13 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
     sweep.slow_factor = factor;
   }
   // Written after the sweep: a path that cannot be written is an error now, not then.
-  PS_RETURN_IF_ERROR(
-      CheckOutputs({{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}},
-                   {{"--csv", absl::GetFlag(FLAGS_csv)},
-                    {"--json", absl::GetFlag(FLAGS_json)},
-                    {"--md", absl::GetFlag(FLAGS_md)},
-                    {"--svg", absl::GetFlag(FLAGS_svg)}}));
+  std::vector<FlagPath> inputs = {{"--data", absl::GetFlag(FLAGS_data)},
+                                  {"--init", absl::GetFlag(FLAGS_init)}};
+  for (const FileConfig& file : sweep.files) inputs.push_back({"--from", file.path});
+  PS_RETURN_IF_ERROR(CheckOutputs(inputs, {{"--csv", absl::GetFlag(FLAGS_csv)},
+                                           {"--json", absl::GetFlag(FLAGS_json)},
+                                           {"--md", absl::GetFlag(FLAGS_md)},
+                                           {"--svg", absl::GetFlag(FLAGS_svg)}}));
   sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!sweep.traces_dir.empty()) {
     // Only the last component is made: a mistyped parent is an error, not a new tree.

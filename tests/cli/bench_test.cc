@@ -460,6 +460,10 @@ TEST(BenchTest, ScheduleFilesAreConfigurationsOfTheirOwn) {
        "have their own P, V and M: give --schedules too, or drop --stages\n"},
       {{"--from=" + mine + "," + mine},
        "pipesched: --from lists " + mine + " twice; name each file once\n"},
+      {{"--from=" + mine, "--csv=" + mine},
+       "pipesched: --csv=" + mine +
+           " is also --from: writing it would replace that input; give "
+           "--csv another path\n"},
       {{"--from=" + mine, "--max-activations=2"},
        "pipesched: --max-activations applies to the searched schedules (zb-1p, zb-2p, zb-v-1p, "
        "interleaved-zb-1p, zb-v-half, zb-v-min), not to a schedule file, whose order fixes its "
