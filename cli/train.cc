@@ -19,7 +19,6 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/formats.h"
 #include "scheduler/simulator.h"
-#include "scheduler/validate.h"
 #include "stages/bubble_analysis.h"
 #include "stages/checkpoint.h"
 #include "stages/recompute_plan.h"
