@@ -1,6 +1,6 @@
 # Helpers shared by every module's CMakeLists.txt.
 
-# Flags every pipesched target gets: C++20, warnings, sanitizers.
+# Flags every pipesched target gets: C++20, warnings, compressed debug info, sanitizers.
 function(pipesched_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   # -Wno-missing-field-initializers: the code uses C++20 designated initializers that name
@@ -8,6 +8,14 @@ function(pipesched_target_defaults target)
   # initializers, which is the point, and GCC 12 would warn for every one.
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>)
+  if(PIPESCHED_COMPRESS_DEBUG)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-gz>)
+    # The linker writes uncompressed sections unless told; only programs link.
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      target_link_options(${target} PRIVATE -gz)
+    endif()
+  endif()
   if(PIPESCHED_SANITIZE STREQUAL "address")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
     target_link_options(${target} PUBLIC -fsanitize=address,undefined)
