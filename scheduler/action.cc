@@ -21,8 +21,8 @@ constexpr std::array<std::string_view, kNumOps> kOpNames = {
 
 constexpr std::string_view kGrammar =
     "expected <stage><op><microbatch> such as \"2F0\", \"3I1\", \"3W1\", \"1SEND_F4\", or "
-    "<stage>ALLREDUCE such as \"2ALLREDUCE\"; op is one of F, B, I, W, SEND_F, RECV_F, "
-    "SEND_B, RECV_B";
+    "<stage>ALLREDUCE or PyTorch's <stage>REDUCE_GRAD such as \"2ALLREDUCE\"; op is one of "
+    "F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B";
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -104,7 +104,7 @@ absl::StatusOr<Action> ParseAction(std::string_view text) {
     return BadToken(token, absl::StrCat(Absl(op_text),
                                         " is an FSDP action (parameter all-gather and release), "
                                         "which pipesched does not model: drop the UNSHARD and "
-                                        "RESHARD cells, or write PyTorch's compute-only CSV"));
+                                        "RESHARD actions (a PyTorch CSV file's are skipped)"));
   }
   if (!known) return BadToken(token, absl::StrCat("unknown op ", QuoteForMessage(op_text)));
   if (mb_digits.empty()) {

@@ -79,10 +79,18 @@ std::string Where(const Located& a) {
                       ", rank ", a.line - 1, ")");
 }
 
+// "<stage>UNSHARD" or "<stage>RESHARD", PyTorch's FSDP actions, which take no micro-batch.
+bool IsFsdpMarker(std::string_view cell) {
+  std::size_t digits = 0;
+  while (digits < cell.size() && cell[digits] >= '0' && cell[digits] <= '9') ++digits;
+  const std::string_view op = cell.substr(digits);
+  return digits > 0 && (op == "UNSHARD" || op == "RESHARD");
+}
+
 // One CSV cell's actions, starting at 1-based `column`: a single action ("2F0"), or
 // PyTorch's overlapped pair "(0F3;5B1)OVERLAP_F_B" (ScheduleDualPipeV writes a forward and
-// a full backward that it issues together), read as its sub-actions in order. The error
-// names the sub-action's own column.
+// a full backward that it issues together), read as its sub-actions in order; nothing
+// for an FSDP marker. The error names the sub-action's own column.
 absl::Status ParseCell(std::string_view cell, int line, int column, std::vector<Located>* row) {
   auto located_error = [&](int at, const auto& message) {
     return absl::InvalidArgumentError(
@@ -91,6 +99,16 @@ absl::Status ParseCell(std::string_view cell, int line, int column, std::vector<
   std::size_t end = cell.size();
   while (end > 0 && IsBlank(cell[end - 1])) --end;
   cell = cell.substr(0, end);
+  // A quoted cell ("0F0"), as a CSV writer that quotes every field writes it: PyTorch's
+  // loader (Python's csv module) reads it as the text inside.
+  if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') {
+    cell = cell.substr(1, cell.size() - 2);
+    ++column;
+  }
+  // FSDP's markers (parameter all-gather and release): PyTorch's compute_comms dump
+  // writes them for every schedule with several stages per rank, FSDP or not. pipesched
+  // does not shard parameters, so they carry no work here and are skipped.
+  if (IsFsdpMarker(cell)) return absl::OkStatus();
   if (cell.empty() || cell.front() != '(') {
     absl::StatusOr<Action> action = ParseAction(cell);
     if (!action.ok()) return located_error(column, action.status().message());
@@ -240,7 +258,9 @@ std::string ToPytorchCsv(const Schedule& schedule) {
   for (const std::vector<Action>& program : schedule.programs) {
     for (std::size_t i = 0; i < program.size(); ++i) {
       if (i > 0) out.push_back(',');
-      out += ToString(program[i]);
+      // PyTorch's name for it: its _Action.from_str knows no ALLREDUCE.
+      out += program[i].op == Op::kAllReduce ? absl::StrCat(program[i].stage, "REDUCE_GRAD")
+                                             : ToString(program[i]);
     }
     out.push_back('\n');
   }

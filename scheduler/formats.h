@@ -18,16 +18,21 @@ namespace pipesched::scheduler {
 // "\r\n" line ends, a UTF-8 BOM, spaces around cells and trailing blank lines; the name
 // is left empty. A cell "(0F3;5B1)OVERLAP_F_B" (PyTorch's ScheduleDualPipeV pairs) is
 // read as its compute actions in that order: pipesched issues them one after the other.
+// A quoted cell ("0F0") is read as the text inside. FSDP's "<stage>UNSHARD" and
+// "<stage>RESHARD", which PyTorch's compute_comms dump writes for every multi-stage
+// schedule, are skipped: pipesched does not shard parameters.
 // InvalidArgument with the line and column of a bad token ("line 2, column 5: bad action
 // ..."), or naming what cannot be inferred; an empty text, a row without actions, a
 // stage count that is not a multiple of P and a stage sitting where neither placement
 // puts it are errors. Completeness and order are Validate()'s job.
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view text);
-// Inverse of ParsePytorchCsv: one line per rank, '\n' terminated. Compute-only files
-// written by PyTorch round-trip byte for byte, except that overlapped pairs come back as
-// their two actions. `schedule` must be valid (Validate()): a negative stage or
-// micro-batch, or an Op outside the enum, is written as it is ("-5F0", "0?0") and the
-// text does not parse back.
+// Inverse of ParsePytorchCsv: one line per rank, '\n' terminated, the actions only (no
+// empty cells for idle steps), ALLREDUCE as PyTorch's "<stage>REDUCE_GRAD". A file
+// written by PyTorch comes back with the same actions in the same order on every rank,
+// but not byte for byte: its "\r\n" line ends, empty cells, FSDP markers and quotes are
+// not kept, and overlapped pairs come back as their two actions. `schedule` must be valid
+// (Validate()): a negative stage or micro-batch, or an Op outside the enum, is written as it is
+// ("-5F0", "0?0") and the text does not parse back.
 std::string ToPytorchCsv(const Schedule& schedule);
 
 struct ScheduleFile {

@@ -110,7 +110,7 @@ TEST(ActionTextTest, ErrorSaysWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("UNSHARD is an FSDP action (parameter all-gather and release), "
                                  "which pipesched does not model: drop the UNSHARD and RESHARD "
-                                 "cells, or write PyTorch's compute-only CSV")));
+                                 "actions (a PyTorch CSV file's are skipped)")));
   EXPECT_THAT(ParseAction("0RESHARD"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RESHARD is an FSDP action")));
 }

@@ -112,8 +112,44 @@ TEST(PytorchCsvTest, DropsIdleCellsAndAcceptsCrlfAndSpaces) {
   EXPECT_EQ(s.programs[0].size(), 3u);
   EXPECT_EQ(s.programs[1][0], (Action{1, 0, Op::kF}));
   EXPECT_EQ(s.programs[1][2], (Action{1, -1, Op::kAllReduce}));
-  EXPECT_EQ(ToPytorchCsv(s), "0F0,0B0,0ALLREDUCE\n1F0,1B0,1ALLREDUCE\n");
+  // Written with PyTorch's name: its _Action.from_str has no ALLREDUCE.
+  EXPECT_EQ(ToPytorchCsv(s), "0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n");
   PS_EXPECT_OK(Validate(s));
+}
+
+// PyTorch's default dump (_dump_csv, format "compute_comms") of a schedule with several
+// stages per rank: csv.writer's "\r\n", an empty cell per idle step, and FSDP's UNSHARD
+// and RESHARD around each stage's work, FSDP or not. It loads as the same schedule as the
+// compute-only file, and a quoting writer's "0F0" cells load too.
+TEST(PytorchCsvTest, PytorchsCommsDumpLoadsAsItsComputeActions) {
+  PS_ASSERT_OK_AND_ASSIGN(Schedule plain, GenerateSchedule("interleaved-1f1b", {2, 2, 2}));
+  ASSERT_EQ(ToPytorchCsv(plain),
+            "0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1\n1F0,1F1,3F0,3B0,3F1,3B1,1B0,1B1\n");
+  const std::string dump =
+      "0UNSHARD,2UNSHARD,0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1,0RESHARD,2RESHARD\r\n"
+      ",1UNSHARD,3UNSHARD,1F0,1F1,3F0,,3B0,3F1,3B1,1B0,1B1,1RESHARD,3RESHARD\r\n";
+  PS_ASSERT_OK_AND_ASSIGN(Schedule loaded, ParsePytorchCsv(dump));
+  EXPECT_EQ(loaded.programs, plain.programs);
+  EXPECT_EQ(loaded.placement.kind, PlacementKind::kLoop);
+  EXPECT_EQ(loaded.num_chunks(), 2);
+  PS_EXPECT_OK(Validate(loaded));
+  EXPECT_EQ(ToPytorchCsv(loaded), ToPytorchCsv(plain));
+
+  PS_ASSERT_OK_AND_ASSIGN(Schedule quoted, ParsePytorchCsv("\"0F0\",\"0F1\",\"0B0\",\"0B1\"\n"));
+  EXPECT_EQ(ToPytorchCsv(quoted), "0F0,0F1,0B0,0B1\n");
+  // The column of a bad quoted token is the token's own, inside the quote.
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,\"0X1\"\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("line 1, column 6: bad action \"0X1\""), HasSubstr("unknown op"))));
+  // A marker names no micro-batch; one with a micro-batch is not PyTorch's and is refused.
+  EXPECT_THAT(ParsePytorchCsv("0F0,0UNSHARD1,0B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("line 1, column 5: bad action \"0UNSHARD1\"")));
+  // A rank whose row holds only markers has no work.
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,0B0\n1UNSHARD,1RESHARD\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2 (rank 1) has no actions")));
 }
 
 TEST(PytorchCsvTest, LoweredActionsRoundTrip) {
