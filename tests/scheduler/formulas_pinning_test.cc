@@ -190,9 +190,11 @@ TEST(FormulasPinningTest, ZeroBubbleClosedFormIsOfferedExactlyWhereItHolds) {
 }
 
 // GPipe, 1F1B and interleaved 1F1B over the same grid of F and B, zeros included:
-// wherever a closed form is offered, it is the simulated bubble fraction.
+// wherever a closed form is offered, it is the simulated bubble fraction; interleaved
+// 1F1B's is offered wherever it holds.
 TEST(FormulasPinningTest, FillDrainAndInterleavedHoldForAnyUniformCosts) {
   int offered = 0;
+  int offered_off_multiple = 0;  // interleaved-1f1b at an M that is not a multiple of P
   for (const std::string name : {"gpipe", "1f1b", "interleaved-1f1b"}) {
     for (int v = 1; v <= 3; ++v) {
       if (v > 1 && name != "interleaved-1f1b") continue;
@@ -211,6 +213,15 @@ TEST(FormulasPinningTest, FillDrainAndInterleavedHoldForAnyUniformCosts) {
                                                   .num_chunks = schedule->num_chunks(),
                                                   .num_microbatches = m,
                                                   .costs = costs.uniform});
+              if (name == "interleaved-1f1b" && f + b > 0) {
+                // Offered exactly where it holds: M >= P in equal rounds, or P = 1 (not
+                // only M a multiple of P, as Megatron states it).
+                const double ratio = (p - 1.0) / (schedule->num_chunks() * m);
+                const bool holds = std::abs(r.bubble_fraction - ratio / (1 + ratio)) < 1e-12;
+                EXPECT_EQ(formula.has_value(), holds) << absl::StrFormat(
+                    "V=%d P=%d M=%d F=%g B=%g: simulated %.6f", v, p, m, f, b, r.bubble_fraction);
+                if (holds && m % p != 0) ++offered_off_multiple;
+              }
               if (!formula.has_value()) continue;
               ++offered;
               EXPECT_NEAR(*formula, r.bubble_fraction, 1e-12)
@@ -222,6 +233,7 @@ TEST(FormulasPinningTest, FillDrainAndInterleavedHoldForAnyUniformCosts) {
     }
   }
   EXPECT_GT(offered, 3000);
+  EXPECT_GT(offered_off_multiple, 100);
 }
 
 }  // namespace

@@ -33,8 +33,11 @@ TEST(FormulasTest, Interleaved) {
   // V = 1 is plain 1F1B.
   EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 1, 8)),
                    *ClosedFormBubbleFraction("1f1b", Inputs(4, 1, 8)));
-  // Only when P divides M.
-  EXPECT_FALSE(ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 6)).has_value());
+  // Also for an M >= P that P does not divide (M = 6: 3/12, fraction 3/15 = 0.2), not
+  // for M < P, nor for an M the generator's equal rounds refuse (M = 9 at P = 4).
+  EXPECT_DOUBLE_EQ(*ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 6)), 0.2);
+  EXPECT_FALSE(ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 3)).has_value());
+  EXPECT_FALSE(ClosedFormBubbleFraction("interleaved-1f1b", Inputs(4, 2, 9)).has_value());
 }
 
 TEST(FormulasTest, ZeroBubbleH1) {
