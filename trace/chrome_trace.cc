@@ -24,6 +24,12 @@ using nlohmann::json;
 // viewer's default zoom, and the "ms" ruler then reads in units.
 constexpr double kAbstractUnitUs = 1000;
 
+// A lane's first row is the thread with the lane's number; its further rows (LaneRows)
+// are threads numbered past every lane in use, in sort order after the lane's first.
+constexpr long long kRowTidStride = 1 << 20;
+long long Tid(int lane, int row) { return lane + kRowTidStride * row; }
+long long SortIndex(int lane, int row) { return static_cast<long long>(lane) * 4096 + row; }
+
 std::string LaneName(int lane) {
   switch (lane) {
     case kComputeLane:
@@ -86,9 +92,15 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
     // Ranks: all of [0, num_ranks) plus any a span names beyond it, but declared ranks
     // without spans only up to kMaxEmptyRanksDrawn.
     const int num_ranks = std::min(timeline->num_ranks, internal::kMaxEmptyRanksDrawn);
-    std::map<int, std::set<int>> lanes_of_rank;
-    for (int r = 0; r < num_ranks; ++r) lanes_of_rank[r].insert(kComputeLane);
-    for (const Span& span : timeline->spans) lanes_of_rank[span.rank].insert(span.lane);
+    // Threads: a lane each, and a thread more for each span that overlaps the lane's
+    // others (LaneRows): viewers draw a thread's slices as a stack, and two that overlap
+    // without nesting are drawn over each other.
+    const std::vector<int> lane_row = internal::LaneRows(*timeline);
+    std::map<int, std::set<std::pair<int, int>>> lanes_of_rank;
+    for (int r = 0; r < num_ranks; ++r) lanes_of_rank[r].insert({kComputeLane, 0});
+    for (std::size_t i = 0; i < timeline->spans.size(); ++i) {
+      lanes_of_rank[timeline->spans[i].rank].insert({timeline->spans[i].lane, lane_row[i]});
+    }
 
     std::map<int, int> pid_of_rank;
     for (const auto& [rank, lanes] : lanes_of_rank) {
@@ -104,17 +116,19 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"pid", pid},
                         {"tid", 0},
                         {"args", {{"sort_index", pid}}}});
-      for (int lane : lanes) {
+      for (const auto& [lane, row] : lanes) {
+        const std::string name =
+            row == 0 ? LaneName(lane) : absl::StrCat(LaneName(lane), " (", row + 1, ")");
         events.push_back({{"name", "thread_name"},
                           {"ph", "M"},
                           {"pid", pid},
-                          {"tid", lane},
-                          {"args", {{"name", LaneName(lane)}}}});
+                          {"tid", Tid(lane, row)},
+                          {"args", {{"name", name}}}});
         events.push_back({{"name", "thread_sort_index"},
                           {"ph", "M"},
                           {"pid", pid},
-                          {"tid", lane},
-                          {"args", {{"sort_index", lane}}}});
+                          {"tid", Tid(lane, row)},
+                          {"args", {{"sort_index", SortIndex(lane, row)}}}});
       }
     }
 
@@ -126,7 +140,8 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
       return std::isfinite(*start) && std::isfinite(*end) && std::isfinite(*end - *start);
     };
     long long not_finite = 0;
-    for (const Span& span : timeline->spans) {
+    for (std::size_t i = 0; i < timeline->spans.size(); ++i) {
+      const Span& span = timeline->spans[i];
       double start_us = 0, end_us = 0;
       if (!times_us(span, &start_us, &end_us)) {
         ++not_finite;
@@ -139,7 +154,7 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"cat", Category(span.op)},
                         {"ph", "X"},
                         {"pid", pid_of_rank[span.rank]},
-                        {"tid", span.lane},
+                        {"tid", Tid(span.lane, lane_row[i])},
                         {"ts", start_us},
                         {"dur", std::max(0.0, end_us - start_us)},
                         {"args", std::move(args)}});
@@ -165,7 +180,7 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"ph", "s"},
                         {"id", id},
                         {"pid", pid_of_rank[from.rank]},
-                        {"tid", from.lane},
+                        {"tid", Tid(from.lane, lane_row[flow.from])},
                         {"ts", start_ts}});
       events.push_back({{"name", "dependency"},
                         {"cat", "flow"},
@@ -173,7 +188,7 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                         {"bp", "e"},
                         {"id", id},
                         {"pid", pid_of_rank[to.rank]},
-                        {"tid", to.lane},
+                        {"tid", Tid(to.lane, lane_row[flow.to])},
                         {"ts", to_start}});
     }
     std::string left_out;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,20 +39,31 @@ std::string SpanLabel(const Span& span) {
   return label;
 }
 
-std::string RowLabel(int rank, int lane) {
+// A lane's first row is named for the lane, its further rows (spans that overlap the
+// first row's, LaneRows) "send (2)", "send (3)", ...
+std::string RowLabel(int rank, int lane, int row) {
+  std::string label;
   switch (lane) {
     case kComputeLane:
-      return absl::StrCat("rank ", rank);
+      label = absl::StrCat("rank ", rank);
+      break;
     case kSendLane:
-      return "  send";
+      label = "  send";
+      break;
     case kRecvLane:
-      return "  recv";
+      label = "  recv";
+      break;
     case kCommLane:
-      return "  comm";
+      label = "  comm";
+      break;
     default:
-      return absl::StrCat("  lane ", lane);
+      label = absl::StrCat("  lane ", lane);
   }
+  if (row > 0) absl::StrAppend(&label, " (", row + 1, ")");
+  return label;
 }
+
+using RowKey = std::tuple<int, int, int>;  // rank, lane, row within the lane
 
 std::string FormatNumber(double x) { return absl::StrFormat("%g", x); }
 
@@ -81,16 +93,20 @@ void AppendCells(const std::vector<Cell>& cells, bool color, std::string* out) {
 
 std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& options) {
   const int max_width = std::clamp(options.max_width, kMinWidth, kMaxWidth);
-  // Rows: every rank's compute lane, plus each other lane that has spans.
-  std::set<std::pair<int, int>> rows;
+  // Rows: every rank's compute lane, plus each other lane that has spans, with a row
+  // more for each span that overlaps the lane's others.
+  const std::vector<int> lane_row = internal::LaneRows(timeline);
+  std::set<RowKey> rows;
   for (int r = 0; r < std::min(timeline.num_ranks, kMaxEmptyRanksDrawn); ++r) {
-    rows.insert({r, kComputeLane});
+    rows.insert({r, kComputeLane, 0});
   }
-  for (const Span& span : timeline.spans) rows.insert({span.rank, span.lane});
+  for (std::size_t i = 0; i < timeline.spans.size(); ++i) {
+    rows.insert({timeline.spans[i].rank, timeline.spans[i].lane, lane_row[i]});
+  }
 
   std::size_t label_width = 0;
-  for (const auto& [rank, lane] : rows) {
-    label_width = std::max(label_width, RowLabel(rank, lane).size());
+  for (const auto& [rank, lane, row] : rows) {
+    label_width = std::max(label_width, RowLabel(rank, lane, row).size());
   }
   const int prefix = static_cast<int>(label_width) + 3;  // "rank 0 | "
   const int plot_width = std::max(kMinPlotColumns, max_width - prefix);
@@ -142,11 +158,12 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     return std::isnan(c) ? 0 : static_cast<int>(std::lround(c));
   };
 
-  std::map<std::pair<int, int>, std::vector<Cell>> grid;
+  std::map<RowKey, std::vector<Cell>> grid;
   for (const auto& row : rows) grid[row].assign(num_columns, Cell{});
   std::vector<const OpStyle*> legend;
-  for (const Span& span : timeline.spans) {
-    std::vector<Cell>& cells = grid[{span.rank, span.lane}];
+  for (std::size_t i = 0; i < timeline.spans.size(); ++i) {
+    const Span& span = timeline.spans[i];
+    std::vector<Cell>& cells = grid[{span.rank, span.lane, lane_row[i]}];
     const OpStyle& style = StyleOf(span.op);
     if (std::find(legend.begin(), legend.end(), &style) == legend.end()) legend.push_back(&style);
     int c0 = column(span.start);
@@ -177,8 +194,9 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
     out.push_back('\n');
   }
   for (const auto& row : rows) {
+    const auto& [rank, lane, lane_row_index] = row;
     absl::StrAppend(&out, absl::StrFormat("%-*s | ", static_cast<int>(label_width),
-                                          RowLabel(row.first, row.second)));
+                                          RowLabel(rank, lane, lane_row_index)));
     AppendCells(grid[row], options.color, &out);
     out.push_back('\n');
   }

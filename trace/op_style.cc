@@ -2,9 +2,12 @@
 // so that F/B/I/W and the communication ops stay apart in print and on screen.
 #include "trace/op_style.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -56,6 +59,41 @@ long long EmptyRanksNotDrawn(const Timeline& timeline) {
   }
   return static_cast<long long>(timeline.num_ranks) - kMaxEmptyRanksDrawn -
          static_cast<long long>(used.size());
+}
+
+std::vector<int> LaneRows(const Timeline& timeline) {
+  const std::size_t n = timeline.spans.size();
+  std::vector<int> row(n, 0);
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (HasFiniteTimes(timeline.spans[i])) order.push_back(i);
+  }
+  // By (rank, lane), then start, then end: each span goes to the lowest row whose last
+  // span has ended by its start.
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const Span& x = timeline.spans[a];
+    const Span& y = timeline.spans[b];
+    return std::tie(x.rank, x.lane, x.start, x.end, a) <
+           std::tie(y.rank, y.lane, y.start, y.end, b);
+  });
+  std::vector<double> row_end;  // of the current (rank, lane)
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const Span& span = timeline.spans[order[k]];
+    if (k == 0 || span.rank != timeline.spans[order[k - 1]].rank ||
+        span.lane != timeline.spans[order[k - 1]].lane) {
+      row_end.clear();
+    }
+    const auto free_at = [&](double end) {
+      return span.start >= end || end - span.start <= 1e-9 * std::max(std::abs(end), 1.0);
+    };
+    std::size_t r = 0;
+    while (r < row_end.size() && !free_at(row_end[r])) ++r;
+    if (r == row_end.size()) row_end.push_back(span.end);
+    row_end[r] = std::max(span.end, span.start);
+    row[order[k]] = static_cast<int>(r);
+  }
+  return row;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trace/timeline.h"
 
@@ -43,6 +44,15 @@ inline constexpr int kMaxEmptyRanksDrawn = 1024;
 // The declared ranks of `timeline` that an exporter leaves out by that rule: those in
 // [kMaxEmptyRanksDrawn, num_ranks) that no span uses.
 long long EmptyRanksNotDrawn(const Timeline& timeline);
+
+// The row within its lane that each span of `timeline` is drawn on (indexed as
+// timeline.spans): spans of one (rank, lane) that overlap in time go to separate rows,
+// each to the lowest row that is free at its start, so that no row holds two spans at
+// once. A lane without overlaps keeps all its spans on row 0, as do spans with times
+// that are not finite. Overlaps happen on the transfer lanes: the simulator lets a
+// rank's sends be in flight together when a transfer lasts longer than the compute
+// between them. Spans that meet end to start (within 1e-9 relative) do not overlap.
+std::vector<int> LaneRows(const Timeline& timeline);
 
 // Whether `span`'s start and end are finite: spans that are not are left out of pictures
 // (the simulator refuses such times; a hand-made or corrupt timeline may have them).

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -107,12 +108,14 @@ std::string LaneName(int lane) {
 struct Row {
   int rank;
   int lane;
+  int lane_row;  // within the lane: spans that overlap the lane's others go below (LaneRows)
   double y;
   double height;
 };
 
 struct Block {
   const Timeline* timeline;
+  std::vector<int> lane_rows;  // per span, LaneRows
   std::vector<Row> rows;
   double top;       // y of the block's name line
   double rows_top;  // y of the first row
@@ -191,17 +194,20 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     y += 16;  // name line
     block.rows_top = y + 6;
     y = block.rows_top;
-    std::set<std::pair<int, int>> keys;
+    block.lane_rows = internal::LaneRows(*t);
+    std::set<std::tuple<int, int, int>> keys;
     for (int r = 0; r < std::min(t->num_ranks, kMaxEmptyRanksDrawn); ++r) {
-      keys.insert({r, kComputeLane});
+      keys.insert({r, kComputeLane, 0});
     }
-    for (const Span& s : t->spans) keys.insert({s.rank, s.lane});
+    for (std::size_t i = 0; i < t->spans.size(); ++i) {
+      keys.insert({t->spans[i].rank, t->spans[i].lane, block.lane_rows[i]});
+    }
     int previous_rank = -1;
-    for (const auto& [rank, lane] : keys) {
+    for (const auto& [rank, lane, lane_row] : keys) {
       if (previous_rank >= 0 && rank != previous_rank) y += kRankGap;
       if (rank == previous_rank) y += kLaneGap;
       const bool compute = lane == kComputeLane;
-      block.rows.push_back({rank, lane, y, compute ? row_height : lane_height});
+      block.rows.push_back({rank, lane, lane_row, y, compute ? row_height : lane_height});
       y += compute ? row_height : lane_height;
       previous_rank = rank;
     }
@@ -263,9 +269,10 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     // Rows: label and the idle background up to this timeline's makespan.
     for (const Row& row : block.rows) {
       const bool compute = row.lane == kComputeLane;
+      std::string label = compute ? absl::StrCat("rank ", row.rank) : LaneName(row.lane);
+      if (row.lane_row > 0) absl::StrAppend(&label, " (", row.lane_row + 1, ")");
       body.Line(Text(plot_left - 8, row.y + row.height / 2, compute ? label_font : label_font * 0.8,
-                     compute ? kInk : kMuted,
-                     compute ? absl::StrCat("rank ", row.rank) : LaneName(row.lane),
+                     compute ? kInk : kMuted, label,
                      "text-anchor=\"end\" dominant-baseline=\"central\""));
       if (block.makespan > 0) {
         body.Line(absl::StrCat(
@@ -276,11 +283,12 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     }
 
     // Spans.
-    std::map<std::pair<int, int>, const Row*> row_of;
-    for (const Row& row : block.rows) row_of[{row.rank, row.lane}] = &row;
-    for (const Span& s : t.spans) {
+    std::map<std::tuple<int, int, int>, const Row*> row_of;
+    for (const Row& row : block.rows) row_of[{row.rank, row.lane, row.lane_row}] = &row;
+    for (std::size_t i = 0; i < t.spans.size(); ++i) {
+      const Span& s = t.spans[i];
       if (!HasFiniteTimes(s)) continue;
-      const Row& row = *row_of[{s.rank, s.lane}];
+      const Row& row = *row_of[{s.rank, s.lane, block.lane_rows[i]}];
       const OpStyle& style = StyleOf(s.op);
       const int chunk = t.num_ranks > 0 && s.stage >= 0 ? s.stage / t.num_ranks : 0;
       const Rgb fill = Shade(ParseHex(style.fill), chunk);

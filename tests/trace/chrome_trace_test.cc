@@ -2,6 +2,7 @@
 // events and flow pairs the Trace Event Format needs, in microseconds.
 #include "trace/chrome_trace.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -74,6 +75,49 @@ TEST(ChromeTraceTest, ProcessesThreadsAndCompleteEvents) {
   EXPECT_FALSE(complete[10].at("args").contains("microbatch"));
 
   EXPECT_THAT(trace.at("otherData").dump(), HasSubstr("1 unit = 1000 us"));
+}
+
+// Two sends of rank 0 in flight at once: viewers stack a thread's slices, so two that
+// overlap without nesting would be drawn over each other. The second goes to a thread
+// of its own, named "send (2)", and a flow from it leaves from that thread; no thread
+// holds two slices that overlap.
+TEST(ChromeTraceTest, OverlappingTransfersGoToThreadsOfTheirOwn) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},   {0, kComputeLane, 0, 1, "F", 1, 2},
+             {0, kSendLane, 0, 0, "SEND_F", 1, 4}, {0, kSendLane, 0, 1, "SEND_F", 2, 5},
+             {1, kComputeLane, 1, 0, "F", 4, 5},   {1, kComputeLane, 1, 1, "F", 5, 6}};
+  t.flows = {{3, 5}};
+  const json trace = json::parse(ToChromeTrace({&t}));
+  std::map<std::pair<int, long long>, std::string> thread_names;  // (pid, tid)
+  for (const json& e : Events(trace, "M")) {
+    if (e.at("name") == "thread_name") {
+      thread_names[{e.at("pid").get<int>(), e.at("tid").get<long long>()}] =
+          e.at("args").at("name").get<std::string>();
+    }
+  }
+  const std::vector<json> complete = Events(trace, "X");
+  ASSERT_EQ(complete.size(), t.spans.size());
+  const auto thread_of = [&](const json& e) {
+    return std::make_pair(e.at("pid").get<int>(), e.at("tid").get<long long>());
+  };
+  EXPECT_EQ(thread_names.at(thread_of(complete[2])), "send");
+  EXPECT_EQ(thread_names.at(thread_of(complete[3])), "send (2)");
+  EXPECT_EQ(thread_of(complete[2]).first, thread_of(complete[3]).first);
+  std::map<std::pair<int, long long>, std::vector<std::pair<double, double>>> slices;
+  for (const json& e : complete) {
+    const double ts = e.at("ts").get<double>();
+    slices[thread_of(e)].push_back({ts, ts + e.at("dur").get<double>()});
+  }
+  for (auto& [thread, list] : slices) {
+    std::sort(list.begin(), list.end());
+    for (std::size_t k = 1; k < list.size(); ++k) {
+      EXPECT_LE(list[k - 1].second, list[k].first) << thread_names[thread];
+    }
+  }
+  const std::vector<json> starts = Events(trace, "s");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(thread_of(starts[0]), thread_of(complete[3]));
 }
 
 TEST(ChromeTraceTest, FlowsArePairedAndBoundToTheirSlices) {

@@ -36,6 +36,28 @@ TEST(GridTest, DrawsTheTimeline) {
             "legend:  F forward  B backward  SF send activation  AR all-reduce  . idle\n");
 }
 
+// Two sends of rank 0 in flight at once (a transfer longer than the forward between
+// them, as `simulate --cost-comm=3` makes): the second goes on a row of its own, and
+// neither label is cut. The third, which starts after the first has ended, shares its
+// row.
+TEST(GridTest, OverlappingTransfersGetRowsOfTheirOwn) {
+  Timeline t;
+  t.name = "overlap";
+  t.num_ranks = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},   {0, kComputeLane, 0, 1, "F", 1, 2},
+             {0, kSendLane, 0, 0, "SEND_F", 1, 4}, {0, kSendLane, 0, 1, "SEND_F", 2, 5},
+             {0, kSendLane, 0, 2, "SEND_F", 5, 8}, {1, kComputeLane, 1, 0, "F", 4, 5}};
+  GridOptions options;
+  options.axis = false;
+  options.legend = false;
+  EXPECT_EQ(RenderTimelineGrid(t, options),
+            "overlap: makespan 8 unit, 1 column = 0.333333 unit\n"
+            "rank 0     | F0 F1 ..................\n"
+            "  send     | ...SF0      ...SF2      \n"
+            "  send (2) | ......SF1      .........\n"
+            "rank 1     | ............F0 .........\n");
+}
+
 TEST(GridTest, ColourOnlyWhenAsked) {
   const Timeline t = testing::TwoRankTimeline();
   EXPECT_THAT(RenderTimelineGrid(t), Not(HasSubstr("\x1b[")));

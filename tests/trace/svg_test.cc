@@ -83,6 +83,29 @@ TEST(SvgTest, WellFormedWithOneBoxPerSpan) {
 
 // A name read from a file may hold control characters or bytes that are not UTF-8; XML
 // 1.0 allows neither, and one of them makes the whole picture unreadable.
+// Two sends of rank 0 in flight at once are drawn on two rows, the second labelled
+// "send (2)", not one box over the other.
+TEST(SvgTest, OverlappingTransfersAreDrawnOnRowsOfTheirOwn) {
+  Timeline t;
+  t.num_ranks = 1;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},
+             {0, kSendLane, 0, 0, "SEND_F", 1, 4},
+             {0, kSendLane, 0, 1, "SEND_F", 2, 5}};
+  const std::string svg = ToSvg({&t});
+  EXPECT_EQ(CheckWellFormed(svg), "");
+  EXPECT_THAT(svg, HasSubstr(">send (2)</text>"));
+  // The y of each span's box, in order: the two sends differ.
+  std::vector<std::string> ys;
+  for (std::size_t pos = svg.find("<rect class=\"span\""); pos != std::string::npos;
+       pos = svg.find("<rect class=\"span\"", pos + 1)) {
+    const std::size_t y = svg.find(" y=\"", pos) + 4;
+    ys.push_back(svg.substr(y, svg.find('"', y) - y));
+  }
+  ASSERT_EQ(ys.size(), 3u);
+  EXPECT_NE(ys[1], ys[2]);
+  EXPECT_NE(ys[0], ys[1]);
+}
+
 TEST(SvgTest, ControlCharactersAndBrokenUtf8BecomeReplacementCharacters) {
   const std::string fffd = "\xEF\xBF\xBD";
   EXPECT_EQ(internal::XmlEscape("a\x01"
