@@ -115,6 +115,10 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
   return absl::OkStatus();
 }
 
+bool IsTimeUnit(const std::string& unit) {
+  return unit == "unit" || unit == "ns" || unit == "us" || unit == "ms" || unit == "s";
+}
+
 absl::StatusOr<CostModel> ParseRoot(const json& root) {
   if (!root.is_object()) return KeyError("(top level)", "an object", root);
   CostModel model;
@@ -149,9 +153,15 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
       }
     } else if (key == "action_gap") {
       PS_ASSIGN_OR_RETURN(model.action_gap, NonNegativeNumber(value, "action_gap"));
+    } else if (key == "time_unit") {
+      if (!value.is_string() || !IsTimeUnit(value.get<std::string>())) {
+        return KeyError("time_unit", "one of \"unit\", \"ns\", \"us\", \"ms\", \"s\"", value);
+      }
+      model.time_unit = value.get<std::string>();
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cost model: unknown key %s (expected version, default, stages, comm, action_gap)",
+          "cost model: unknown key %s (expected version, default, stages, comm, action_gap, "
+          "time_unit)",
           QuoteForMessage(key, 60)));
     }
   }
@@ -184,6 +194,11 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
 }
 
 absl::Status CheckCostModel(const CostModel& costs) {
+  if (!IsTimeUnit(costs.time_unit)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the costs' time unit is %s; give \"unit\", \"ns\", \"us\", \"ms\" or \"s\"",
+        QuoteForMessage(costs.time_unit, 20)));
+  }
   // A negative time overlaps two pieces of work on one lane (a bubble fraction above 1),
   // one above the bound makes makespans nothing can draw, a NaN would vanish in a max.
   auto time = [](const std::string& what, double t) -> absl::Status {

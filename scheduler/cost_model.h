@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -87,6 +88,10 @@ struct CostModel {
   // replay a measured step's gaps (stages::WithHandoffs) or to draw them
   // (stages::SpreadBubble).
   std::map<std::tuple<int, Op, int>, double> gaps;
+  // What the times are in: "unit" (abstract, the default), or "ns", "us", "ms", "s" --
+  // "us" for the costs a run measured (train --save-costs). The simulated timeline takes
+  // it, so that a Chrome trace of measured costs is in real time.
+  std::string time_unit = "unit";
 
   const StageCosts& Stage(int stage) const {
     return stage >= 0 && static_cast<std::size_t>(stage) < stages.size() ? stages[stage] : uniform;
@@ -135,7 +140,8 @@ absl::StatusOr<CostModel> WithRecomputeOn(const CostModel& costs, const std::vec
 //                "recompute_bytes": 0, "zero_grad": 0, "optimizer": 0},
 //    "stages": [{"f": 1.2, "b": 2.4}, ...],   // optional, fields default to "default"
 //    "comm": 0.1 | [0.1, 0.2, ...],           // optional, uniform or per boundary
-//    "action_gap": 0.01}                      // optional, CostModel::action_gap
+//    "action_gap": 0.01,                      // optional, CostModel::action_gap
+//    "time_unit": "us"}                       // optional, CostModel::time_unit
 // InvalidArgument naming the key and what is expected for anything else (times outside
 // [0, kMaxCostTime], byte counts outside [0, kMaxCostBytes], unknown keys, wrong types,
 // nesting deeper than base/json_util.h's limit).
@@ -154,7 +160,8 @@ absl::Status CheckCostsFit(const CostModel& costs, int num_ranks, int num_chunks
 // allreduce, zero_grad, optimizer of the default and of each stage, comm_uniform, each
 // comm entry, action_gap, each entry of actions, transfers and gaps) that is not a number
 // in [0, kMaxCostTime], or a byte count (activation_bytes, workspace_bytes, input_bytes,
-// static_bytes, recompute_bytes) outside [0, kMaxCostBytes]. ParseCostModelJson never returns such
+// static_bytes, recompute_bytes) outside [0, kMaxCostBytes], or a time_unit other than
+// "unit", "ns", "us", "ms", "s". ParseCostModelJson never returns such
 // a model; a library caller (or a measured replay) may build one. Simulate and the searched
 // generators check it first.
 absl::Status CheckCostModel(const CostModel& costs);

@@ -322,6 +322,7 @@ json CostModelJson(const CostModel& costs) {
   }
   // Only when set, so that builds predating it read the rest.
   if (costs.action_gap != 0) out["action_gap"] = costs.action_gap;
+  if (costs.time_unit != "unit") out["time_unit"] = costs.time_unit;
   return out;
 }
 

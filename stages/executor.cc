@@ -1285,6 +1285,13 @@ absl::StatusOr<scheduler::CostModel> MeasuredCostModel(
     if (spans != nullptr) add(*spans);
   }
   scheduler::CostModel costs;
+  // The timelines' clock ("us" for the executor's): a simulation of these costs keeps it.
+  for (const trace::Timeline* timeline : timelines) {
+    if (timeline != nullptr) {
+      costs.time_unit = timeline->time_unit;
+      break;
+    }
+  }
   std::vector<double> all_transfers;
   for (int s = 0; s < S; ++s) {
     scheduler::StageCosts c;

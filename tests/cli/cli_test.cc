@@ -1201,6 +1201,7 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
   const nlohmann::json file = nlohmann::json::parse(Slurp(costs));
   ASSERT_EQ(file["stages"].size(), 4u);  // P x V virtual stages
   EXPECT_EQ(file["comm"].size(), 3u);    // their boundaries
+  EXPECT_EQ(file["time_unit"], "us");
   // The measured gap, as train's JSON reports it (written only when there is one).
   const nlohmann::json gap = nlohmann::json::parse(Slurp(json))["action_gap_us"];
   if (!gap.is_null() && gap.get<double>() > 0) {
@@ -1221,9 +1222,13 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
     EXPECT_GT(stage.value("optimizer", -1.0), 0);  // the measured per-step work
     EXPECT_GE(stage.value("zero_grad", -1.0), 0);
   }
+  const std::string sim_trace = TempPath("costs_sim_trace.json");
   r = RunCli({"simulate", "--schedule=zb-v", "--stages=2", "--microbatches=4", "--costs=" + costs,
-              "--json=" + stats, "--nogrid"});
+              "--json=" + stats, "--nogrid", "--trace=" + sim_trace});
   ASSERT_EQ(r.code, 0) << r.err;
+  // Drawn in the file's unit: the trace's times are the costs' microseconds, 1:1.
+  EXPECT_THAT(nlohmann::json::parse(Slurp(sim_trace))["otherData"].dump(),
+              HasSubstr("(time in us)"));
   const double plan =
       nlohmann::json::parse(Slurp(json))["planned_with_handoff_bubble_fraction"].get<double>();
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(Slurp(stats))["bubble_fraction"].get<double>(), plan);

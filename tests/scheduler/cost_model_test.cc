@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/registry.h"
+#include "scheduler/simulator.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {
@@ -97,6 +99,27 @@ TEST(CostModelTest, ParsesMinimalFileAsBuiltInDefaults) {
   EXPECT_EQ(costs.action_gap, 0);
   PS_ASSERT_OK_AND_ASSIGN(const CostModel gap, ParseCostModelJson(R"({"action_gap": 0.02})"));
   EXPECT_EQ(gap.action_gap, 0.02);
+  EXPECT_EQ(costs.time_unit, "unit");
+}
+
+// A measured cost file says its times are in us; the simulated timeline takes the unit,
+// so that its Chrome trace and pictures are in real time. Anything but the five units
+// is refused, in a file or in code.
+TEST(CostModelTest, TimeUnitIsReadCheckedAndReachesTheTimeline) {
+  PS_ASSERT_OK_AND_ASSIGN(const CostModel us,
+                          ParseCostModelJson(R"({"default": {"f": 300}, "time_unit": "us"})"));
+  EXPECT_EQ(us.time_unit, "us");
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule s, GenerateSchedule("1f1b", {2, 2, 1}));
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult sim, Simulate(s, us));
+  EXPECT_EQ(sim.timeline.time_unit, "us");
+  EXPECT_THAT(ParseCostModelJson(R"({"time_unit": "seconds"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"time_unit\" must be one of \"unit\", \"ns\", \"us\", \"ms\", "
+                                 "\"s\", got \"seconds\"")));
+  CostModel bad;
+  bad.time_unit = "minutes";
+  EXPECT_THAT(CheckCostModel(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("the costs' time unit is \"minutes\"")));
 }
 
 TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
@@ -110,7 +133,7 @@ TEST(CostModelTest, RejectsBadFilesNamingTheKey) {
   EXPECT_THAT(ParseCostModelJson(R"({"defaults": {}})"),
               StatusIs(kBad, AllOf(HasSubstr("unknown key \"defaults\""),
                                    HasSubstr("expected version, default, stages, comm, "
-                                             "action_gap"))));
+                                             "action_gap, time_unit"))));
   EXPECT_THAT(ParseCostModelJson(R"({"action_gap": -0.5})"),
               StatusIs(kBad, HasSubstr("\"action_gap\" must be a number in [0, 1e+15], got -0.5")));
   EXPECT_THAT(ParseCostModelJson(R"({"default": {"fwd": 1}})"),

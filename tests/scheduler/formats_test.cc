@@ -337,6 +337,14 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(file.comm, (std::vector<double>{0.1, 0.2, 0.3}));
   EXPECT_EQ(file.action_gap, 0.375);
   EXPECT_EQ(ToCostModelJson(file), ToCostModelJson(costs));
+  // The time unit, only when it is not the abstract unit (builds predating it read the
+  // rest), and back.
+  EXPECT_THAT(ToCostModelJson(costs), Not(HasSubstr("time_unit")));
+  CostModel measured = costs;
+  measured.time_unit = "us";
+  EXPECT_THAT(ToCostModelJson(measured), HasSubstr("\"time_unit\": \"us\""));
+  PS_ASSERT_OK_AND_ASSIGN(CostModel measured_back, ParseCostModelJson(ToCostModelJson(measured)));
+  EXPECT_EQ(measured_back.time_unit, "us");
   // The per-step zero_grad and optimizer times, likewise only in files that use them.
   EXPECT_THAT(ToCostModelJson(costs), Not(HasSubstr("optimizer")));
   costs.stages[2].optimizer = 2.5;
