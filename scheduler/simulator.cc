@@ -35,13 +35,60 @@
 #include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "scheduler/dependency_walk.h"
+#include "scheduler/lower.h"
+#include "scheduler/validate.h"
 
 namespace pipesched::scheduler {
 
 using internal::DependencyIndex;
 using internal::kSameStage;
 
+namespace {
+
+// Whether some stage of `schedule` has an all-reduce time in `costs` but no ALLREDUCE
+// action to spend it on.
+bool MissesAllReduces(const Schedule& schedule, const CostModel& costs) {
+  bool any = costs.uniform.allreduce > 0;
+  for (const StageCosts& stage : costs.stages) any = any || stage.allreduce > 0;
+  if (!any) return false;
+  std::vector<char> reduced(std::max(schedule.num_stages(), 0), 0);
+  for (const std::vector<Action>& program : schedule.programs) {
+    for (const Action& a : program) {
+      if (a.op == Op::kAllReduce && a.stage >= 0 && a.stage < schedule.num_stages()) {
+        reduced[a.stage] = 1;
+      }
+    }
+  }
+  for (int stage = 0; stage < schedule.num_stages(); ++stage) {
+    if (!reduced[stage] && costs.Stage(stage).allreduce > 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<SimResult> SimulateAsGiven(const Schedule& schedule, const CostModel& costs);
+
+}  // namespace
+
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs) {
+  // The shape first: the check below sizes a table by P x V.
+  PS_RETURN_IF_ERROR(internal::CheckShape(schedule));
+  if (MissesAllReduces(schedule, costs)) {
+    PS_RETURN_IF_ERROR(Validate(schedule));  // PlaceAllReduce needs every backward there
+    PS_ASSIGN_OR_RETURN(Schedule reduced, PlaceAllReduce(schedule, /*num_replicas=*/2));
+    // Only the stages with a time: the others have nothing to reduce.
+    for (std::vector<Action>& program : reduced.programs) {
+      std::erase_if(program, [&](const Action& a) {
+        return a.op == Op::kAllReduce && costs.Stage(a.stage).allreduce <= 0;
+      });
+    }
+    return SimulateAsGiven(reduced, costs);
+  }
+  return SimulateAsGiven(schedule, costs);
+}
+
+namespace {
+
+absl::StatusOr<SimResult> SimulateAsGiven(const Schedule& schedule, const CostModel& costs) {
   PS_ASSIGN_OR_RETURN(const DependencyIndex index, DependencyIndex::Build(schedule));
   const int P = index.num_ranks();
   const int N = index.num_actions();
@@ -152,7 +199,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   trace::Timeline& timeline = result.timeline;
   timeline.name = absl::StrFormat("%s P=%d V=%d M=%d (simulated)", schedule.name, P,
                                   schedule.num_chunks(), schedule.num_microbatches);
-  timeline.time_unit = "unit";
+  timeline.time_unit = costs.time_unit;
   timeline.num_ranks = P;
   // Each compute action has at most one cross-rank dependency: at most N flows and N
   // transfer spans. Reserving up front avoids regrowing tens of MB at P=64, M=1024.
@@ -288,4 +335,5 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
   return result;
 }
 
+}  // namespace
 }  // namespace pipesched::scheduler

@@ -60,6 +60,10 @@ struct SimResult {
 // when the backward is split (W still needs the stage input); its input_bytes (stage > 0)
 // from the start of the compute action before that F on the same rank, if any; its
 // recompute_bytes during the F and again from the start of the B or I.
+// A stage whose costs give an all-reduce time (StageCosts::allreduce > 0) but that has no
+// ALLREDUCE action is reduced right after its last backward on its rank, as the executor
+// places it for data-parallel replicas (PlaceAllReduce): the timeline then has its
+// ALLREDUCE span on the comm lane, and its optimizer step waits for it.
 // InvalidArgument when a stage's input_bytes exceeds its activation_bytes.
 // FailedPrecondition with the deadlock diagnosis when the schedule cannot finish;
 // InvalidArgument when Validate() would reject it, when CheckCostModel() refuses `costs`

@@ -227,6 +227,44 @@ TEST(SimulatorTest, AllReduceRunsOnTheCommLaneWithoutBlockingCompute) {
   EXPECT_DOUBLE_EQ(r.ranks[0].idle, 8);
 }
 
+// The same schedule without its ALLREDUCE actions: an all-reduce time in the costs
+// places them where the executor does for replicas (right after each stage's last
+// backward), so `simulate --cost-allreduce=5` of a generated schedule models them too.
+// A stage without an all-reduce time gets none.
+TEST(SimulatorTest, AnAllReduceTimeReducesStagesThatHaveNoAllReduceAction) {
+  const Schedule s = HandSchedule(1, 2, 1, {"0F0 1F0 1B0 0B0"});
+  CostModel costs;
+  costs.uniform.allreduce = 5;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult r, Simulate(s, costs));
+  ExpectSpan(r.timeline, 0, trace::kCommLane, "ALLREDUCE", 1, -1, 4, 9);
+  ExpectSpan(r.timeline, 0, trace::kCommLane, "ALLREDUCE", 0, -1, 9, 14);
+  EXPECT_DOUBLE_EQ(r.makespan, 14);
+  EXPECT_DOUBLE_EQ(r.ranks[0].idle, 8);
+
+  costs.uniform.allreduce = 0;
+  costs.stages = {StageCosts{.allreduce = 3}, StageCosts{}};
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult only0, Simulate(s, costs));
+  int reductions = 0;
+  for (const trace::Span& span : only0.timeline.spans) reductions += span.op == "ALLREDUCE";
+  EXPECT_EQ(reductions, 1);
+  ExpectSpan(only0.timeline, 0, trace::kCommLane, "ALLREDUCE", 0, -1, 6, 9);
+  EXPECT_DOUBLE_EQ(only0.makespan, 9);
+
+  // A generated schedule with an optimizer step: the step waits for each stage's
+  // all-reduce (1F1B, P=2, M=2: rank 0's last B ends at 9, rank 1's at 7).
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule f1b, GenerateSchedule("1f1b", {2, 2, 1}));
+  CostModel step;
+  step.uniform.allreduce = 5;
+  step.uniform.optimizer = 1;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult stepped, Simulate(f1b, step));
+  EXPECT_DOUBLE_EQ(stepped.makespan, 14);
+  EXPECT_DOUBLE_EQ(stepped.step_time, 15);
+  // Without an all-reduce time, nothing is placed: the plain 1F1B step, 9 + 1.
+  step.uniform.allreduce = 0;
+  PS_ASSERT_OK_AND_ASSIGN(const SimResult plain, Simulate(f1b, step));
+  EXPECT_DOUBLE_EQ(plain.step_time, 10);
+}
+
 // P=2, M=1; rank 0 zeroes its gradients in 0.5, rank 1 in 3 (its F waits for its own
 // zero-grad, not only for 0F0: the makespan grows from 6 to 7.5 and the bubble with it,
 // as in the executor); optimizer steps of 1.5 after each rank's last action:
