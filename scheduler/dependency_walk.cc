@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 
 namespace pipesched::scheduler::internal {
@@ -390,31 +391,70 @@ absl::Status DeadlockError(const Schedule& schedule, const DependencyIndex& inde
                            const std::vector<int>& next_step, const std::vector<uint8_t>& done) {
   // The first few blocked ranks are named; thousands would make a megabyte line.
   constexpr int kMaxNamed = 8;
-  std::string line = "deadlock: no rank can run its next action;";
-  int first_rank = -1;
+  const int num_ranks = index.num_ranks();
   int ran = 0;
-  int blocked = 0;
-  for (int r = 0; r < index.num_ranks(); ++r) ran += next_step[r];
-  for (int r = 0; r < index.num_ranks(); ++r) {
+  for (int r = 0; r < num_ranks; ++r) ran += next_step[r];
+  // Each blocked rank waits for an action that has not run, so for a rank that is blocked
+  // too: following the waits from any blocked rank ends in a cycle of ranks that wait for
+  // one another. The cycle is the cause; the other blocked ranks wait behind it.
+  std::vector<int> waits_for(num_ranks, kNoAction);  // [rank] the awaited action's id
+  std::vector<int> blocked;
+  for (int r = 0; r < num_ranks; ++r) {
     const int step = next_step[r];
     if (step >= static_cast<int>(schedule.programs[r].size())) continue;
-    if (++blocked > kMaxNamed) continue;
-    const Action& a = schedule.programs[r][step];
-    int waits_for = kNoAction;
-    index.ForEachDep(a, [&](int dep, int) {
-      if (waits_for == kNoAction && !done[dep]) waits_for = dep;
+    blocked.push_back(r);
+    index.ForEachDep(schedule.programs[r][step], [&](int dep, int) {
+      if (waits_for[r] == kNoAction && !done[dep]) waits_for[r] = dep;
     });
-    absl::StrAppend(&line, first_rank >= 0 ? ";" : "", " rank ", r, " blocked at ", Name(a));
-    if (waits_for != kNoAction) {
-      absl::StrAppend(&line, " (waits for ", Name(index.ActionOf(waits_for)), " on rank ",
-                      index.RankOfId(waits_for), ")");
-    }
-    if (first_rank < 0) first_rank = r;
   }
-  if (blocked > kMaxNamed) {
-    absl::StrAppend(&line, "; and ", blocked - kMaxNamed, " more ranks blocked");
+  std::vector<int> cycle;  // ascending
+  if (!blocked.empty()) {
+    std::vector<int> seen_at(num_ranks, -1);
+    std::vector<int> path;
+    int r = blocked.front();
+    while (r >= 0 && seen_at[r] < 0 && waits_for[r] != kNoAction) {
+      seen_at[r] = static_cast<int>(path.size());
+      path.push_back(r);
+      r = index.RankOfId(waits_for[r]);
+    }
+    if (r >= 0 && seen_at[r] >= 0) cycle.assign(path.begin() + seen_at[r], path.end());
+    std::sort(cycle.begin(), cycle.end());
+  }
+  // Named: the cycle's ranks first, then the others, each group in rank order.
+  std::vector<int> named = cycle;
+  for (int r : blocked) {
+    if (!std::binary_search(cycle.begin(), cycle.end(), r)) named.push_back(r);
+  }
+  std::string line = "deadlock: no rank can run its next action;";
+  for (int k = 0; k < std::min<int>(kMaxNamed, named.size()); ++k) {
+    const int r = named[k];
+    const Action& a = schedule.programs[r][next_step[r]];
+    absl::StrAppend(&line, k > 0 ? ";" : "", " rank ", r, " blocked at ", Name(a));
+    if (waits_for[r] != kNoAction) {
+      absl::StrAppend(&line, " (waits for ", Name(index.ActionOf(waits_for[r])), " on rank ",
+                      index.RankOfId(waits_for[r]), ")");
+    }
+  }
+  if (static_cast<int>(named.size()) > kMaxNamed) {
+    absl::StrAppend(&line, "; and ", named.size() - kMaxNamed, " more ranks blocked");
+  }
+  if (!cycle.empty() && cycle.size() < blocked.size()) {
+    std::vector<std::string> ranks;
+    for (int k = 0; k < std::min<int>(kMaxNamed, cycle.size()); ++k) {
+      ranks.push_back(std::to_string(cycle[k]));
+    }
+    if (static_cast<int>(cycle.size()) > kMaxNamed) {
+      ranks.push_back(absl::StrCat(cycle.size() - kMaxNamed, " more"));
+    }
+    const std::string last = ranks.back();
+    ranks.pop_back();
+    absl::StrAppend(&line, "; the cause: ranks ", absl::StrJoin(ranks, ", "), " and ", last,
+                    cycle.size() == 2 ? " wait for each other" : " wait for one another in a cycle",
+                    ", and the other ", blocked.size() - cycle.size(),
+                    " blocked ranks wait behind them");
   }
   absl::StrAppend(&line, " (", ran, " of ", index.num_actions(), " actions ran)");
+  const int first_rank = named.empty() ? -1 : named.front();
   return absl::FailedPreconditionError(absl::StrCat(
       line, "\n",
       RenderProgramGrid(schedule, first_rank, first_rank >= 0 ? next_step[first_rank] : -1)));

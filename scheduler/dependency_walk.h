@@ -114,7 +114,10 @@ class DependencyIndex {
 };
 
 // "rank 0 blocked at 0B1 (waits for 1B1 on rank 1)" for every rank whose next action
-// cannot run, then the grid with the arrow at the first one. FailedPrecondition.
+// cannot run (the first 8), the ranks of the cycle of waits that causes the deadlock
+// first, and when other ranks only wait behind that cycle, "the cause: ranks 15 and 16
+// wait for each other, and the other 28 blocked ranks wait behind them"; then the grid
+// with the arrow at the cycle's first rank. FailedPrecondition.
 absl::Status DeadlockError(const Schedule& schedule, const DependencyIndex& index,
                            const std::vector<int>& next_step, const std::vector<uint8_t>& done);
 

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/registry.h"
 #include "scheduler/simulator.h"
 #include "testing/status_matchers.h"
 
@@ -150,6 +151,25 @@ TEST(ValidateTest, DeadlockNamesEveryBlockedRank) {
                                      HasSubstr("rank 1 blocked at 1F1 (waits for 0F1 on rank 0)"),
                                      HasSubstr("rank 2 blocked at 2F1 (waits for 1F1 on rank "
                                                "1)"))));
+}
+
+// A cycle far down a long pipeline: ranks 15 and 16 wait for each other (15B0 for 16B0,
+// whose 16F1 waits for 15F1 behind 15B0), and ranks 0-14 and 17-29 only wait behind
+// them. The message names the cycle's ranks first and says they are the cause; the
+// grid's arrow is at rank 15.
+TEST(ValidateTest, DeadlockNamesTheCycleThatCausesIt) {
+  PS_ASSERT_OK_AND_ASSIGN(Schedule s, GenerateSchedule("1f1b", {30, 2, 1}));
+  s.programs[15] = {{15, 0, Op::kF}, {15, 0, Op::kB}, {15, 1, Op::kF}, {15, 1, Op::kB}};
+  const absl::Status status = Validate(s);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  const std::string first_line(status.message().substr(0, status.message().find('\n')));
+  EXPECT_THAT(first_line,
+              AllOf(StartsWith("deadlock: no rank can run its next action; rank 15 blocked at "
+                               "15B0 (waits for 16B0 on rank 16); rank 16 blocked at 16F1 "
+                               "(waits for 15F1 on rank 15); rank 0 blocked at "),
+                    HasSubstr("; the cause: ranks 15 and 16 wait for each other, and the other "
+                              "28 blocked ranks wait behind them (")));
+  EXPECT_THAT(status.message(), HasSubstr(GridAt(s, 15, 1)));
 }
 
 TEST(ValidateTest, SimulateReportsTheSameDeadlock) {
@@ -375,7 +395,9 @@ TEST(ValidateTest, TallGridsAreCutAroundTheMark) {
   EXPECT_THAT(Validate(HandSchedule(20, 1, 2, rows)),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("rank 7 blocked at 7F1"), Not(HasSubstr("rank 8 blocked")),
-                             HasSubstr("; and 12 more ranks blocked (1 of 80 actions ran)"))));
+                             HasSubstr("; and 12 more ranks blocked; the cause: ranks 0 and 1 "
+                                       "wait for each other, and the other 18 blocked ranks "
+                                       "wait behind them (1 of 80 actions ran)"))));
 }
 
 }  // namespace
