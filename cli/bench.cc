@@ -1000,7 +1000,7 @@ int Bench(const CommandContext& ctx) {
   }
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
-    out << "wrote " << path << "\n";
+    SayWrote(out, path);
     return absl::OkStatus();
   };
   absl::Status written = [&]() -> absl::Status {

@@ -50,6 +50,11 @@ bool RejectArguments(const CommandContext& ctx, std::string_view command, int& e
 // dash ("-nogrid"), the same pointing at the two-dash flag.
 absl::Status UnexpectedArgument(const std::string& arg, std::string_view what_works);
 
+// "wrote PATH" (and " WHAT" when given) on its own line, for an output that is a file;
+// nothing for one that is not a regular file (--json=/dev/stdout, a pipe), so that what
+// was written there is all that reaches it.
+void SayWrote(std::ostream& out, const std::string& path, std::string_view what = "");
+
 // True when the user gave the flag (canonical name with underscores).
 bool FlagGiven(const CommandContext& ctx, std::string_view name);
 

@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -9,6 +10,12 @@
 #include "cli/flags.h"
 
 namespace pipesched::cli {
+
+void SayWrote(std::ostream& out, const std::string& path, std::string_view what) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return;
+  out << "wrote " << path << (what.empty() ? "" : " ") << what << "\n";
+}
 
 int ReportError(const CommandContext& ctx, const absl::Status& status) {
   *ctx.err << "pipesched: " << status.message() << "\n";

@@ -449,7 +449,7 @@ absl::Status Compare(const CommandContext& ctx) {
 
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
-    out << "wrote " << path << "\n";
+    SayWrote(out, path);
     return absl::OkStatus();
   };
   // Pictures: the ranked schedules one under the other on one time scale.

@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/formulas.h"
 #include "scheduler/registry.h"
+#include "scheduler/validate.h"
 #include "trace/chrome_trace.h"
 #include "trace/svg.h"
 
@@ -65,7 +66,12 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
       }
     }
     PS_RETURN_IF_ERROR(CheckSearchFlagsApply("", /*from_file=*/true, /*refines_any_order=*/true));
-    return scheduler::LoadScheduleFile(from);
+    PS_ASSIGN_OR_RETURN(scheduler::ScheduleFile file, scheduler::LoadScheduleFile(from));
+    // Named for the file, as validate names it (the message keeps the validator's grid).
+    if (absl::Status v = scheduler::Validate(file.schedule); !v.ok()) {
+      return absl::Status(v.code(), absl::StrCat(from, ": ", v.message()));
+    }
+    return file;
   }
   int p = absl::GetFlag(FLAGS_stages);
   int m = absl::GetFlag(FLAGS_microbatches);
@@ -458,7 +464,7 @@ absl::Status WriteScheduleOutputs(const CommandContext& ctx, const scheduler::Sc
                                   const std::string& svg_title) {
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
-    *ctx.out << "wrote " << path << "\n";
+    SayWrote(*ctx.out, path);
     return absl::OkStatus();
   };
   if (std::string p = absl::GetFlag(FLAGS_trace); !p.empty()) {

@@ -145,7 +145,7 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_RETURN_IF_ERROR(WriteScheduleOutputs(ctx, schedule, costs, {&drawn}, title));
   if (std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
     PS_RETURN_IF_ERROR(WriteFileAtomic(p, SimulationJson(schedule, costs, sim, auto_choice)));
-    *ctx.out << "wrote " << p << "\n";
+    SayWrote(*ctx.out, p);
   }
   // Last, so that a plan that does not fit still gets its grid and pictures.
   if (capacity.has_value()) {

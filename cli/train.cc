@@ -359,7 +359,7 @@ absl::Status Train(const CommandContext& ctx) {
   std::vector<const trace::Timeline*> timelines = {&planned_tl, &measured_tl};
   auto write = [&](const std::string& path, const std::string& content) -> absl::Status {
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, content));
-    out << "wrote " << path << "\n";
+    SayWrote(out, path);
     return absl::OkStatus();
   };
   if (std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
@@ -377,7 +377,7 @@ absl::Status Train(const CommandContext& ctx) {
   }
   if (!save.empty()) {
     PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
-    out << "wrote " << save << " (checkpoint after step " << resumed_at + steps << ")\n";
+    SayWrote(out, save, absl::StrCat("(checkpoint after step ", resumed_at + steps, ")"));
   }
   // The costs of the "+hand-off" plan, in microseconds: `simulate --costs` with them and
   // this schedule reproduces that plan, and with another schedule of the same P x V
@@ -393,7 +393,7 @@ absl::Status Train(const CommandContext& ctx) {
       saved.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
     }
     PS_RETURN_IF_ERROR(WriteFileAtomic(save_costs, scheduler::ToCostModelJson(saved)));
-    out << "wrote " << save_costs << " (measured costs in us, for simulate --costs)\n";
+    SayWrote(out, save_costs, "(measured costs in us, for simulate --costs)");
   }
   if (std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     nlohmann::json j;
