@@ -47,10 +47,13 @@ namespace {
 
 // Whether some stage of `schedule` has an all-reduce time in `costs` but no ALLREDUCE
 // action to spend it on.
-bool MissesAllReduces(const Schedule& schedule, const CostModel& costs) {
+// Checks the shape only when some stage has such a time, so that the common case (and
+// every Simulate of a search) pays nothing.
+absl::StatusOr<bool> MissesAllReduces(const Schedule& schedule, const CostModel& costs) {
   bool any = costs.uniform.allreduce > 0;
   for (const StageCosts& stage : costs.stages) any = any || stage.allreduce > 0;
   if (!any) return false;
+  PS_RETURN_IF_ERROR(internal::CheckShape(schedule));  // the table below is P x V
   std::vector<char> reduced(std::max(schedule.num_stages(), 0), 0);
   for (const std::vector<Action>& program : schedule.programs) {
     for (const Action& a : program) {
@@ -70,9 +73,8 @@ absl::StatusOr<SimResult> SimulateAsGiven(const Schedule& schedule, const CostMo
 }  // namespace
 
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& costs) {
-  // The shape first: the check below sizes a table by P x V.
-  PS_RETURN_IF_ERROR(internal::CheckShape(schedule));
-  if (MissesAllReduces(schedule, costs)) {
+  PS_ASSIGN_OR_RETURN(const bool misses_allreduces, MissesAllReduces(schedule, costs));
+  if (misses_allreduces) {
     PS_RETURN_IF_ERROR(Validate(schedule));  // PlaceAllReduce needs every backward there
     PS_ASSIGN_OR_RETURN(Schedule reduced, PlaceAllReduce(schedule, /*num_replicas=*/2));
     // Only the stages with a time: the others have nothing to reduce.
