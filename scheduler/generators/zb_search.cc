@@ -22,11 +22,11 @@
 // zb-v), is timed with the costs exactly as the simulator times a program (an action
 // starts when its rank is free -- after its zero-grads, then after the cost model's gap
 // -- and its inputs have arrived); of those within the limit, the one with the shortest
-// step (zero-grads, actions, optimizer steps: Simulate's step_time, the makespan when
-// those cost nothing) wins, ties going to the shorter makespan, the smaller activation
-// peak and then the earlier candidate (the handcrafted order first). A candidate stops
-// as soon as it cannot win (Bounds): the search's cost is mostly the candidates that come
-// close.
+// step (zero-grads, actions, all-reduces, optimizer steps: Simulate's step_time, the
+// makespan when those cost nothing) wins, ties going to the shorter makespan, the smaller
+// activation peak and then the earlier candidate (the handcrafted order first). A
+// candidate stops as soon as it cannot win (Bounds): the search's cost is mostly the
+// candidates that come close.
 //
 // Without a cost model the costs are unit (F = I = W = 1). There zb-h1 already meets the
 // one-step lower bound 3M + P - 1, so zb-1p and zb-2p return zb-h1's order, and zb-v-1p
@@ -148,7 +148,8 @@ class ListScheduler {
     double last_end = 0;
     bool blocked = false;  // waiting for a neighbour to issue the producer of an input
     int peak = 0;
-    double left = 0;  // the durations of the actions not yet issued
+    double left = 0;                // the durations of the actions not yet issued
+    std::vector<int> reduce_order;  // stages whose W's are all issued, in that order
   };
 
   std::size_t Index(int stage, int mb) const {
@@ -226,6 +227,10 @@ class ListScheduler {
       default:
         ++rank.w;
         if (!rank.w_queue.empty() && rank.w_queue.front() == a) rank.w_queue.pop_front();
+        // The stage's last W: Simulate's all-reduce of it follows (PlaceAllReduce puts it
+        // right after), in this order on the rank's comm lane.
+        w_end_[a.stage] = end;
+        if (++w_issued_[a.stage] == m_) ranks_[r].reduce_order.push_back(a.stage);
         break;
     }
     if (Done(r)) {
@@ -345,6 +350,8 @@ class ListScheduler {
     i_end_.assign(cells, kUnknown);
     next_f_.assign(s_, 0);
     next_i_.assign(s_, 0);
+    w_issued_.assign(s_, 0);
+    w_end_.assign(s_, 0);
     ranks_.assign(p_, Rank{});
     out_ = Outcome{};
     out_.programs.resize(p_);
@@ -391,19 +398,31 @@ class ListScheduler {
       }
       if (cut_) return Outcome{.cut = true};
     }
-    // As Simulate: the makespan from the first action, the step from the first zero-grad
-    // (time 0) to the last optimizer step, which follows the rank's last action and gap.
+    // As Simulate: a stage with an all-reduce time reduces its gradients on the rank's
+    // comm lane once its last W ends (Simulate places the ALLREDUCE there), one after
+    // another; the makespan runs from the first action to the last end, all-reduces
+    // included; the step from the first zero-grad (time 0) to the last optimizer step,
+    // which follows the rank's last action and gap and its stage's all-reduce.
+    std::vector<double> reduced(s_, 0);  // [stage]: its all-reduce's end, 0 for none
+    for (int r = 0; r < p_; ++r) {
+      double comm_free = 0;
+      for (int s : ranks_[r].reduce_order) {
+        const double cost = costs_.Stage(s).allreduce;
+        if (cost <= 0) continue;  // Simulate erases those
+        comm_free = std::max(comm_free, w_end_[s]) + cost;
+        reduced[s] = comm_free;
+        last_end_ = std::max(last_end_, comm_free);
+      }
+    }
     out_.makespan = last_end_ - first_start_;
     out_.step_time = last_end_;
     for (int r = 0; r < p_; ++r) {
       bool any = false;
       for (int s : stages_of_[r]) any |= costs_.Stage(s).optimizer > 0;
-      if (any) {
-        // Summed in Simulate's order, so that the two agree to the last bit.
-        double t = ranks_[r].last_end + costs_.action_gap;
-        for (int s : stages_of_[r]) t += costs_.Stage(s).optimizer;
-        out_.step_time = std::max(out_.step_time, t);
-      }
+      // Summed in Simulate's order, so that the two agree to the last bit.
+      double t = ranks_[r].last_end + (any ? costs_.action_gap : 0);
+      for (int s : stages_of_[r]) t = std::max(t, reduced[s]) + costs_.Stage(s).optimizer;
+      out_.step_time = std::max(out_.step_time, t);
       out_.peak = std::max(out_.peak, ranks_[r].peak);
     }
     return std::move(out_);
@@ -419,6 +438,8 @@ class ListScheduler {
   std::vector<std::vector<int>> stages_of_;  // [rank], in stage order
   std::vector<double> f_end_, i_end_;        // [stage x M + mb]
   std::vector<int> next_f_, next_i_;         // [stage]: F's and I's issued, in mb order
+  std::vector<int> w_issued_;                // [stage]: W's issued
+  std::vector<double> w_end_;                // [stage]: the end of its last W issued
   std::vector<Rank> ranks_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   double now_ = 0;
