@@ -407,9 +407,10 @@ class ListScheduler {
     for (int r = 0; r < p_; ++r) {
       double comm_free = 0;
       for (int s : ranks_[r].reduce_order) {
-        const double cost = costs_.Stage(s).allreduce;
-        if (cost <= 0) continue;  // Simulate erases those
-        comm_free = std::max(comm_free, w_end_[s]) + cost;
+        if (costs_.Stage(s).allreduce <= 0) continue;  // Simulate erases those
+        // Its duration as Simulate takes it: a per-action entry first.
+        const Action reduce{.stage = s, .microbatch = -1, .op = Op::kAllReduce};
+        comm_free = std::max(comm_free, w_end_[s]) + costs_.Duration(reduce);
         reduced[s] = comm_free;
         last_end_ = std::max(last_end_, comm_free);
       }

@@ -209,7 +209,8 @@ TEST(ZbSearchTest, AllReducesCountAsSimulateCountsThem) {
       EXPECT_LE(found_sim.step_time, base_sim.step_time * (1 + 1e-12));
     }
   }
-  // Random all-reduce times on some stages: never a longer step than the handcrafted order.
+  // Random all-reduce times on some stages, some given per action: never a longer step
+  // than the handcrafted order.
   std::mt19937 rng(17);
   std::uniform_real_distribution<double> time(0.2, 2.0);
   for (int trial = 0; trial < 60; ++trial) {
@@ -217,7 +218,13 @@ TEST(ZbSearchTest, AllReducesCountAsSimulateCountsThem) {
     const int m = 1 + static_cast<int>(rng() % 10);
     const bool v_shaped = trial % 2 == 1;
     CostModel costs = RandomStages(rng, v_shaped ? 2 * p : p, /*phases=*/trial % 3 == 0);
-    for (StageCosts& stage : costs.stages) stage.allreduce = rng() % 2 ? 4 * time(rng) : 0;
+    for (int s = 0; s < static_cast<int>(costs.stages.size()); ++s) {
+      costs.stages[s].allreduce = rng() % 2 ? 4 * time(rng) : 0;
+      // A per-action entry takes the all-reduce's place, in Simulate and in the search.
+      if (costs.stages[s].allreduce > 0 && rng() % 2) {
+        costs.actions[{s, Op::kAllReduce, -1}] = 10 * time(rng);
+      }
+    }
     costs.comm_uniform = (rng() % 3) * 0.25;
     SCOPED_TRACE(absl::StrCat("trial ", trial, ": P=", p, " M=", m));
     const GeneratorParams params{
