@@ -1,6 +1,8 @@
 // QuoteForMessage: file text in an error message, short and on one line.
 #include "base/strings.h"
 
+#include <charconv>
+
 #include "absl/strings/str_format.h"
 
 namespace pipesched {
@@ -80,6 +82,12 @@ std::string EscapeForMessage(std::string_view text, std::size_t max_chars) {
 
 std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
   return "\"" + Escape(text, max_chars, /*quotes=*/true) + "\"";
+}
+
+std::string ShortestNumber(double value) {
+  char buffer[64];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
 }
 
 }  // namespace pipesched

@@ -26,4 +26,9 @@ std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 // own way: "bad value 'x' for --flag".
 std::string EscapeForMessage(std::string_view text, std::size_t max_chars = 40);
 
+// `value` with as many digits as it takes to read back as the same double, and no more:
+// 1.0000001e+15, 65536.001, 0.1, 2, inf, nan. For messages that quote a number a user
+// gave (absl::StrCat keeps 6 digits, so "--cost-f=1e+15 is not in [0, 1e+15]").
+std::string ShortestNumber(double value);
+
 }  // namespace pipesched

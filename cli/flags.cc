@@ -156,6 +156,11 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
     if (!has_value) {
       if (flag->IsOfType<bool>()) {
         value = negated ? "false" : "true";
+      } else if (i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) == 0) {
+        // `--json --stages=2` would write a file named "--stages=2" and drop the flag.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "flag --", name, " needs a value, and the next argument, ",
+            EscapeForMessage(argv[i + 1], 60), ", is a flag; give --", name, "=VALUE"));
       } else if (i + 1 < argc) {
         value = argv[++i];
       } else {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -45,9 +46,9 @@ absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_
 
 absl::Status CheckCost(std::string_view flag, double value) {
   if (!(value >= 0) || value > scheduler::kMaxCostTime) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", absl::StrReplaceAll(Absl(flag), {{"_", "-"}}), "=", value,
-                     " is not a valid time; use a number in [0, ", scheduler::kMaxCostTime, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", absl::StrReplaceAll(Absl(flag), {{"_", "-"}}), "=", ShortestNumber(value),
+        " is not a valid time; use a number in [0, ", scheduler::kMaxCostTime, "]"));
   }
   return absl::OkStatus();
 }
@@ -115,7 +116,7 @@ absl::StatusOr<double> MaxActivationsFromFlags() {
   const double limit = absl::GetFlag(FLAGS_max_activations);
   if (limit == 0 || (limit >= 1 && limit <= 65536)) return limit;
   return absl::InvalidArgumentError(absl::StrCat(
-      "--max-activations=", limit,
+      "--max-activations=", ShortestNumber(limit),
       " is out of range: use 0 (each searched schedule's own limit) or 1 to 65536 stages' "
       "worth of activations per rank"));
 }
@@ -226,16 +227,44 @@ absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::strin
   return out;
 }
 
+namespace {
+
+// The first of `costs`' stage entries (or its uniform one, without a list) whose B is not
+// its I + W, to the rounding of the sum; "where" is "stage S: ", or empty for the uniform.
+struct SplitMismatch {
+  std::string where;
+  const scheduler::StageCosts* costs;
+};
+std::optional<SplitMismatch> FirstSplitMismatch(const scheduler::CostModel& costs) {
+  auto mismatched = [](const scheduler::StageCosts& c) {
+    const double split = c.i + c.w;
+    return std::abs(c.b - split) > 1e-9 * std::max(c.b, split);
+  };
+  if (costs.stages.empty()) {
+    if (mismatched(costs.uniform)) return SplitMismatch{"", &costs.uniform};
+    return std::nullopt;
+  }
+  for (std::size_t s = 0; s < costs.stages.size(); ++s) {
+    if (mismatched(costs.stages[s])) {
+      return SplitMismatch{absl::StrCat("stage ", s, ": "), &costs.stages[s]};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
                                                     const scheduler::ScheduleFile& file,
                                                     std::string_view file_path) {
   std::string source;
   PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
                       UncheckedCostsFromFlags(ctx, file, file_path, &source));
-  return CheckCostsForSchedule(std::move(costs), source, file);
+  return CheckCostsForSchedule(ctx, std::move(costs), source, file);
 }
 
-absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(scheduler::CostModel costs,
+absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(const CommandContext& ctx,
+                                                           scheduler::CostModel costs,
                                                            const std::string& source,
                                                            const scheduler::ScheduleFile& file) {
   if (absl::Status fit =
@@ -247,18 +276,23 @@ absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(scheduler::CostModel 
   // A schedule that splits the backward runs I and W where B was given: B must be their sum,
   // or the B the user gave would silently not be used (compare refuses it for all schedules).
   if (file.schedule.SplitsBackward()) {
-    std::vector<std::pair<std::string, const scheduler::StageCosts*>> checked;
-    if (costs.stages.empty()) checked.emplace_back("", &costs.uniform);
-    for (std::size_t s = 0; s < costs.stages.size(); ++s) {
-      checked.emplace_back(absl::StrCat("stage ", s, ": "), &costs.stages[s]);
-    }
-    for (const auto& [where, c] : checked) {
-      const double split = c->i + c->w;
-      if (std::abs(c->b - split) <= 1e-9 * std::max(c->b, split)) continue;
+    if (std::optional<SplitMismatch> bad = FirstSplitMismatch(costs)) {
+      const scheduler::StageCosts& c = *bad->costs;
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s%sB=%g is not I + W = %g (I=%g, W=%g): %s splits the backward into I and W, so B "
           "would not be used; give I and W that add up to B (--cost-b alone sets I = W = B/2)",
-          source.empty() ? "" : source + ": ", where, c->b, split, c->i, c->w, file.schedule.name));
+          source.empty() ? "" : source + ": ", bad->where, c.b, c.i + c.w, c.i, c.w,
+          file.schedule.name));
+    }
+  } else if (FlagGiven(ctx, "cost_i") || FlagGiven(ctx, "cost_w")) {
+    // A schedule that runs B reads neither I nor W: --cost-i=3 alone changed nothing,
+    // with no word. Given, they must describe the same backward as B (as compare requires).
+    if (std::optional<SplitMismatch> bad = FirstSplitMismatch(costs)) {
+      const scheduler::StageCosts& c = *bad->costs;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%sB=%g is not I + W = %g (I=%g, W=%g): %s runs B, so --cost-i and --cost-w would "
+          "not be used; give --cost-b=%g too, or I and W that add up to B",
+          bad->where, c.b, c.i + c.w, c.i, c.w, file.schedule.name, c.i + c.w));
     }
   }
   return costs;
@@ -372,7 +406,7 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
   if (formula.has_value()) {
     out << absl::StrFormat("   %.4f (closed form)", *formula);
   } else {
-    out << "   (no closed form for these costs)";
+    out << "   (no closed form for this order and these costs)";
   }
   out << absl::StrFormat("   bubble ratio %.4f\n", sim.bubble_ratio);
   if (sim.step_time != sim.makespan) {

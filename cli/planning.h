@@ -72,7 +72,8 @@ absl::StatusOr<scheduler::CostModel> CostsFromFlags(const CommandContext& ctx,
 // CostsFromFlags's checks of costs already read (UncheckedCostsFromFlags, with its
 // `source`) against `file`'s schedule: for a caller that read them before the schedule
 // existed, since --costs may be a pipe that reads once.
-absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(scheduler::CostModel costs,
+absl::StatusOr<scheduler::CostModel> CheckCostsForSchedule(const CommandContext& ctx,
+                                                           scheduler::CostModel costs,
                                                            const std::string& source,
                                                            const scheduler::ScheduleFile& file);
 // The same without the fit check, for a caller with its own rules (compare): `source`

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -115,9 +116,11 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
 
 // Validates, simulates, prints and writes the outputs of one schedule.
 // `auto_choice`: what --recompute-stages=auto chose, for --json; null without it.
+// `verdict`: printed first, once the flags are known to fit (validate's "F: valid").
 absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Schedule& schedule,
                                const scheduler::CostModel& costs,
-                               const RecomputeChoice* auto_choice = nullptr) {
+                               const RecomputeChoice* auto_choice = nullptr,
+                               std::string_view verdict = "") {
   PS_ASSIGN_OR_RETURN(const std::optional<std::int64_t> capacity, DeviceMemoryFromFlags());
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
@@ -129,6 +132,7 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
       })) {
     return NeedsActivationSizes();
   }
+  *ctx.out << verdict;
   // Drawn with the zero-grads and optimizer steps when the costs have them: the step.
   // (Moved: a timeline at the planner's limits is hundreds of MB, and only drawing
   // reads it from here on.)
@@ -367,7 +371,7 @@ int RunSimulate(const CommandContext& ctx) {
   if (!file.ok()) return ReportError(ctx, file.status());
   // A generated schedule has no costs of its own: those read above are the flags' costs.
   absl::StatusOr<scheduler::CostModel> costs =
-      search_costs.has_value() ? CheckCostsForSchedule(*search_costs, source, *file)
+      search_costs.has_value() ? CheckCostsForSchedule(ctx, *search_costs, source, *file)
                                : CostsFromFlags(ctx, *file, absl::GetFlag(FLAGS_from));
   if (!costs.ok()) return ReportError(ctx, costs.status());
   std::optional<RecomputeChoice> auto_choice;
@@ -416,8 +420,9 @@ int RunValidate(const CommandContext& ctx) {
     *ctx.out << path << ": INVALID\n";
     return ReportError(ctx, absl::Status(v.code(), absl::StrCat(path, ": ", v.message())));
   }
-  *ctx.out << path << ": valid\n";
-  absl::Status s = SimulateAndReport(ctx, file->schedule, *costs);
+  // Said after the flags are known to fit: cli.md promises their errors before any output.
+  absl::Status s =
+      SimulateAndReport(ctx, file->schedule, *costs, nullptr, absl::StrCat(path, ": valid\n"));
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }
 

@@ -143,6 +143,13 @@ absl::StatusOr<CostModel> ParseRoot(const json& root) {
         model.stages.push_back(stage);
       }
     } else if (key == "comm") {
+      // An empty list would read as "not given" (comm 0) for any P, as "stages" would.
+      if (value.is_array() && value.empty()) {
+        return KeyError("comm",
+                        "a number (every boundary's transfer time) or a non-empty array of "
+                        "per-boundary times",
+                        value);
+      }
       if (value.is_array()) {
         for (std::size_t b = 0; b < value.size(); ++b) {
           PS_ASSIGN_OR_RETURN(double t, NonNegativeNumber(value[b], absl::StrCat("comm[", b, "]")));

@@ -5,6 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/registry.h"
 
 namespace pipesched::scheduler {
 namespace {
@@ -116,10 +121,35 @@ std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& c
       costs.action_gap != 0) {
     return std::nullopt;
   }
-  return ClosedFormBubbleFraction(schedule.name, {.num_ranks = schedule.num_ranks(),
-                                                  .num_chunks = schedule.num_chunks(),
-                                                  .num_microbatches = schedule.num_microbatches,
-                                                  .costs = costs.uniform});
+  std::optional<double> formula =
+      ClosedFormBubbleFraction(schedule.name, {.num_ranks = schedule.num_ranks(),
+                                               .num_chunks = schedule.num_chunks(),
+                                               .num_microbatches = schedule.num_microbatches,
+                                               .costs = costs.uniform});
+  if (!formula.has_value()) return formula;
+  // The name is only a name: a file called zb-h1.csv may hold GPipe's order. The formula
+  // is the named generator's, so it holds only where the schedule runs that very order.
+  absl::StatusOr<Schedule> named =
+      GenerateSchedule(schedule.name, {.num_ranks = schedule.num_ranks(),
+                                       .num_microbatches = schedule.num_microbatches,
+                                       .num_chunks = schedule.num_chunks()});
+  if (!named.ok() || named->placement.kind != schedule.placement.kind ||
+      named->programs.size() != schedule.programs.size()) {
+    return std::nullopt;
+  }
+  // Transfers and all-reduces a file spells out take no time here (free transfers, the
+  // formula has no all-reduce): the compute order decides.
+  auto compute_only = [](const std::vector<Action>& program) {
+    std::vector<Action> out;
+    for (const Action& a : program) {
+      if (IsCompute(a.op)) out.push_back(a);
+    }
+    return out;
+  };
+  for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
+    if (compute_only(schedule.programs[r]) != compute_only(named->programs[r])) return std::nullopt;
+  }
+  return formula;
 }
 
 }  // namespace pipesched::scheduler

@@ -47,7 +47,9 @@ std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const For
 
 // The closed-form bubble fraction for `schedule` simulated with `costs`:
 // nullopt unless the costs are uniform, transfers free and there is no action gap, or
-// when the schedule has no closed form for them.
+// when the schedule has no closed form for them, or when its compute order is not the
+// one its name's generator gives for its shape (a file named zb-h1.csv holding GPipe's
+// order has no closed form: the name does not make it zb-h1).
 std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pipesched::scheduler

@@ -2,6 +2,7 @@
 // line and cannot drive the terminal, while UTF-8 text stays readable.
 #include "base/strings.h"
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -31,6 +32,16 @@ TEST(QuoteForMessageTest, HighBytesPassOnlyAsWellFormedUtf8WithoutC1Controls) {
   EXPECT_EQ(QuoteForMessage("\xe4\xb8"), "\"\\xe4\\xb8\"");
   // Cut at the limit inside a character: the partial bytes are escaped, then "...".
   EXPECT_EQ(QuoteForMessage("ab\xe4\xb8\xad", 3), "\"ab\\xe4...\"");
+}
+
+// As many digits as read back to the same double: what a message quotes of a user's number.
+TEST(ShortestNumberTest, ReadsBackAsTheSameDouble) {
+  EXPECT_EQ(ShortestNumber(2), "2");
+  EXPECT_EQ(ShortestNumber(0.1), "0.1");
+  EXPECT_EQ(ShortestNumber(65536.001), "65536.001");
+  EXPECT_EQ(ShortestNumber(1.0000001e15), "1.0000001e+15");
+  EXPECT_EQ(ShortestNumber(-1), "-1");
+  EXPECT_EQ(ShortestNumber(std::numeric_limits<double>::infinity()), "inf");
 }
 
 }  // namespace

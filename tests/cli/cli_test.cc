@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -267,6 +268,21 @@ TEST(CliTest, ValidateAcceptsPytorchFiles) {
   }
 }
 
+// A flag that cannot work is refused before any output, validate's verdict included: it
+// printed "F: valid" and then the error.
+TEST(CliTest, ValidateRefusesDeviceMemoryWithoutSizesBeforeItsVerdict) {
+  RunResult r = RunCli(
+      {"validate", Shared("interop/pytorch/2-rank.csv"), "--nogrid", "--device-memory=1GiB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("--device-memory needs the activations' sizes"));
+  // And with them, the verdict comes first.
+  r = RunCli({"validate", Shared("interop/pytorch/2-rank.csv"), "--nogrid", "--device-memory=1GiB",
+              "--activation-bytes=1024"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(Shared("interop/pytorch/2-rank.csv") + ": valid\n"));
+}
+
 TEST(CliTest, ValidateRejectsADeadlockWithTheBlockedActions) {
   std::string path = TempPath("deadlock.csv");
   // Rank 0 waits for 1B0 before running 0F1; rank 1 runs 1F1 before 1B0... that needs 0F1.
@@ -307,6 +323,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--json="},
                  "--json= has an empty value; give one, or leave the flag out for its default"},
         BadInput{{"train", "--save", ""}, "--save= has an empty value"},
+        // `--json --stages=2` wrote a file named "--stages=2" and ran with the default P.
+        BadInput{{"simulate", "--nogrid", "--json", "--stages=2"},
+                 "flag --json needs a value, and the next argument, --stages=2, is a flag; give "
+                 "--json=VALUE"},
         BadInput{{"version", "extra"}, "unexpected argument 'extra'; version takes only --flags"},
         BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes only --flags"},
         BadInput{{"simulate", "--nogrid=true"},
@@ -394,7 +414,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--schedule=zb-h1", "--cost-b=3", "--cost-i=1", "--cost-w=1"},
                  "B=3 is not I + W = 2 (I=1, W=1): zb-h1 splits the backward into I and W, so "
                  "B would not be used; give I and W that add up to B (--cost-b alone sets I = "
-                 "W = B/2)"}));
+                 "W = B/2)"},
+        // I and W that a schedule running B would not use: --cost-i=3 changed nothing.
+        BadInput{{"simulate", "--schedule=1f1b", "--cost-i=3"},
+                 "B=2 is not I + W = 4 (I=3, W=1): 1f1b runs B, so --cost-i and --cost-w would "
+                 "not be used; give --cost-b=4 too, or I and W that add up to B"}));
 
 // --cost-b alone splits evenly into I and W, as compare does: zb-h1 ran B=100 as I = W = 1.
 TEST(CliTest, CostBAloneSetsIAndWToHalfOfIt) {
@@ -403,9 +427,10 @@ TEST(CliTest, CostBAloneSetsIAndWToHalfOfIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   // M (F + I + W) + (P-1) max(F, I) = 4 x 101 + 50.
   EXPECT_THAT(r.out, HasSubstr("makespan 454 "));
-  // A schedule without I and W takes B as given, whatever I and W say.
+  // A schedule without I and W runs B; I and W given with it must add up to it (refused
+  // otherwise: CliBadInputTest), so that one set of flags means one backward everywhere.
   r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--cost-b=3",
-              "--cost-i=1", "--cost-w=1", "--nogrid"});
+              "--cost-i=1", "--cost-w=2", "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("makespan 20 "));
 }
@@ -500,6 +525,13 @@ TEST(CliTest, LimitsAreStatedInTheMessage) {
   RunResult r = RunCli({"simulate", "--cost-f=1e16"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cost-f=1e+16 is not a valid time; use a number in [0, 1e+15]"));
+  // Quoted in full: 6 digits made it "--cost-f=1e+15 is not ... in [0, 1e+15]".
+  r = RunCli({"simulate", "--cost-f=1.0000001e15"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cost-f=1.0000001e+15 is not a valid time"));
+  r = RunCli({"simulate", "--schedule=zb-1p", "--max-activations=65536.001"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--max-activations=65536.001 is out of range"));
   r = RunCli({"simulate", "--activation-bytes=4611686018427387904"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--activation-bytes=4611686018427387904 is too large; use a byte "
@@ -522,14 +554,36 @@ TEST(CliTest, LimitsAreStatedInTheMessage) {
                                "1099511627776"));
 }
 
+// A file's name is not its order: GPipe's order saved as zb-h1.csv printed zb-h1's
+// closed form, 0.1111, next to its simulated 0.2727 (and --json wrote both).
+TEST(CliTest, AFilesClosedFormIsItsOrdersNotItsNames) {
+  const std::string dir = TempPath("named");
+  std::filesystem::create_directories(dir);
+  const std::string misnamed = dir + "/zb-h1.csv";
+  RunResult r = RunCli({"simulate", "--schedule=gpipe", "--stages=4", "--microbatches=8",
+                        "--nogrid", "--csv=" + misnamed});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = RunCli({"validate", misnamed, "--nogrid"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("schedule zb-h1 "));
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.2727 (simulated)   (no closed form for this "
+                               "order and these costs)"));
+  const std::string named = dir + "/gpipe.csv";
+  r = RunCli({"simulate", "--schedule=gpipe", "--stages=4", "--microbatches=8", "--nogrid",
+              "--csv=" + named});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = RunCli({"validate", named, "--nogrid"});
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.2727 (simulated)   0.2727 (closed form)"));
+}
+
 // ZB-H1's closed form was printed where it does not hold (0.0000 against a simulated
 // 0.0857 at W=2).
 TEST(CliTest, ZbH1PrintsNoClosedFormWhereItDoesNotHold) {
   RunResult r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8",
                         "--cost-w=2", "--cost-b=3", "--nogrid"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.0857 (simulated)   (no closed form for these "
-                               "costs)"));
+  EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.0857 (simulated)   (no closed form for this "
+                               "order and these costs)"));
   r = RunCli({"simulate", "--schedule=zb-h1", "--stages=4", "--microbatches=8", "--nogrid"});
   EXPECT_THAT(r.out, HasSubstr("bubble fraction 0.1111 (simulated)   0.1111 (closed form)"));
 }
@@ -544,7 +598,7 @@ TEST(CliTest, SimulateWithAnActionGap) {
                         "--cost-action-gap=0.5", "--nogrid"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("makespan 10.5 "));
-  EXPECT_THAT(r.out, HasSubstr("(no closed form for these costs)"));
+  EXPECT_THAT(r.out, HasSubstr("(no closed form for this order and these costs)"));
   r = RunCli({"simulate", "--schedule=gpipe", "--stages=2", "--microbatches=2",
               "--cost-action-gap=-1", "--nogrid"});
   EXPECT_EQ(r.code, 2);

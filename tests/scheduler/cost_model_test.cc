@@ -341,6 +341,11 @@ TEST(CostModelTest, CheckCostsFitStatesTheLengthExpected) {
   // In a file, an empty "stages" list is refused: in memory it reads as "not given".
   EXPECT_THAT(ParseCostModelJson(R"({"version": 1, "stages": []})"),
               StatusIs(kBad, HasSubstr("a non-empty array of per-stage objects")));
+  // So is an empty "comm" list: it simulated as free transfers for P=4.
+  EXPECT_THAT(ParseCostModelJson(R"({"version": 1, "comm": []})"),
+              StatusIs(kBad, HasSubstr("cost model: \"comm\" must be a number (every "
+                                       "boundary's transfer time) or a non-empty array of "
+                                       "per-boundary times, got []")));
 }
 
 // A received input larger than the activations it belongs to (the fuzzer found such

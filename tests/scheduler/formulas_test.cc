@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "gtest/gtest.h"
+#include "scheduler/lower.h"
 #include "scheduler/registry.h"
 #include "testing/status_matchers.h"
 
@@ -119,6 +120,25 @@ TEST(ClosedFormForTest, OnlyForUniformCostsWithoutTransfersOrGaps) {
   CostModel listed;
   listed.stages.resize(4);
   EXPECT_FALSE(ClosedFormFor(schedule, listed).has_value());
+}
+
+// The formula belongs to the order, not to the name: a file named zb-h1.csv holding
+// GPipe's order printed zb-h1's 0.1111 next to its simulated 0.2727.
+TEST(ClosedFormForTest, OnlyForTheOrderItsNameGenerates) {
+  PS_ASSERT_OK_AND_ASSIGN(Schedule gpipe,
+                          GenerateSchedule("gpipe", {.num_ranks = 4, .num_microbatches = 8}));
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule zb_h1,
+                          GenerateSchedule("zb-h1", {.num_ranks = 4, .num_microbatches = 8}));
+  EXPECT_DOUBLE_EQ(*ClosedFormFor(zb_h1, CostModel{}), 3.0 / 27);
+  gpipe.name = "zb-h1";
+  EXPECT_FALSE(ClosedFormFor(gpipe, CostModel{}).has_value());
+  gpipe.name = "1f1b";  // same fill and drain, another order: still not 1F1B's formula
+  EXPECT_FALSE(ClosedFormFor(gpipe, CostModel{}).has_value());
+  gpipe.name = "gpipe";
+  EXPECT_DOUBLE_EQ(*ClosedFormFor(gpipe, CostModel{}), 3.0 / 11);
+  // All-reduces that cost nothing change nothing: the compute order decides.
+  PS_ASSERT_OK_AND_ASSIGN(const Schedule reduced, PlaceAllReduce(gpipe, 2));
+  EXPECT_DOUBLE_EQ(*ClosedFormFor(reduced, CostModel{}), 3.0 / 11);
 }
 
 }  // namespace
