@@ -1,14 +1,17 @@
 // libFuzzer target: pipesched schedule JSON -> ParseScheduleJson -> Validate -> Simulate
 // with the file's own costs when it has them. Holds the library to: no crash; a valid
-// schedule simulates; ToScheduleJson round-trips the programs, shape and costs' parse.
+// schedule simulates; ToScheduleJson round-trips the programs, shape and costs' parse;
+// a closed form offered for it (ClosedFormFor) is its simulated bubble fraction.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/formats.h"
+#include "scheduler/formulas.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validate.h"
 
@@ -39,6 +42,12 @@ void FuzzOne(std::string_view text) {
   PS_FUZZ_CHECK(sim.ok(), sim.status());
   PS_FUZZ_CHECK(std::isfinite(sim->step_time) && sim->step_time >= sim->makespan,
                 "a step shorter than its makespan");
+  // Wherever a closed form is offered (simulate and validate print it next to the
+  // simulated fraction), it is the simulated fraction.
+  if (const std::optional<double> formula = ClosedFormFor(schedule, costs)) {
+    PS_FUZZ_CHECK(std::abs(*formula - sim->bubble_fraction) <= 1e-9,
+                  "a closed form offered that is not the simulated bubble fraction");
+  }
 }
 
 }  // namespace
