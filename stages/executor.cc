@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -93,8 +95,14 @@ struct Executor::Issue {
 
 Executor::~Executor() {
   // Work may still be queued after a failed step: let it drain before buffers go (an
-  // aborted step drained already, or left a stuck host function behind: no waiting).
-  if (!aborted_) (void)SynchronizeAll();
+  // aborted step drained already, or left a host function behind that did not return).
+  if (!aborted_) {
+    (void)SynchronizeAll();
+  } else if (abandoned_ && !AbandonedWorkReturned()) {
+    // Its stage work, micro-batch buffers and step inputs stay (StageWork's promise: they
+    // outlive the work enqueued with them), as the runtime keeps its deferred frees.
+    KeepWhatAbandonedWorkUses();
+  }
   slots_.clear();
   inputs_.clear();
   targets_.clear();
@@ -963,6 +971,50 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
   return out;
 }
 
+// What an executor left behind when a host function of an abandoned step had not
+// returned by its destruction: kept for the life of the process (reachable, so that leak
+// checkers do not report it), because that function may still read or write any of it.
+struct Executor::Kept {
+  std::vector<std::unique_ptr<StageWork>> works;
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<std::unique_ptr<comm::AllReducer>> reducers;
+  std::vector<runtime::Buffer> inputs, targets, losses;
+};
+
+namespace {
+
+std::mutex& KeptMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+
+}  // namespace
+
+bool Executor::AbandonedWorkReturned() {
+  // As long as a stream's destructor would wait for it (Stream::kAbortGraceMillis).
+  const auto start = WatchClock::now();
+  std::chrono::microseconds wait(0);
+  while (true) {
+    std::erase_if(abandoned_events_, [](runtime::Event* e) { return Completed(e); });
+    if (abandoned_events_.empty()) return true;
+    if (SecondsSince(start) * 1000 >= runtime::Stream::kAbortGraceMillis) return false;
+    Backoff(wait);
+  }
+}
+
+void Executor::KeepWhatAbandonedWorkUses() {
+  static std::vector<std::unique_ptr<Kept>>* kept = new std::vector<std::unique_ptr<Kept>>;
+  auto k = std::make_unique<Kept>();
+  k->works = std::move(works_);
+  k->slots = std::move(slots_);
+  k->reducers = std::move(reducers_);
+  k->inputs = std::move(inputs_);
+  k->targets = std::move(targets_);
+  k->losses = std::move(losses_);
+  std::lock_guard<std::mutex> lock(KeptMutex());
+  kept->push_back(std::move(k));
+}
+
 absl::Status Executor::AbortStep(absl::Status why) {
   aborted_ = true;
   for (auto& reducer : reducers_) reducer->Abort();
@@ -986,6 +1038,7 @@ absl::Status Executor::AbortStep(absl::Status why) {
     if (pending.empty()) break;
     if (SecondsSince(start) * 1000 >= runtime::Stream::kAbortGraceMillis) {
       abandoned_ = true;
+      abandoned_events_ = pending;
       break;
     }
     Backoff(wait);

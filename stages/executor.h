@@ -180,6 +180,7 @@ class Executor {
   struct Rank;
   struct Slot;
   struct Issue;
+  struct Kept;
   Executor() = default;
   absl::Status IssueAction(const Issue& issue);
   // Allocates (replica, stage, mb)'s input buffer on its compute stream and records the
@@ -233,8 +234,14 @@ class Executor {
   std::vector<bool> last_backward_is_w_;
   // The first failed step's status: the streams stay failed, so later steps are refused.
   absl::Status failed_step_;
-  bool aborted_ = false;             // a step was aborted: the streams are poisoned
-  bool abandoned_ = false;           // ... and some did not drain (a host function did not return)
+  bool aborted_ = false;    // a step was aborted: the streams are poisoned
+  bool abandoned_ = false;  // ... and some did not drain (a host function did not return)
+  // The end-of-step events (Rank::drained) that had not completed when the step was
+  // abandoned: the destructor waits for them a bounded time before it frees anything
+  // a host function still running could use (KeepWhatAbandonedWorkUses).
+  std::vector<runtime::Event*> abandoned_events_;
+  bool AbandonedWorkReturned();
+  void KeepWhatAbandonedWorkUses();
   std::vector<double> issue_times_;  // [order_ index]: steady-clock us when issued
   // The step's clock (MarkStepOrigins): per distinct device, a timing event recorded on an
   // idle stream of it at the start of each step, and the steady-clock us at which it

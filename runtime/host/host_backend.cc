@@ -71,6 +71,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::align_val_t kAlignment{64};
+
+// Frees that must never run -- their memory may still be in use by a host function that
+// ignored an abort -- kept unrun for the life of the process: reachable, so that leak
+// checkers (ASan's) report only what is lost by mistake, not what is kept on purpose.
+void KeepUnrun(std::vector<std::function<void()>> frees) {
+  if (frees.empty()) return;
+  static std::mutex* mu = new std::mutex;
+  static auto* kept = new std::vector<std::function<void()>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  for (std::function<void()>& free_fn : frees) kept->push_back(std::move(free_fn));
+}
 // Allocations from this size on are checked against the memory the machine has left.
 constexpr std::size_t kCheckedAllocationBytes = std::size_t{64} << 20;
 
@@ -417,9 +428,14 @@ HostStream::~HostStream() {
   rest.swap(core.queue);
   lock.unlock();
   for (std::function<void()>& task : rest) task();
-  // The deferred frees stay with the detached worker's state, unrun: its host function
-  // may still use that memory (a leak, for a function that ignored the abort). So does
-  // every free deferred by the device's other streams.
+  // The deferred frees stay unrun (KeepUnrun): its host function may still use that
+  // memory (a leak, for a function that ignored the abort). So does every free deferred
+  // by the device's other streams. The worker adds none once it sees `detached`.
+  {
+    std::lock_guard<std::mutex> core_lock(core.mu);
+    KeepUnrun(std::move(core.deferred_frees));
+    core.deferred_frees.clear();
+  }
   worker_.detach();
   device_.StreamClosed({}, /*detached=*/true);
 }
@@ -807,7 +823,8 @@ void HostDevice::StreamClosed(std::vector<std::function<void()>> deferred_frees,
     leak_graveyard_ = leak_graveyard_ || detached;
     if (--open_streams_ > 0) return;
     if (!leak_graveyard_) run.swap(graveyard_);
-    graveyard_.clear();  // when leaking: dropping the closures keeps their memory
+    KeepUnrun(std::move(graveyard_));  // when leaking: kept, never run
+    graveyard_.clear();
     leak_graveyard_ = false;
   }
   for (std::function<void()>& free_fn : run) free_fn();

@@ -67,10 +67,15 @@ class HookedStage final : public ForwardingStageWork {
  public:
   // Runs after the toy's own work is enqueued (B) or before it (F), with the same io.
   using Hook = std::function<absl::Status(const MicrobatchIO& io, runtime::Stream& stream)>;
-  HookedStage(std::unique_ptr<ToyStage> inner, Hook before_forward, Hook after_backward)
+  HookedStage(std::unique_ptr<ToyStage> inner, Hook before_forward, Hook after_backward,
+              std::function<void()> on_destroy = nullptr)
       : ForwardingStageWork(std::move(inner)),
         before_forward_(std::move(before_forward)),
-        after_backward_(std::move(after_backward)) {}
+        after_backward_(std::move(after_backward)),
+        on_destroy_(std::move(on_destroy)) {}
+  ~HookedStage() override {
+    if (on_destroy_) on_destroy_();
+  }
 
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override {
     if (before_forward_) PS_RETURN_IF_ERROR(before_forward_(io, stream));
@@ -83,6 +88,7 @@ class HookedStage final : public ForwardingStageWork {
 
  private:
   Hook before_forward_, after_backward_;
+  std::function<void()> on_destroy_;
 };
 
 std::unique_ptr<runtime::Backend> HostBackend(int devices) {
@@ -214,6 +220,62 @@ TEST(WatchdogTest, CallbackThatOutlivesTheAbortKeepsItsBuffersUntilItReturns) {
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(backend->device(d).memory_stats().current_bytes, 0) << "device " << d;
   }
+}
+
+// A stage callback that outlives the abort, the grace period and the executor itself
+// (an embedder's action that runs far longer than the step timeout), then reads the
+// step's input and checks its stage: the executor keeps the stage work, the micro-batch
+// buffers and the step's inputs while such a function may still run (StageWork's promise:
+// they outlive the work enqueued with them). It freed them: ASan reported a
+// heap-use-after-free, and the heap was corrupted for the rest of the process.
+TEST(WatchdogTest, CallbackThatOutlivesTheExecutorKeepsItsStageAndInputs) {
+  const ToyOptions toy{.features = 2, .batch = 2};
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  StepData data(2, toy);
+  std::atomic<bool> executor_gone{false}, stage_destroyed{false};
+  std::atomic<bool> returned{false}, stage_was_destroyed{false};
+  std::atomic<float> read{-1};
+  {
+    // Stage 0's F of micro-batch 0: waits (ignoring Stream::aborted) until the executor
+    // is gone, then reads its input.
+    StageWorkFactory factory =
+        [&](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      auto inner = std::make_unique<ToyStage>(stage, 2, toy, device);
+      if (stage != 0) return std::make_unique<HookedStage>(std::move(inner), nullptr, nullptr);
+      HookedStage::Hook before_forward = [&](const MicrobatchIO& io, runtime::Stream& stream) {
+        if (io.microbatch != 0) return absl::OkStatus();
+        const auto* x = static_cast<const float*>(io.input);
+        return stream.EnqueueHost([&, x] {
+          const Clock::time_point start = Clock::now();
+          while (!executor_gone && SecondsSince(start) < 20) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          stage_was_destroyed = stage_destroyed.load();
+          read = x[1];
+          returned = true;
+          return absl::OkStatus();
+        });
+      };
+      return std::make_unique<HookedStage>(std::move(inner), before_forward, nullptr,
+                                           [&stage_destroyed] { stage_destroyed = true; });
+    };
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no action finished")));
+  }
+  executor_gone = true;
+  const Clock::time_point start = Clock::now();
+  while (!returned && SecondsSince(start) < 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(returned);
+  EXPECT_FALSE(stage_was_destroyed);  // the stage work outlived the function
+  EXPECT_FALSE(stage_destroyed);      // and is kept: the function might have used it later
+  EXPECT_FLOAT_EQ(read, data.x[1]);   // the step's input, as the F received it
 }
 
 // A schedule that deadlocks at run time but not statically. The executor alone cannot
