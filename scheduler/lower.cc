@@ -1,6 +1,8 @@
 // Lowering passes (scheduler/lower.h).
 #include "scheduler/lower.h"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +66,26 @@ absl::StatusOr<Schedule> PlaceAllReduce(const Schedule& schedule, int num_replic
     }
   }
   return lowered;
+}
+
+Schedule SplitBackward(Schedule schedule) {
+  for (std::vector<Action>& program : schedule.programs) {
+    if (std::none_of(program.begin(), program.end(),
+                     [](const Action& a) { return a.op == Op::kB; }))
+      continue;
+    std::vector<Action> split;
+    split.reserve(program.size() + program.size() / 2);
+    for (const Action& a : program) {
+      if (a.op != Op::kB) {
+        split.push_back(a);
+        continue;
+      }
+      split.push_back({a.stage, a.microbatch, Op::kI});
+      split.push_back({a.stage, a.microbatch, Op::kW});
+    }
+    program = std::move(split);
+  }
+  return schedule;
 }
 
 }  // namespace pipesched::scheduler

@@ -23,4 +23,10 @@ namespace pipesched::scheduler {
 // schedule is not valid).
 absl::StatusOr<Schedule> PlaceAllReduce(const Schedule& schedule, int num_replicas);
 
+// `schedule` with each B replaced by its I and W back to back on the same rank
+// (0B1 -> 0I1 0W1): the same work where the costs' B = I + W, and the form that
+// RefineSchedule (refine.h) reorders, moving W's into later bubbles. Every other action
+// stays where it is; a schedule without B's comes back unchanged.
+Schedule SplitBackward(Schedule schedule);
+
 }  // namespace pipesched::scheduler

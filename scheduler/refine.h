@@ -16,7 +16,8 @@ namespace pipesched::scheduler {
 // rank of `schedule` holds (its peak_live_microbatches), valid, the same every time. It
 // times at most kRefineActions actions (registry.h), about a second on one core.
 // Validate's error for a schedule it refuses; InvalidArgument when CheckCostModel refuses
-// the costs, or when the schedule has actions other than F, I and W (a B: split it into I and W;
+// the costs, or when the schedule has actions other than F, I and W (a B: SplitBackward in
+// lower.h splits it into I and W;
 // lowered transfers or all-reduces: refine the schedule before lowering).
 absl::StatusOr<Schedule> RefineSchedule(const Schedule& schedule, const CostModel& costs);
 

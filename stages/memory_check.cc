@@ -25,7 +25,7 @@ absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<Memory
     if (place.planned_bytes <= place.available_bytes) continue;
     const bool machine = place.name == kMachine;
     std::vector<std::string> fixes = {plan.smaller};
-    if (place.busiest_activations >= all) fixes.push_back("fewer --microbatches");
+    if (place.busiest_activations >= all) fixes.push_back(plan.fewer_microbatches);
     // 1F1B keeps at most P micro-batches, each the rank's chunks' activations, on a rank.
     if (place.busiest_microbatch_bytes > 0 &&
         place.busiest_bytes / place.busiest_microbatch_bytes > plan.num_ranks) {
@@ -34,8 +34,7 @@ absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<Memory
           " on a rank)"));
     }
     if (!machine) {
-      fixes.push_back(place.ranks > 1 ? "more devices (--devices)"
-                                      : "more --stages (fewer layers on each device)");
+      fixes.push_back(place.ranks > 1 ? plan.more_devices : plan.more_stages);
     }
     std::string use = fixes.front();
     for (std::size_t k = 1; k < fixes.size(); ++k) {

@@ -59,8 +59,13 @@ struct PlanShape {
   int num_ranks = 1;         // P
   int num_chunks = 1;        // V
   int num_microbatches = 1;  // M
+  // The fixes the message suggests, in the words of whoever runs the plan; the defaults
+  // are pipesched's command line (an embedder names their own knobs, or quantities).
   // The first fix suggested: what makes one micro-batch's activations smaller.
   std::string smaller = "a smaller --microbatch-size, --hidden or --layers";
+  std::string fewer_microbatches = "fewer --microbatches";
+  std::string more_devices = "more devices (--devices)";  // ranks share a device
+  std::string more_stages = "more --stages (fewer layers on each device)";
 };
 
 // OK when every place's planned_bytes <= available_bytes. Otherwise ResourceExhausted,

@@ -53,6 +53,7 @@
 #include "base/strings.h"
 #include "scheduler/generators/generators.h"
 #include "scheduler/generators/util.h"
+#include "scheduler/lower.h"
 #include "scheduler/refine.h"
 #include "scheduler/validate.h"
 
@@ -696,25 +697,6 @@ struct SearchShape {
   GeneratorFn also = nullptr;
 };
 
-// `programs` with each B replaced by its I and W back to back (the same work when B = I + W,
-// which the search's costs are).
-std::vector<std::vector<Action>> SplitBackwards(std::vector<std::vector<Action>> programs) {
-  for (std::vector<Action>& program : programs) {
-    std::vector<Action> split;
-    split.reserve(program.size());
-    for (const Action& a : program) {
-      if (a.op != Op::kB) {
-        split.push_back(a);
-        continue;
-      }
-      split.push_back({a.stage, a.microbatch, Op::kI});
-      split.push_back({a.stage, a.microbatch, Op::kW});
-    }
-    program = std::move(split);
-  }
-  return programs;
-}
-
 absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const GeneratorParams& params,
                                           const SearchShape& shape) {
   PS_ASSIGN_OR_RETURN(const int chunks, generators_internal::CheckParams(
@@ -789,7 +771,8 @@ absl::StatusOr<Schedule> SearchZeroBubble(std::string_view name, const Generator
     absl::StatusOr<Schedule> also =
         shape.also({.num_ranks = p, .num_microbatches = m, .num_chunks = chunks});
     if (also.ok()) {
-      PS_RETURN_IF_ERROR(offer(lister.Replay(SplitBackwards(std::move(also->programs)), bounds())));
+      // Its B's run as I then W (the same work: the search's costs have B = I + W).
+      PS_RETURN_IF_ERROR(offer(lister.Replay(SplitBackward(*std::move(also)).programs, bounds())));
     }
   }
   if (chunks > 1) {
@@ -886,7 +869,8 @@ absl::StatusOr<Schedule> RefineSchedule(const Schedule& schedule, const CostMode
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot refine ", schedule.name, ": rank ", r, " runs ", ToString(a),
           ", and the refinement moves only F, I and W actions; ",
-          a.op == Op::kB ? "give a schedule whose backward is split into I and W"
+          a.op == Op::kB ? "give a schedule whose backward is split into I and W "
+                           "(scheduler::SplitBackward splits each B)"
                          : "refine the schedule before its transfers and all-reduces are "
                            "lowered into it"));
     }

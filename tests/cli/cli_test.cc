@@ -726,7 +726,8 @@ TEST(CliTest, RefineImprovesTheSearchedOrderAndSaysByHowMuch) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "pipesched: cannot refine 1f1b: rank 0 runs 0B0, and the refinement moves only F, I "
-            "and W actions; give a schedule whose backward is split into I and W\n");
+            "and W actions; give a schedule whose backward is split into I and W "
+            "(scheduler::SplitBackward splits each B)\n");
   // Within a device: the order as searched fits 15 MiB (78.57), the refined one would not.
   const std::string sized = TempPath("sized.json");
   std::ofstream(sized) << R"({"version": 1, "stages": [

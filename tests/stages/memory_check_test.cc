@@ -86,19 +86,24 @@ TEST(MemoryCheckTest, OneFOneBOnADeviceSuggestsOnlyWhatHelps) {
   EXPECT_THAT(status.message(), Not(HasSubstr("1f1b: at most")));
 }
 
+// A device two ranks share, 2 MiB short, its busiest rank holding 8 chunk activations.
+MemoryPlace SharedByTwoRanks() {
+  return {.name = "cuda:0",
+          .planned_bytes = 12 * kMiB,
+          .available_bytes = 10 * kMiB,
+          .ranks = 2,
+          .busiest_rank = 0,
+          .busiest_activations = 8,
+          .busiest_bytes = 8 * kMiB,
+          .busiest_microbatch_bytes = 2 * kMiB};
+}
+
 // V > 1: the count is of chunk activations (up to V x M); a device shared by two ranks
 // wants more devices, not more stages.
 TEST(MemoryCheckTest, InterleavedOnASharedDeviceCountsChunkActivations) {
   const PlanShape plan{
       .schedule = "interleaved-1f1b", .num_ranks = 2, .num_chunks = 2, .num_microbatches = 4};
-  const MemoryPlace shared{.name = "cuda:0",
-                           .planned_bytes = 12 * kMiB,
-                           .available_bytes = 10 * kMiB,
-                           .ranks = 2,
-                           .busiest_rank = 0,
-                           .busiest_activations = 8,
-                           .busiest_bytes = 8 * kMiB,
-                           .busiest_microbatch_bytes = 2 * kMiB};
+  const MemoryPlace shared = SharedByTwoRanks();
   EXPECT_THAT(CheckActivationsFit(plan, {shared}),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        AllOf(HasSubstr("rank 0 alone 8.00 MiB with 8 of V x M = 2 x 4 chunk "
@@ -106,6 +111,21 @@ TEST(MemoryCheckTest, InterleavedOnASharedDeviceCountsChunkActivations) {
                              HasSubstr("fewer --microbatches"),
                              HasSubstr("(1f1b: at most P = 2 on a rank)"),
                              HasSubstr(", or more devices (--devices)"))));
+}
+
+// An embedder's program has no --flags: the fixes are said in its words.
+TEST(MemoryCheckTest, FixesAreSaidInTheWordsThePlanGives) {
+  PlanShape plan{
+      .schedule = "interleaved-1f1b", .num_ranks = 2, .num_chunks = 2, .num_microbatches = 4};
+  plan.smaller = "a smaller batch";
+  plan.fewer_microbatches = "fewer micro-batches";
+  plan.more_devices = "more GPUs";
+  const MemoryPlace shared = SharedByTwoRanks();
+  const absl::Status status = CheckActivationsFit(plan, {shared});
+  EXPECT_THAT(status.message(),
+              HasSubstr("use a smaller batch, fewer micro-batches, a schedule that keeps fewer "
+                        "micro-batches in flight (1f1b: at most P = 2 on a rank), or more GPUs"));
+  EXPECT_THAT(status.message(), Not(HasSubstr("--")));
 }
 
 TrainerConfig Config(const std::string& schedule) {
