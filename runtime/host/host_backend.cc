@@ -82,6 +82,7 @@ void KeepUnrun(std::vector<std::function<void()>> frees) {
   std::lock_guard<std::mutex> lock(*mu);
   for (std::function<void()>& free_fn : frees) kept->push_back(std::move(free_fn));
 }
+
 // Allocations from this size on are checked against the memory the machine has left.
 constexpr std::size_t kCheckedAllocationBytes = std::size_t{64} << 20;
 
