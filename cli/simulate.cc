@@ -34,11 +34,16 @@ bool UseColor(const CommandContext& ctx) {
   return c == "always" || (c == "auto" && ctx.out_is_terminal);
 }
 
-absl::Status CheckColorFlag() {
+absl::Status CheckColorFlag(const CommandContext& ctx) {
   std::string c = absl::GetFlag(FLAGS_color);
   if (c != "auto" && c != "always" && c != "never") {
     return absl::InvalidArgumentError(
         absl::StrCat("--color=", c, " is not one of auto, always, never"));
+  }
+  // It colours the grid only: with no grid it would be ignored without a word.
+  if (FlagGiven(ctx, "color") && !absl::GetFlag(FLAGS_grid)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--color=", c, " colours the timeline grid, which --nogrid leaves out; drop one of them"));
   }
   return absl::OkStatus();
 }
@@ -351,7 +356,7 @@ int RunSimulate(const CommandContext& ctx) {
         ctx, UnexpectedArgument(ctx.positional[0],
                                 absl::StrCat("to simulate a file use --from=", ctx.positional[0])));
   }
-  if (absl::Status s = CheckColorFlag(); !s.ok()) return ReportError(ctx, s);
+  if (absl::Status s = CheckColorFlag(ctx); !s.ok()) return ReportError(ctx, s);
   if (absl::Status s = CheckOutputsDistinct({{"--from", absl::GetFlag(FLAGS_from)}}); !s.ok()) {
     return ReportError(ctx, s);
   }
@@ -407,7 +412,7 @@ int RunValidate(const CommandContext& ctx) {
     return ReportError(ctx, absl::InvalidArgumentError(
                                 "validate takes one schedule file: pipesched validate FILE"));
   }
-  if (absl::Status s = CheckColorFlag(); !s.ok()) return ReportError(ctx, s);
+  if (absl::Status s = CheckColorFlag(ctx); !s.ok()) return ReportError(ctx, s);
   const std::string& path = ctx.positional[0];
   if (absl::Status s = CheckOutputsDistinct({{"the schedule file", path}}); !s.ok()) {
     return ReportError(ctx, s);

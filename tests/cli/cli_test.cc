@@ -353,6 +353,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--schedule=1f1b", "--virtual=2"}, "1f1b"},
         BadInput{{"simulate", "--stages=4096", "--microbatches=1048576"}, "the planner handles"},
         BadInput{{"simulate", "--color=blue"}, "--color=blue"},
+        // It colours the grid only: accepted with --nogrid, it did nothing.
+        BadInput{{"simulate", "--nogrid", "--color=always"},
+                 "--color=always colours the timeline grid, which --nogrid leaves out; drop one "
+                 "of them"},
         BadInput{{"simulate", "--from=/nonexistent.csv"}, "/nonexistent.csv"},
         BadInput{{"validate"}, "validate takes one schedule file"},
         BadInput{{"validate", "/nonexistent.csv"}, "/nonexistent.csv"},
