@@ -513,10 +513,9 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // A file's closed form is its generator's only where the file holds that very order.
   const std::string& named_as = row.file != nullptr ? row.file->schedule.name : row.schedule;
   row.closed_form = scheduler::ClosedFormBubbleFraction(named_as, in);
-  if (row.file != nullptr && row.closed_form.has_value()) {
-    absl::StatusOr<scheduler::Schedule> named = scheduler::GenerateSchedule(
-        named_as, {.num_ranks = row.p, .num_microbatches = row.m, .num_chunks = row.v});
-    if (!named.ok() || named->programs != row.file->schedule.programs) row.closed_form.reset();
+  if (row.file != nullptr && row.closed_form.has_value() &&
+      !scheduler::RunsItsNamesOrder(row.file->schedule)) {
+    row.closed_form.reset();
   }
 
   // Peak activation memory from one more step with exact accounting (the host waits for

@@ -126,19 +126,23 @@ std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& c
                                                .num_chunks = schedule.num_chunks(),
                                                .num_microbatches = schedule.num_microbatches,
                                                .costs = costs.uniform});
-  if (!formula.has_value()) return formula;
   // The name is only a name: a file called zb-h1.csv may hold GPipe's order. The formula
   // is the named generator's, so it holds only where the schedule runs that very order.
+  if (!formula.has_value() || !RunsItsNamesOrder(schedule)) return std::nullopt;
+  return formula;
+}
+
+bool RunsItsNamesOrder(const Schedule& schedule) {
   absl::StatusOr<Schedule> named =
       GenerateSchedule(schedule.name, {.num_ranks = schedule.num_ranks(),
                                        .num_microbatches = schedule.num_microbatches,
                                        .num_chunks = schedule.num_chunks()});
   if (!named.ok() || named->placement.kind != schedule.placement.kind ||
       named->programs.size() != schedule.programs.size()) {
-    return std::nullopt;
+    return false;
   }
-  // Transfers and all-reduces a file spells out take no time here (free transfers, the
-  // formula has no all-reduce): the compute order decides.
+  // Transfers and all-reduces a file spells out take no time in a closed form (free
+  // transfers, no all-reduce): the compute order decides.
   auto compute_only = [](const std::vector<Action>& program) {
     std::vector<Action> out;
     for (const Action& a : program) {
@@ -147,9 +151,9 @@ std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& c
     return out;
   };
   for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
-    if (compute_only(schedule.programs[r]) != compute_only(named->programs[r])) return std::nullopt;
+    if (compute_only(schedule.programs[r]) != compute_only(named->programs[r])) return false;
   }
-  return formula;
+  return true;
 }
 
 }  // namespace pipesched::scheduler

@@ -52,4 +52,9 @@ std::optional<double> ClosedFormBubbleRatio(std::string_view schedule, const For
 // order has no closed form: the name does not make it zb-h1).
 std::optional<double> ClosedFormFor(const Schedule& schedule, const CostModel& costs);
 
+// Whether `schedule`'s compute order (F, B, I, W per rank; transfers and all-reduces
+// aside) and placement are those its name's generator gives for its P, V and M: where a
+// named closed form can apply to it at all. False for a name no generator has.
+bool RunsItsNamesOrder(const Schedule& schedule);
+
 }  // namespace pipesched::scheduler
