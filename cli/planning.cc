@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,6 +82,7 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   PS_RETURN_IF_ERROR(CheckRange("microbatches", m, 1, kMaxMicrobatches, "M"));
   PS_RETURN_IF_ERROR(CheckRange("virtual", v, 0, kMaxChunks, "chunks per rank V (0 = default)"));
   std::string name = absl::GetFlag(FLAGS_schedule);
+  PS_RETURN_IF_ERROR(CheckScheduleNameIsNotAFile(name));
   // V as the generator will run it: --virtual, or the schedule's default (zb-v's is 2).
   const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
   const int chunks = v > 0 ? v : (info != nullptr ? std::max(info->default_chunks, 1) : 1);
@@ -110,6 +112,18 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
                                                          .costs = costs,
                                                          .max_activations = max_activations}));
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
+}
+
+absl::Status CheckScheduleNameIsNotAFile(const std::string& name) {
+  if (scheduler::FindSchedule(name) != nullptr) return absl::OkStatus();
+  if (name.find('/') == std::string::npos && !absl::EndsWith(name, ".csv") &&
+      !absl::EndsWith(name, ".json")) {
+    return absl::OkStatus();  // the generator's "unknown schedule" lists the names
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--schedule=", name,
+                                                 " names a file, not a schedule generator; "
+                                                 "load a schedule file with --from=",
+                                                 name));
 }
 
 absl::StatusOr<double> MaxActivationsFromFlags() {
@@ -399,7 +413,7 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
   std::ostream& out = *ctx.out;
   out << absl::StrFormat("schedule %s  P=%d V=%d M=%d  placement=%s  actions=%d\n", schedule.name,
                          schedule.num_ranks(), schedule.num_chunks(), schedule.num_microbatches,
-                         schedule.placement.KindName(), schedule.NumActions());
+                         schedule.placement.Describe(), schedule.NumActions());
   std::optional<double> formula = scheduler::ClosedFormFor(schedule, costs);
   out << absl::StrFormat("makespan %.6g   bubble fraction %.4f (simulated)", sim.makespan,
                          sim.bubble_fraction);
@@ -453,6 +467,9 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["virtual"] = schedule.num_chunks();
   j["microbatches"] = schedule.num_microbatches;
   j["placement"] = schedule.placement.KindName();
+  if (schedule.placement.kind == scheduler::PlacementKind::kExplicit) {
+    j["stage_ranks"] = schedule.placement.stage_ranks;
+  }
   j["actions"] = schedule.NumActions();
   j["makespan"] = sim.makespan;
   j["step_time"] = sim.step_time;

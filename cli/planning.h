@@ -32,6 +32,10 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(
     const std::string& costs_source = "");
 
 // --max-activations: 0 (each searched schedule's own limit) or 1 to 65536 stages' worth.
+// InvalidArgument when --schedule's value is no generator's name but looks like a file
+// (a '/', or a .csv or .json end): it says to give the file as --from.
+absl::Status CheckScheduleNameIsNotAFile(const std::string& name);
+
 absl::StatusOr<double> MaxActivationsFromFlags();
 // Whether --search-steps was given with a search to run (not 0: "keep the unit-cost
 // order" is what an order that is not searched does anyway).

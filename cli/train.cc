@@ -74,6 +74,7 @@ absl::StatusOr<stages::TrainerConfig> ConfigFromFlags(const CommandContext& ctx)
     config.schedule_override = std::move(schedule);
   } else {
     config.schedule = absl::GetFlag(FLAGS_schedule);
+    PS_RETURN_IF_ERROR(CheckScheduleNameIsNotAFile(config.schedule));
     config.stages = absl::GetFlag(FLAGS_stages);
     config.microbatches = absl::GetFlag(FLAGS_microbatches);
     config.virtual_stages = absl::GetFlag(FLAGS_virtual);

@@ -279,8 +279,7 @@ absl::StatusOr<scheduler::Schedule> SearchForMeasuredCosts(const scheduler::Sche
   std::string unit_name;
   for (const char* handcrafted : {"zb-h1", "zb-v", "interleaved-zb"}) {
     absl::StatusOr<scheduler::Schedule> order = scheduler::GenerateSchedule(handcrafted, shape);
-    if (order.ok() && order->placement.kind == unit.placement.kind &&
-        order->programs == unit.programs) {
+    if (order.ok() && order->placement == unit.placement && order->programs == unit.programs) {
       unit_name = absl::StrCat(" (", handcrafted, "'s)");
     }
   }

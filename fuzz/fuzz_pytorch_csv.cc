@@ -22,6 +22,7 @@ void FuzzOne(std::string_view text) {
   absl::StatusOr<Schedule> again = ParsePytorchCsv(csv);
   PS_FUZZ_CHECK(again.ok(), again.status());
   PS_FUZZ_CHECK(again->programs == schedule->programs, "programs differ after ToPytorchCsv");
+  PS_FUZZ_CHECK(again->placement == schedule->placement, "placement differs after ToPytorchCsv");
 
   if (schedule->NumActions() > fuzz::kMaxSimulatedActions) return;
   absl::Status valid = Validate(*schedule);

@@ -29,7 +29,7 @@ void FuzzOne(std::string_view text) {
   PS_FUZZ_CHECK(again.ok(), again.status());
   PS_FUZZ_CHECK(again->schedule.programs == schedule.programs, "programs differ");
   PS_FUZZ_CHECK(again->schedule.num_microbatches == schedule.num_microbatches, "M differs");
-  PS_FUZZ_CHECK(again->schedule.placement.kind == schedule.placement.kind &&
+  PS_FUZZ_CHECK(again->schedule.placement == schedule.placement &&
                     again->schedule.num_ranks() == schedule.num_ranks() &&
                     again->schedule.num_chunks() == schedule.num_chunks(),
                 "placement differs");

@@ -75,6 +75,10 @@ absl::Status CheckShape(const Schedule& schedule) {
         absl::StrFormat("schedule '%s': %d actions over %d stages is more than this tool handles",
                         schedule.name, total, S));
   }
+  if (absl::Status placed = CheckPlacement(placement); !placed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule '%s': %s", schedule.name, placed.message()));
+  }
   // Every (stage, mb) needs at least an F and a backward: refuse before allocating a
   // table sized by a bogus M (or P*V).
   if (S * M > static_cast<int64_t>(total)) {
@@ -141,7 +145,7 @@ absl::StatusOr<DependencyIndex> DependencyIndex::Build(const Schedule& schedule)
             schedule, r, step,
             absl::StrFormat("is on rank %d but stage %d is placed on rank %d (%s "
                             "placement, P=%d, V=%d)",
-                            r, a.stage, index.stage_rank_[a.stage], placement.KindName(), P, V));
+                            r, a.stage, index.stage_rank_[a.stage], placement.Describe(), P, V));
       }
       if (!TransferHasPeer(a, static_cast<int>(S))) {
         return InvalidAt(schedule, r, step,

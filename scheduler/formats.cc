@@ -79,6 +79,54 @@ std::string Where(const Located& a) {
                       ", rank ", a.line - 1, ")");
 }
 
+// The placement a file gives where neither loop nor v does: each stage on the rank (row)
+// its actions sit on. Every stage must have actions, all on one rank, and every rank
+// must hold num_stages / P of them.
+absl::StatusOr<Placement> InferExplicitPlacement(const std::vector<std::vector<Located>>& rows,
+                                                 int num_stages) {
+  const int num_ranks = static_cast<int>(rows.size());
+  const std::string what = absl::StrCat("cannot infer the placement of ", num_stages, " stages on ",
+                                        num_ranks, " ranks: ");
+  std::vector<const Located*> first(num_stages, nullptr);
+  std::vector<int> stage_ranks(num_stages, -1);
+  for (int r = 0; r < num_ranks; ++r) {
+    for (const Located& a : rows[r]) {
+      const int s = a.action.stage;
+      if (stage_ranks[s] < 0) {
+        stage_ranks[s] = r;
+        first[s] = &a;
+      } else if (stage_ranks[s] != r) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, "stage ", s, " has actions on two ranks, ", Where(*first[s]), " and ", Where(a),
+            "; row r holds rank r's actions, and each stage's actions must all sit "
+            "on the one rank that holds the stage"));
+      }
+    }
+  }
+  std::vector<std::vector<int>> held(num_ranks);
+  for (int s = 0; s < num_stages; ++s) {
+    if (stage_ranks[s] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "stage ", s, " has no actions, so no rank is known to hold it (stages 0..",
+          num_stages - 1, " each need their actions on one rank)"));
+    }
+    held[stage_ranks[s]].push_back(s);
+  }
+  const int per_rank = num_stages / num_ranks;
+  for (int r = 0; r < num_ranks; ++r) {
+    if (static_cast<int>(held[r].size()) != per_rank) {
+      constexpr std::size_t kNamed = 8;
+      std::vector<int> named(held[r].begin(), held[r].begin() + std::min(held[r].size(), kNamed));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "rank ", r, " (line ", r + 1, ") holds ", held[r].size(), " stages (",
+          held[r].empty() ? "none" : absl::StrJoin(named, ", "),
+          held[r].size() > kNamed ? ", ..." : "", ") where every rank must hold ", num_stages,
+          " / ", num_ranks, " = ", per_rank, "; move stages so that each rank holds as many"));
+    }
+  }
+  return Placement{PlacementKind::kExplicit, num_ranks, per_rank, std::move(stage_ranks)};
+}
+
 // "<stage>UNSHARD" or "<stage>RESHARD", PyTorch's FSDP actions, which take no micro-batch.
 bool IsFsdpMarker(std::string_view cell) {
   std::size_t digits = 0;
@@ -222,28 +270,12 @@ absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view input) {
   schedule.num_microbatches = max_microbatch + 1;
   Placement loop{PlacementKind::kLoop, num_ranks, num_stages / num_ranks};
   Placement v{PlacementKind::kV, num_ranks, num_stages / num_ranks};
-  const Located* loop_miss = FirstMisplaced(rows, loop);
-  if (loop_miss == nullptr) {
+  if (FirstMisplaced(rows, loop) == nullptr) {
     schedule.placement = loop;
-  } else {
-    const Located* v_miss = FirstMisplaced(rows, v);
-    if (v_miss != nullptr) {
-      std::string why;
-      if (v_miss == loop_miss &&
-          v.RankOf(v_miss->action.stage) == loop.RankOf(v_miss->action.stage)) {
-        why = absl::StrCat(Where(*loop_miss), " belongs on rank ",
-                           loop.RankOf(loop_miss->action.stage), " with loop and with v placement");
-      } else {
-        why = absl::StrCat("with loop placement ", Where(*loop_miss), " belongs on rank ",
-                           loop.RankOf(loop_miss->action.stage), "; with v placement ",
-                           Where(*v_miss), " belongs on rank ", v.RankOf(v_miss->action.stage));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot infer the placement of ", num_stages, " stages on ", num_ranks, " ranks: ", why,
-          ". Row r holds rank r's actions, and each stage's actions must all sit on the rank "
-          "that loop (stage s on rank s mod P) or v placement gives it"));
-    }
+  } else if (FirstMisplaced(rows, v) == nullptr) {
     schedule.placement = v;
+  } else {
+    PS_ASSIGN_OR_RETURN(schedule.placement, InferExplicitPlacement(rows, num_stages));
   }
   schedule.programs.resize(num_ranks);
   for (int r = 0; r < num_ranks; ++r) {
@@ -414,8 +446,26 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
       schedule.placement.kind = PlacementKind::kLoop;
     } else if (p == "v") {
       schedule.placement.kind = PlacementKind::kV;
+    } else if (p.is_array()) {
+      schedule.placement.kind = PlacementKind::kExplicit;
+      schedule.placement.stage_ranks.reserve(p.size());
+      for (std::size_t s = 0; s < p.size(); ++s) {
+        if (!p[s].is_number_integer() || p[s].get<long long>() < 0 ||
+            p[s].get<long long>() >= schedule.placement.num_ranks) {
+          return JsonError(absl::StrCat("placement[", s, "]"),
+                           absl::StrCat("a rank in [0, ", schedule.placement.num_ranks - 1, "]"),
+                           p[s]);
+        }
+        schedule.placement.stage_ranks.push_back(p[s].get<int>());
+      }
+      if (absl::Status placed = CheckPlacement(schedule.placement); !placed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("schedule JSON: \"placement\": ", placed.message()));
+      }
     } else {
-      return JsonError("placement", "\"loop\" or \"v\"", p);
+      return JsonError(
+          "placement",
+          "\"loop\", \"v\" or an array of each virtual stage's rank, like [0, 1, 1, 0]", p);
     }
   }
 
@@ -508,7 +558,12 @@ std::string ToScheduleJson(const Schedule& schedule, const CostModel* costs) {
   absl::StrAppend(&out, "  \"stages\": ", schedule.num_ranks(), ",\n");
   absl::StrAppend(&out, "  \"virtual\": ", schedule.num_chunks(), ",\n");
   absl::StrAppend(&out, "  \"microbatches\": ", schedule.num_microbatches, ",\n");
-  absl::StrAppend(&out, "  \"placement\": \"", schedule.placement.KindName(), "\",\n");
+  if (schedule.placement.kind == PlacementKind::kExplicit) {
+    absl::StrAppend(&out, "  \"placement\": [", absl::StrJoin(schedule.placement.stage_ranks, ", "),
+                    "],\n");
+  } else {
+    absl::StrAppend(&out, "  \"placement\": \"", schedule.placement.KindName(), "\",\n");
+  }
   absl::StrAppend(&out, "  \"programs\": [");
   for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
     absl::StrAppend(&out, r == 0 ? "\n    [" : ",\n    [");

@@ -14,7 +14,8 @@
 namespace pipesched::scheduler {
 
 // Infers P (rows), the number of stages and V = stages / P, the placement (loop or v,
-// whichever matches where each stage's actions sit; loop when both do) and M. Accepts
+// whichever matches where each stage's actions sit, loop when both do; explicit, each
+// stage on the row its actions sit on, when neither does) and M. Accepts
 // "\r\n" line ends, a UTF-8 BOM, spaces around cells and trailing blank lines; the name
 // is left empty. A cell "(0F3;5B1)OVERLAP_F_B" (PyTorch's ScheduleDualPipeV pairs) is
 // read as its compute actions in that order: pipesched issues them one after the other.
@@ -23,8 +24,8 @@ namespace pipesched::scheduler {
 // schedule, are skipped: pipesched does not shard parameters.
 // InvalidArgument with the line and column of a bad token ("line 2, column 5: bad action
 // ..."), or naming what cannot be inferred; an empty text, a row without actions, a
-// stage count that is not a multiple of P and a stage sitting where neither placement
-// puts it are errors. Completeness and order are Validate()'s job.
+// stage count that is not a multiple of P, a stage with actions on two rows or none, and
+// rows holding different numbers of stages are errors. Completeness and order are Validate()'s job.
 absl::StatusOr<Schedule> ParsePytorchCsv(std::string_view text);
 // Inverse of ParsePytorchCsv: one line per rank, '\n' terminated, the actions only (no
 // empty cells for idle steps), ALLREDUCE as PyTorch's "<stage>REDUCE_GRAD". A file
@@ -41,9 +42,10 @@ struct ScheduleFile {
 };
 
 // {"format": "pipesched-schedule", "version": 1, "name": ..., "stages": P,
-//  "virtual": V, "microbatches": M, "placement": "loop"|"v",
+//  "virtual": V, "microbatches": M, "placement": "loop"|"v"|[rank of each virtual stage],
 //  "programs": [["0F0", "0F1", ...], ...], "costs": {cost-model JSON, optional}}
-// "virtual" defaults to 1 and "placement" to "loop". InvalidArgument naming the key
+// "virtual" defaults to 1 and "placement" to "loop"; an array must pass CheckPlacement
+// (P x V entries, each rank V times). InvalidArgument naming the key
 // ("programs[1][3]") for unknown keys, wrong types, a bad action, a "programs" row count
 // other than "stages", "stages" x "virtual" above 2^24, or a "version" other than 1; the
 // parser's position for bad JSON.

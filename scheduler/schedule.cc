@@ -25,13 +25,71 @@ constexpr int kRowContext = 10;
 int Placement::RankOf(int stage) const {
   // P*V in int64: RankOf is also asked about shapes nothing has checked yet.
   if (num_ranks < 1 || stage < 0 || stage >= std::int64_t{num_ranks} * num_chunks) return -1;
+  if (kind == PlacementKind::kExplicit) {
+    return static_cast<std::size_t>(stage) < stage_ranks.size() ? stage_ranks[stage] : -1;
+  }
   const int chunk = stage / num_ranks;
   const int offset = stage % num_ranks;
   if (kind == PlacementKind::kV && chunk % 2 == 1) return num_ranks - 1 - offset;
   return offset;
 }
 
-std::string Placement::KindName() const { return kind == PlacementKind::kV ? "v" : "loop"; }
+std::string Placement::KindName() const {
+  switch (kind) {
+    case PlacementKind::kLoop:
+      return "loop";
+    case PlacementKind::kV:
+      return "v";
+    case PlacementKind::kExplicit:
+      return "explicit";
+  }
+  return "unknown";
+}
+
+std::string Placement::Describe() const {
+  if (kind != PlacementKind::kExplicit) return KindName();
+  constexpr std::size_t kShown = 32;
+  std::string out = "explicit(";
+  for (std::size_t s = 0; s < std::min(stage_ranks.size(), kShown); ++s) {
+    absl::StrAppend(&out, s > 0 ? "," : "", stage_ranks[s]);
+  }
+  absl::StrAppend(&out, stage_ranks.size() > kShown ? ",...)" : ")");
+  return out;
+}
+
+absl::Status CheckPlacement(const Placement& placement) {
+  const int P = placement.num_ranks;
+  const int V = placement.num_chunks;
+  if (placement.kind != PlacementKind::kExplicit) {
+    if (!placement.stage_ranks.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          placement.KindName(), " placement with ", placement.stage_ranks.size(),
+          " explicit stage ranks; only an explicit placement lists them (leave them empty)"));
+    }
+    return absl::OkStatus();
+  }
+  const std::int64_t S = std::int64_t{P} * V;
+  if (P < 1 || V < 1 || static_cast<std::int64_t>(placement.stage_ranks.size()) != S) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "explicit placement lists ", placement.stage_ranks.size(), " stage ranks for P x V = ", P,
+        " x ", V, " = ", S, " stages; give one rank per virtual stage"));
+  }
+  std::vector<int> held(P, 0);
+  for (std::size_t s = 0; s < placement.stage_ranks.size(); ++s) {
+    const int r = placement.stage_ranks[s];
+    if (r < 0 || r >= P) {
+      return absl::InvalidArgumentError(absl::StrCat("explicit placement puts stage ", s,
+                                                     " on rank ", r, "; ranks are 0..", P - 1));
+    }
+    if (++held[r] > V) {
+      return absl::InvalidArgumentError(absl::StrCat("explicit placement puts stage ", s,
+                                                     " on rank ", r, ", which holds V = ", V,
+                                                     " stages already; every rank holds V stages"));
+    }
+  }
+  // S entries, none on a rank more than V times: every rank holds exactly V.
+  return absl::OkStatus();
+}
 
 std::size_t Schedule::NumActions() const {
   std::size_t n = 0;

@@ -8,28 +8,43 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "scheduler/action.h"
 
 namespace pipesched::scheduler {
 
 enum class PlacementKind {
-  kLoop,  // virtual stage s on rank s mod P (Megatron / PyTorch interleaving)
-  kV,     // chunk c on rank s mod P when c is even, P-1-(s mod P) when odd (ZB-V, DualPipeV)
+  kLoop,      // virtual stage s on rank s mod P (Megatron / PyTorch interleaving)
+  kV,         // chunk c on rank s mod P when c is even, P-1-(s mod P) when odd (ZB-V, DualPipeV)
+  kExplicit,  // stage s on rank stage_ranks[s]: any other mapping (a PyTorch file's, a user's)
 };
 
 struct Placement {
   PlacementKind kind = PlacementKind::kLoop;
   int num_ranks = 1;   // P
   int num_chunks = 1;  // V: virtual stages per rank
+  // kExplicit only: the rank of each virtual stage, P*V entries, each rank named V times
+  // (CheckPlacement). Empty for loop and v.
+  std::vector<int> stage_ranks;
 
   // P*V in int: only for a shape that has been checked (Validate(), a generator, a parsed
   // file), where it is at most 2^24; check an unvalidated schedule first.
   int num_stages() const { return num_ranks * num_chunks; }
   // Rank that holds virtual stage `stage` (in [0, P*V)); -1 for a stage out of range.
   int RankOf(int stage) const;
-  // "loop" or "v".
+  // "loop", "v" or "explicit".
   std::string KindName() const;
+  // KindName(), with the ranks for an explicit placement: "explicit(0,0,1,1)"; more than 32
+  // stages end in ",...".
+  std::string Describe() const;
+
+  bool operator==(const Placement&) const = default;
 };
+
+// OK when every virtual stage has a rank: for kExplicit, stage_ranks has P*V entries in
+// [0, P) and names each rank V times (every rank holds V chunks, as loop and v give);
+// otherwise InvalidArgument naming the first entry that is off and what would do.
+absl::Status CheckPlacement(const Placement& placement);
 
 struct Schedule {
   std::string name;  // generator name or file name

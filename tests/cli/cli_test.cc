@@ -315,6 +315,31 @@ std::string WriteTemp(const std::string& name, const std::string& content) {
   return path;
 }
 
+// A PyTorch file whose stages sit where neither loop nor v placement puts them (here
+// block placement: rank 0 holds stages 0 and 1) simulates, trains and says its placement.
+TEST(CliTest, ExplicitPlacementFromAFileIsSimulatedAndTrained) {
+  const std::string csv =
+      WriteTemp("block.csv", "0F0,0F1,1F0,1F1,1B0,1B1,0B0,0B1\n2F0,2F1,3F0,3F1,3B0,3B1,2B0,2B1\n");
+  const std::string json_path = TempPath("block_stats.json");
+  RunResult r = RunCli({"simulate", "--from=" + csv, "--cost-comm=0.5", "--json=" + json_path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("P=2 V=2 M=2  placement=explicit(0,0,1,1)  actions=16"));
+  EXPECT_THAT(r.out, HasSubstr("makespan 22 "));  // one transfer each way, not three
+  nlohmann::json j = nlohmann::json::parse(Slurp(json_path));
+  EXPECT_EQ(j["placement"], "explicit");
+  EXPECT_EQ(j["stage_ranks"], nlohmann::json::array({0, 0, 1, 1}));
+
+  const std::string saved = TempPath("block_again.json");
+  r = RunCli({"simulate", "--from=" + csv, "--nogrid", "--schedule-json=" + saved});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Slurp(saved), HasSubstr("\"placement\": [0, 0, 1, 1],"));
+
+  r = RunCli({"train", "--from=" + saved, "--steps=2", "--hidden=16", "--layers=3",
+              "--microbatch-size=4", "--backend=host"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step 2/2"));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Flags, CliBadInputTest,
     ::testing::Values(
@@ -328,6 +353,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "flag --json needs a value, and the next argument, --stages=2, is a flag; give "
                  "--json=VALUE"},
         BadInput{{"version", "extra"}, "unexpected argument 'extra'; version takes only --flags"},
+        BadInput{{"simulate", "--schedule=my/order.csv"},
+                 "--schedule=my/order.csv names a file, not a schedule generator; load a "
+                 "schedule file with --from=my/order.csv"},
+        BadInput{{"train", "--schedule=order.json", "--steps=1"},
+                 "--schedule=order.json names a file, not a schedule generator"},
         BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes only --flags"},
         BadInput{{"simulate", "--nogrid=true"},
                  "--nogrid takes no value; use --nogrid (= --grid=false) or --grid"},
@@ -1207,9 +1237,10 @@ TEST(CliTest, MalformedFilesAreBadInput) {
   } const cases[] = {
       {"", "empty"},
       {"0F0,0X0\n", "0X0"},
-      {"0F0,0B0\n1F0\n", "1B0"},       // missing action
-      {"0F0,0F0,0B0\n", "0F0"},        // duplicate
-      {"1F0,1B0\n0F0,0B0\n", "rank"},  // stage on the wrong rank for loop or v
+      {"0F0,0B0\n1F0\n", "1B0"},  // missing action
+      {"0F0,0F0,0B0\n", "0F0"},   // duplicate
+      // A stage on two ranks (a stage on any one rank is an explicit placement).
+      {"0F0,0F1,1B0\n1F0,1F1,0B0\n", "stage 1 has actions on two ranks"},
   };
   int i = 0;
   for (const Case& c : cases) {

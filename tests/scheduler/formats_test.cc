@@ -253,15 +253,91 @@ TEST(PytorchCsvTest, StageCountNotAMultipleOfRanks) {
                        AllOf(HasSubstr("3 stages"), HasSubstr("2 ranks"), HasSubstr("multiple"))));
 }
 
-TEST(PytorchCsvTest, InconsistentPlacementNamesTheAction) {
-  // Stage 1 on rank 0 and stage 0 on rank 1: neither loop nor v.
-  EXPECT_THAT(ParsePytorchCsv("1F0,1B0\n0F0,0B0\n"),
+TEST(PytorchCsvTest, ExplicitPlacementWhereNeitherLoopNorVFits) {
+  // Stage 1 on rank 0 and stage 0 on rank 1: the ranks swapped.
+  PS_ASSERT_OK_AND_ASSIGN(Schedule swapped, ParsePytorchCsv("1F0,1B0\n0F0,0B0\n"));
+  EXPECT_EQ(swapped.placement.kind, PlacementKind::kExplicit);
+  EXPECT_EQ(swapped.placement.stage_ranks, (std::vector<int>{1, 0}));
+  EXPECT_EQ(swapped.placement.Describe(), "explicit(1,0)");
+  EXPECT_TRUE(Validate(swapped).ok());
+
+  // Block placement: rank 0 holds stages 0 and 1, rank 1 stages 2 and 3. Each rank runs
+  // GPipe over its two stages; only boundary 1 -> 2 crosses ranks.
+  const std::string block = "0F0,0F1,1F0,1F1,1B0,1B1,0B0,0B1\n2F0,2F1,3F0,3F1,3B0,3B1,2B0,2B1\n";
+  PS_ASSERT_OK_AND_ASSIGN(Schedule s, ParsePytorchCsv(block));
+  EXPECT_EQ(s.num_ranks(), 2);
+  EXPECT_EQ(s.num_chunks(), 2);
+  EXPECT_EQ(s.placement.stage_ranks, (std::vector<int>{0, 0, 1, 1}));
+  PS_ASSERT_OK(Validate(s));
+  // F 1, B 2, a transfer 0.5 across ranks and none within one: rank 1's forwards start at
+  // 3.5 (1F0 ends at 3), its backwards end at 15.5; rank 0's 1B0 starts at 13.5 + 0.5 = 14
+  // and its four backwards end at 22. With every boundary charged it would be longer.
+  CostModel costs;
+  costs.comm_uniform = 0.5;
+  PS_ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(s, costs));
+  EXPECT_DOUBLE_EQ(sim.makespan, 22);
+
+  // Written back, the same placement is inferred again; the JSON lists it.
+  EXPECT_EQ(ToPytorchCsv(s), block);
+  PS_ASSERT_OK_AND_ASSIGN(Schedule again, ParsePytorchCsv(ToPytorchCsv(s)));
+  EXPECT_EQ(again.placement, s.placement);
+  const std::string text = ToScheduleJson(s);
+  EXPECT_THAT(text, HasSubstr("\"placement\": [0, 0, 1, 1],"));
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile back, ParseScheduleJson(text));
+  EXPECT_EQ(back.schedule.placement, s.placement);
+  EXPECT_EQ(back.schedule.programs, s.programs);
+}
+
+TEST(PytorchCsvTest, PlacementThatCannotBeInferredNamesTheStage) {
+  // Stages 0 and 1 on both ranks: the first found is named.
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,0F1,1B0\n1F0,1F1,0B0\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("cannot infer the placement of 2 stages on 2 ranks"),
+                     HasSubstr("stage 1 has actions on two ranks, \"1B0\" (line 1, "
+                               "column 9, rank 0) and \"1F0\" (line 2, column 1, rank 1)"))));
+  // Rank 0 holds three stages of four, rank 1 one.
+  EXPECT_THAT(ParsePytorchCsv("0F0,1F0,2F0,2B0,1B0,0B0\n3F0,3B0\n"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("cannot infer the placement"), HasSubstr("\"1F0\""),
-                             HasSubstr("line 1, column 1"), HasSubstr("belongs on rank 1"))));
-  // One stage split across two ranks.
-  EXPECT_THAT(ParsePytorchCsv("0F0,0F1,1B0\n1F0,1F1,0B0\n"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("placement")));
+                       HasSubstr("rank 0 (line 1) holds 3 stages (0, 1, 2) where every rank must "
+                                 "hold 4 / 2 = 2")));
+  // Stage 2 has no action anywhere, and neither loop nor v fits the others.
+  EXPECT_THAT(ParsePytorchCsv("1F0,1B0\n0F0,0B0,3F0,3B0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 2 has no actions, so no rank is known to hold it")));
+}
+
+TEST(ScheduleJsonTest, ExplicitPlacementIsChecked) {
+  auto file = [](const std::string& placement) {
+    return "{\"format\": \"pipesched-schedule\", \"version\": 1, \"stages\": 2, \"virtual\": 2, "
+           "\"microbatches\": 1, \"placement\": " +
+           placement +
+           ", \"programs\": [[\"0F0\", \"1F0\", \"1B0\", \"0B0\"], [\"2F0\", \"3F0\", "
+           "\"3B0\", \"2B0\"]]}";
+  };
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile ok, ParseScheduleJson(file("[0, 0, 1, 1]")));
+  EXPECT_EQ(ok.schedule.placement.kind, PlacementKind::kExplicit);
+  EXPECT_EQ(ok.schedule.placement.stage_ranks, (std::vector<int>{0, 0, 1, 1}));
+  PS_EXPECT_OK(Validate(ok.schedule));
+  // The programs must agree with it: Validate names the misplaced action.
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile moved, ParseScheduleJson(file("[0, 1, 0, 1]")));
+  EXPECT_THAT(Validate(moved.schedule),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("action 1F0 is on rank 0 but stage 1 is placed on rank 1 "
+                                 "(explicit(0,1,0,1) placement, P=2, V=2)")));
+  EXPECT_THAT(ParseScheduleJson(file("[0, 0, 0, 1]")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"placement\": explicit placement puts stage 2 on rank 0, which "
+                                 "holds V = 2 stages already")));
+  EXPECT_THAT(ParseScheduleJson(file("[0, 1]")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lists 2 stage ranks for P x V = 2 x 2 = 4 stages")));
+  EXPECT_THAT(ParseScheduleJson(file("[0, 2, 1, 1]")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key \"placement[1]\" must be a rank in [0, 1], got 2")));
+  EXPECT_THAT(ParseScheduleJson(file("\"block\"")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"loop\", \"v\" or an array of each virtual stage's rank")));
 }
 
 TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
@@ -399,7 +475,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"stages\" must be an integer in [1, 16777216], got 0"},
         BadJson{"{" PS_HEAD ", \"stages\": 1.5, \"microbatches\": 1}", "got 1.5"},
         BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1, \"placement\": \"zigzag\"}",
-                "\"placement\" must be \"loop\" or \"v\", got \"zigzag\""},
+                "\"placement\" must be \"loop\", \"v\" or an array of each virtual stage's rank, "
+                "like [0, 1, 1, 0], got \"zigzag\""},
         BadJson{"{" PS_HEAD ", \"stages\": 1, \"microbatches\": 1}", "missing key \"programs\""},
         BadJson{"{" PS_HEAD ", \"stages\": 2, \"microbatches\": 1, \"programs\": [[\"0F0\"]]}",
                 "has 1 rows but \"stages\" is 2"},

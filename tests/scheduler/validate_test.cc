@@ -91,6 +91,29 @@ TEST(ValidateTest, RejectsDuplicate) {
                                           HasSubstr(GridAt(s, 0, 3)), HasSubstr("[0F1]"))));
 }
 
+TEST(ValidateTest, ChecksAnExplicitPlacement) {
+  Schedule s = HandSchedule(2, 1, 1, {"1F0 1B0", "0F0 0B0"}, PlacementKind::kExplicit);
+  s.placement.stage_ranks = {1, 0};
+  PS_EXPECT_OK(Validate(s));
+  s.placement.stage_ranks = {1};
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    StartsWith("schedule 'hand': explicit placement lists 1 stage "
+                                               "ranks for P x V = 2 x 1 = 2 stages")));
+  s.placement.stage_ranks = {1, 1};
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("puts stage 1 on rank 1, which holds V = 1 stages "
+                                              "already; every rank holds V stages")));
+  s.placement.stage_ranks = {-1, 0};
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("puts stage 0 on rank -1; ranks are 0..1")));
+  // Loop and v compute their ranks; a list next to them is a mistake, not ignored.
+  s.placement.kind = PlacementKind::kLoop;
+  s.placement.stage_ranks = {1, 0};
+  EXPECT_THAT(Validate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("loop placement with 2 explicit stage ranks")));
+  EXPECT_EQ(s.placement.RankOf(0), 0);
+}
+
 TEST(ValidateTest, RejectsWrongRank) {
   // 1F0 belongs on rank 1 (loop placement, P=2) but sits on rank 0.
   const Schedule s = HandSchedule(2, 1, 1, {"0F0 1F0 0B0", "1B0"});
