@@ -1125,12 +1125,18 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   for (auto& rk : ranks_) rk->free_pending = false;
   if (!issued.ok() || !synced.ok()) {
     failed_step_ = issued.ok() ? synced : issued;
-    for (auto& sl : slots_) {  // drop what a failed step left behind (streams are idle)
-      sl->input = runtime::Buffer();
-      sl->input_ready = false;
-      sl->recv_issued = false;
-      sl->boundary = runtime::Buffer();
-      sl->stash.reset();
+    // Drop what a failed step left behind, once its streams are idle. Not when a host
+    // function was abandoned still running: it may use any of these buffers (and on CUDA
+    // freeing one now would wait for it, forever for one that never returns); they stay
+    // for the destructor, which keeps them if it has not returned by then.
+    if (!abandoned_) {
+      for (auto& sl : slots_) {
+        sl->input = runtime::Buffer();
+        sl->input_ready = false;
+        sl->recv_issued = false;
+        sl->boundary = runtime::Buffer();
+        sl->stash.reset();
+      }
     }
     return issued.ok() ? synced : issued;
   }

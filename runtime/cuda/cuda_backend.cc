@@ -19,6 +19,9 @@
 //   - Destroying a stream waits for its work, as the seam promises (cudaStreamDestroy
 //     alone returns at once and would leave queued host functions to run after their
 //     captures are gone); an aborted stream is waited for at most kAbortGraceMillis.
+//     One still running then (a host function that does not return) is abandoned: from
+//     then on nothing waits for whole devices (a Buffer freed without FreeAsync is kept,
+//     not freed), and the backend keeps its devices for the life of the process.
 //   - Synchronous copies from the host wait until the data has landed (a pageable
 //     cudaMemcpy may return once the bytes are staged, on the legacy stream, which our
 //     non-blocking streams are not ordered after); a Buffer freed without FreeAsync
@@ -356,10 +359,30 @@ class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
   // Host functions still queued (frees, user callbacks) refer to the devices' state.
-  ~CudaBackend() override { SynchronizeAll(); }
+  // After an abandoned stream (MarkAbandoned) nothing is waited for, and the devices, their
+  // pools and anchors are kept for the life of the process: a host function that never
+  // returns would hold the wait forever, and may still use them.
+  ~CudaBackend() override {
+    if (abandoned()) {
+      static auto* kept = new std::vector<std::unique_ptr<CudaDevice>>;
+      static std::mutex* kept_mu = new std::mutex;
+      std::lock_guard<std::mutex> lock(*kept_mu);
+      for (auto& device : devices_) kept->push_back(std::move(device));
+      return;
+    }
+    SynchronizeAll();
+  }
 
-  // Waits for all work on every device; errors are left to the streams to report.
+  // An aborted stream was destroyed with work still queued after the grace period (a
+  // host function that does not return): from then on nothing waits for whole devices
+  // (SynchronizeAll, FreeNow), as the host backend detaches such a stream's worker.
+  void MarkAbandoned() { abandoned_.store(true, std::memory_order_release); }
+  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
+
+  // Waits for all work on every device; errors are left to the streams to report. Does
+  // not wait once a stream was abandoned.
   void SynchronizeAll() const {
+    if (abandoned()) return;
     for (const auto& device : devices_) {
       CudaDeviceGuard guard(device->index());
       (void)PS_CUDA_STATUS(cudaDeviceSynchronize());
@@ -382,6 +405,7 @@ class CudaBackend final : public Backend {
   const bool strict_;
   const Clock::time_point epoch_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;
+  std::atomic<bool> abandoned_{false};
 };
 
 CudaStream* AsCudaStream(Stream& stream) { return dynamic_cast<CudaStream*>(&stream); }
@@ -405,11 +429,15 @@ CudaStream::~CudaStream() {
   }
   // Device work cannot be cancelled: give it the grace period, as the host backend does.
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kAbortGraceMillis);
-  while (Clock::now() < deadline) {
+  while (true) {
     const cudaError_t state = NotReadyCleared(cudaStreamQuery(handle_.get()));
-    if (state != cudaErrorNotReady) break;
+    if (state != cudaErrorNotReady) return;
+    if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  // Still running: cudaStreamDestroy returns at once and CUDA releases the stream when its
+  // work is done; nothing may wait for the device from now on.
+  device_.backend().MarkAbandoned();
 }
 
 Device& CudaStream::device() const { return device_; }
@@ -648,6 +676,9 @@ absl::StatusOr<std::optional<std::int64_t>> CudaDevice::AvailableBytes() {
 }
 
 void CudaDevice::FreeNow(void* data, std::size_t size) {
+  // After an abandoned stream the work that may use this memory cannot be waited for:
+  // keep it (and count it) rather than hand it to the next allocation.
+  if (backend_.abandoned()) return;
   // cudaFree does not wait for memory of a stream-ordered pool (CUDA 13): wait for every
   // device first, since a peer copy on another GPU may still read it. Errors cannot be
   // reported from a Buffer's destructor.

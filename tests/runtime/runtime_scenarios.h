@@ -6,10 +6,12 @@
 // only append to a log, because CUDA may serialise host functions of different streams.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -259,6 +261,70 @@ inline absl::StatusOr<PoisonResult> PoisonedStream(Device& device) {
   PS_RETURN_IF_ERROR(event->Synchronize());
   PS_ASSIGN_OR_RETURN(result.event_completed, event->Query());
   result.log = log.entries();
+  return result;
+}
+
+// A host function that ignores Stream::Abort and outlives its stream and its backend (an
+// embedder's callback stuck far past a step's timeout). Destroying the aborted stream
+// gives it the grace period (Stream::kAbortGraceMillis) and returns; after that, freeing
+// a buffer and destroying the backend must not wait for the function, which would hold
+// them until it returned (forever, for one that never does). The function's state is
+// shared, so it may run on after all of them.
+struct AbandonedResult {
+  bool started = false;
+  double stream_destroy_ms = 0;   // the aborted stream's destructor
+  double free_ms = 0;             // a Buffer's destructor (no FreeAsync) after that
+  double backend_destroy_ms = 0;  // the backend's destructor
+  bool returned_early = false;    // the function had returned before it was released
+  bool returned = false;          // ... and did once released
+};
+inline absl::StatusOr<AbandonedResult> AbandonedHostFunction(BackendKind kind) {
+  using Clock = std::chrono::steady_clock;
+  auto millis_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  struct Shared {
+    std::atomic<bool> started{false}, release{false}, returned{false};
+  };
+  auto shared = std::make_shared<Shared>();
+  AbandonedResult result;
+  std::unique_ptr<Backend> backend = MustCreate(kind, 1, /*strict=*/true);
+  if (backend == nullptr) return absl::InternalError("cannot create the backend");
+  {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend->device(0).CreateStream("stuck"));
+    PS_ASSIGN_OR_RETURN(Buffer buffer, backend->device(0).Allocate(256, *stream));
+    PS_RETURN_IF_ERROR(stream->EnqueueHost([shared] {
+      shared->started = true;
+      const Clock::time_point start = Clock::now();
+      while (!shared->release && std::chrono::duration<double>(Clock::now() - start).count() < 30) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      shared->returned = true;
+      return absl::OkStatus();
+    }));
+    const Clock::time_point wait = Clock::now();
+    while (!shared->started && millis_since(wait) < 10000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    result.started = shared->started;
+    stream->Abort(absl::DeadlineExceededError("watchdog"));
+    Clock::time_point t = Clock::now();
+    stream.reset();
+    result.stream_destroy_ms = millis_since(t);
+    t = Clock::now();
+    buffer = Buffer();
+    result.free_ms = millis_since(t);
+  }
+  const Clock::time_point t = Clock::now();
+  backend.reset();
+  result.backend_destroy_ms = millis_since(t);
+  result.returned_early = shared->returned;
+  shared->release = true;
+  const Clock::time_point wait = Clock::now();
+  while (!shared->returned && millis_since(wait) < 10000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  result.returned = shared->returned;
   return result;
 }
 

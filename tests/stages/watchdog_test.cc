@@ -278,6 +278,88 @@ TEST(WatchdogTest, CallbackThatOutlivesTheExecutorKeepsItsStageAndInputs) {
   EXPECT_FLOAT_EQ(read, data.x[1]);   // the step's input, as the F received it
 }
 
+// A step that fails while it is still being issued (here stage 1's B of micro-batch 0
+// cannot be issued) while a host function enqueued earlier does not return: that
+// function (stage 1's F of micro-batch 0) reads the input the step received for it after
+// the abort's grace period. The executor dropped the step's micro-batch buffers as soon
+// as the step failed: the host backend freed that input under the running function (a
+// heap-use-after-free under ASan; a reused block's bytes in a plain build), and on CUDA
+// the free waits for every device, so the step itself hung behind the function.
+TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses) {
+  const ToyOptions toy{.features = 2, .batch = 2};
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
+  auto backend = HostBackend(2);
+  StepData data(2, toy);
+  std::atomic<bool> release{false}, returned{false};
+  std::atomic<float> before{-1}, after{-1};
+  const std::size_t input_bytes =
+      static_cast<std::size_t>(toy.features) * toy.batch * sizeof(float);
+  {
+    StageWorkFactory factory =
+        [&](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+      auto inner = std::make_unique<ToyStage>(stage, 2, toy, device);
+      if (stage != 1) return std::make_unique<HookedStage>(std::move(inner), nullptr, nullptr);
+      HookedStage::Hook before_forward = [&](const MicrobatchIO& io, runtime::Stream& stream) {
+        if (io.microbatch != 0) return absl::OkStatus();
+        const auto* x = static_cast<const float*>(io.input);
+        return stream.EnqueueHost([&, x] {
+          before = x[0];
+          const Clock::time_point start = Clock::now();
+          while (!release && SecondsSince(start) < 20) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          after = x[0];
+          returned = true;
+          return absl::OkStatus();
+        });
+      };
+      // Fails once the function is running (an abort would skip it before it starts).
+      HookedStage::Hook after_backward = [&](const MicrobatchIO& io, runtime::Stream&) {
+        if (io.microbatch != 0) return absl::OkStatus();
+        const Clock::time_point start = Clock::now();
+        while (before == -1 && SecondsSince(start) < 20) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return absl::InternalError("injected: cannot issue 1B0");
+      };
+      return std::make_unique<HookedStage>(std::move(inner), before_forward, after_backward);
+    };
+    PS_ASSERT_OK_AND_ASSIGN(
+        auto ex, Executor::Create(schedule, *backend, factory, {.step_timeout_seconds = kTimeout}));
+    const Clock::time_point start = Clock::now();
+    EXPECT_THAT(ex->Step(data.inputs()).status(),
+                StatusIs(absl::StatusCode::kInternal, HasSubstr("injected: cannot issue 1B0")));
+    EXPECT_LT(SecondsSince(start), kBound + runtime::Stream::kAbortGraceMillis / 1000.0);
+    EXPECT_NE(before, -1);  // the function ran
+    EXPECT_FALSE(returned);
+    // Blocks of the input's size, written over: what a freed input would become.
+    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<runtime::Stream> stream,
+                            backend->device(1).CreateStream("reuse"));
+    std::vector<runtime::Buffer> reuse;
+    for (int k = 0; k < 16; ++k) {
+      absl::StatusOr<runtime::Buffer> b = backend->device(1).Allocate(input_bytes, *stream);
+      ASSERT_TRUE(b.ok()) << b.status();
+      PS_ASSERT_OK(stream->Synchronize());
+      std::vector<float> pattern(input_bytes / sizeof(float), -7.0f);
+      PS_ASSERT_OK(backend->device(1).CopyFromHost(b->data(), pattern.data(), input_bytes));
+      reuse.push_back(std::move(b).value());
+    }
+    release = true;
+    const Clock::time_point wait = Clock::now();
+    while (!returned && SecondsSince(wait) < 20) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(returned);
+    EXPECT_NE(before, -7.0f);
+    EXPECT_EQ(after, before);  // the input was still the one received
+  }
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(backend->device(d).memory_stats().current_bytes, 0) << "device " << d;
+  }
+}
+
 // A schedule that deadlocks at run time but not statically. The executor alone cannot
 // deadlock on a schedule scheduler::Validate accepts: it issues in a topological order of
 // the validated dependency graph and every stream is a FIFO consistent with that order.
