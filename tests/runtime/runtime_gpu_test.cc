@@ -214,16 +214,7 @@ TEST(CudaRuntime, AbandonedHostFunctionHoldsNeitherFreesNorTheBackend) {
   PS_SKIP_IF_NO_GPU();
   PS_ASSERT_OK_AND_ASSIGN(scenarios::AbandonedResult r,
                           scenarios::AbandonedHostFunction(BackendKind::kCuda));
-  EXPECT_TRUE(r.started);
-  // The grace period, then no more waiting: before the fix the CUDA backend's free and
-  // destructor waited for the device, i.e. for the function (here 30 s; forever for one
-  // that never returns).
-  EXPECT_GE(r.stream_destroy_ms, 0.9 * Stream::kAbortGraceMillis);
-  EXPECT_LT(r.stream_destroy_ms, Stream::kAbortGraceMillis + 3000.0);
-  EXPECT_LT(r.free_ms, 1000.0);
-  EXPECT_LT(r.backend_destroy_ms, 1000.0);
-  EXPECT_FALSE(r.returned_early);
-  EXPECT_TRUE(r.returned);
+  EXPECT_EQ(scenarios::AbandonedProblems(r), "");
 }
 
 TEST_F(CudaVsHost, MixingBackendsIsRejected) {

@@ -328,4 +328,25 @@ inline absl::StatusOr<AbandonedResult> AbandonedHostFunction(BackendKind kind) {
   return result;
 }
 
+// What AbandonedHostFunction's result breaks of the promises above, one line each; empty
+// when none. Before the fix the CUDA backend's free and destructor waited for the device,
+// that is for the function (30 s here; forever for one that never returns).
+inline std::string AbandonedProblems(const AbandonedResult& r) {
+  std::string problems;
+  auto check = [&problems](bool ok, const std::string& what) {
+    if (!ok) problems += what + "\n";
+  };
+  const double grace = Stream::kAbortGraceMillis;
+  check(r.started, "the host function never started");
+  check(r.stream_destroy_ms >= 0.9 * grace && r.stream_destroy_ms < grace + 3000,
+        "the aborted stream's destructor took " + std::to_string(r.stream_destroy_ms) +
+            " ms, not about the grace period");
+  check(r.free_ms < 1000, "a free took " + std::to_string(r.free_ms) + " ms");
+  check(r.backend_destroy_ms < 1000,
+        "the backend's destructor took " + std::to_string(r.backend_destroy_ms) + " ms");
+  check(!r.returned_early, "the function returned before it was released");
+  check(r.returned, "the function did not return once released");
+  return problems;
+}
+
 }  // namespace pipesched::runtime::scenarios

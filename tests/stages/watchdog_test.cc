@@ -53,6 +53,16 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Polls `done` every few milliseconds for up to `seconds`; whether it came true.
+bool WaitUntil(const std::function<bool()>& done, double seconds = 20) {
+  const Clock::time_point start = Clock::now();
+  while (!done()) {
+    if (SecondsSince(start) >= seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 // Blocks its stream until the stream is aborted: a callback that never completes, but
 // observes the cancellation token (Stream::aborted) so that its thread can be joined.
 absl::Status BlockUntilAborted(runtime::Stream& stream) {
@@ -249,10 +259,7 @@ TEST(WatchdogTest, CallbackThatOutlivesTheExecutorKeepsItsStageAndInputs) {
         if (io.microbatch != 0) return absl::OkStatus();
         const auto* x = static_cast<const float*>(io.input);
         return stream.EnqueueHost([&, x] {
-          const Clock::time_point start = Clock::now();
-          while (!executor_gone && SecondsSince(start) < 20) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
+          WaitUntil([&] { return executor_gone.load(); });
           stage_was_destroyed = stage_destroyed.load();
           read = x[1];
           returned = true;
@@ -268,11 +275,7 @@ TEST(WatchdogTest, CallbackThatOutlivesTheExecutorKeepsItsStageAndInputs) {
                 StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no action finished")));
   }
   executor_gone = true;
-  const Clock::time_point start = Clock::now();
-  while (!returned && SecondsSince(start) < 20) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(returned);
+  ASSERT_TRUE(WaitUntil([&] { return returned.load(); }));
   EXPECT_FALSE(stage_was_destroyed);  // the stage work outlived the function
   EXPECT_FALSE(stage_destroyed);      // and is kept: the function might have used it later
   EXPECT_FLOAT_EQ(read, data.x[1]);   // the step's input, as the F received it
@@ -306,10 +309,7 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
         const auto* x = static_cast<const float*>(io.input);
         return stream.EnqueueHost([&, x] {
           before = x[0];
-          const Clock::time_point start = Clock::now();
-          while (!release && SecondsSince(start) < 20) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
+          WaitUntil([&] { return release.load(); });
           after = x[0];
           returned = true;
           return absl::OkStatus();
@@ -318,10 +318,7 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
       // Fails once the function is running (an abort would skip it before it starts).
       HookedStage::Hook after_backward = [&](const MicrobatchIO& io, runtime::Stream&) {
         if (io.microbatch != 0) return absl::OkStatus();
-        const Clock::time_point start = Clock::now();
-        while (before == -1 && SecondsSince(start) < 20) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        WaitUntil([&] { return before != -1; });
         return absl::InternalError("injected: cannot issue 1B0");
       };
       return std::make_unique<HookedStage>(std::move(inner), before_forward, after_backward);
@@ -347,11 +344,7 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
       reuse.push_back(std::move(b).value());
     }
     release = true;
-    const Clock::time_point wait = Clock::now();
-    while (!returned && SecondsSince(wait) < 20) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ASSERT_TRUE(returned);
+    ASSERT_TRUE(WaitUntil([&] { return returned.load(); }));
     EXPECT_NE(before, -7.0f);
     EXPECT_EQ(after, before);  // the input was still the one received
   }
