@@ -230,7 +230,9 @@ class Device {
   // host device (base/host_memory.h's HostMemoryAvailableBytes is what this process can still
   // take). A host device with a capacity: capacity - current bytes. CUDA: the GPU's free memory
   // plus what this device's stream-ordered pool holds freed, at most capacity - current bytes when
-  // there is a capacity; the CUDA error otherwise.
+  // there is a capacity; the CUDA error otherwise. On CUDA it can overestimate what one
+  // stream gets: the pool does not hand a block freed on one stream to another before the
+  // free is ordered before it, and cuBLAS workspaces and NCCL buffers are taken outside it.
   virtual absl::StatusOr<std::optional<std::int64_t>> AvailableBytes() = 0;
   virtual void ResetPeakMemory() = 0;
 
