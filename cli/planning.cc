@@ -114,12 +114,20 @@ absl::StatusOr<scheduler::ScheduleFile> ScheduleFromFlags(const CommandContext& 
   return scheduler::ScheduleFile{.schedule = std::move(schedule), .costs = std::nullopt};
 }
 
+namespace {
+
+// No generator's name, but a path or a schedule file's name (any case).
+bool LooksLikeAFile(std::string_view name) {
+  return scheduler::FindSchedule(name) == nullptr &&
+         (name.find('/') != std::string_view::npos ||
+          absl::EndsWithIgnoreCase(Absl(name), ".csv") ||
+          absl::EndsWithIgnoreCase(Absl(name), ".json"));
+}
+
+}  // namespace
+
 absl::Status CheckScheduleNameIsNotAFile(const std::string& name) {
-  if (scheduler::FindSchedule(name) != nullptr) return absl::OkStatus();
-  if (name.find('/') == std::string::npos && !absl::EndsWith(name, ".csv") &&
-      !absl::EndsWith(name, ".json")) {
-    return absl::OkStatus();  // the generator's "unknown schedule" lists the names
-  }
+  if (!LooksLikeAFile(name)) return absl::OkStatus();  // the generator lists the names
   return absl::InvalidArgumentError(absl::StrCat("--schedule=", name,
                                                  " names a file, not a schedule generator; "
                                                  "load a schedule file with --from=",
@@ -203,6 +211,12 @@ absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& te
         std::vector<std::string> known;
         for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
           known.emplace_back(info.name);
+        }
+        if (LooksLikeAFile(Std(s))) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--schedules lists ", s,
+                           ", a file, not a schedule generator; schedule files are read by "
+                           "--from=FILE (bench, simulate, train) and by validate FILE"));
         }
         return absl::InvalidArgumentError(
             absl::StrCat("--schedules: unknown schedule \"", s,

@@ -87,6 +87,21 @@ absl::StatusOr<Placement> InferExplicitPlacement(const std::vector<std::vector<L
   const int num_ranks = static_cast<int>(rows.size());
   const std::string what = absl::StrCat("cannot infer the placement of ", num_stages, " stages on ",
                                         num_ranks, " ranks: ");
+  // Tables sized by the stage count, which a 14-byte file can make 10^8: first the
+  // stages that do have actions (bounded by the file), and the first that has none.
+  std::vector<int> present;
+  for (const std::vector<Located>& row : rows) {
+    for (const Located& a : row) present.push_back(a.action.stage);
+  }
+  std::sort(present.begin(), present.end());
+  present.erase(std::unique(present.begin(), present.end()), present.end());
+  if (static_cast<int>(present.size()) < num_stages) {
+    int missing = 0;
+    while (missing < static_cast<int>(present.size()) && present[missing] == missing) ++missing;
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "stage ", missing, " has no actions, so no rank is known to hold it (stages 0..",
+        num_stages - 1, " each need their actions on one rank)"));
+  }
   std::vector<const Located*> first(num_stages, nullptr);
   std::vector<int> stage_ranks(num_stages, -1);
   for (int r = 0; r < num_ranks; ++r) {
@@ -104,14 +119,7 @@ absl::StatusOr<Placement> InferExplicitPlacement(const std::vector<std::vector<L
     }
   }
   std::vector<std::vector<int>> held(num_ranks);
-  for (int s = 0; s < num_stages; ++s) {
-    if (stage_ranks[s] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, "stage ", s, " has no actions, so no rank is known to hold it (stages 0..",
-          num_stages - 1, " each need their actions on one rank)"));
-    }
-    held[stage_ranks[s]].push_back(s);
-  }
+  for (int s = 0; s < num_stages; ++s) held[stage_ranks[s]].push_back(s);
   const int per_rank = num_stages / num_ranks;
   for (int r = 0; r < num_ranks; ++r) {
     if (static_cast<int>(held[r].size()) != per_rank) {
@@ -452,9 +460,9 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
       for (std::size_t s = 0; s < p.size(); ++s) {
         if (!p[s].is_number_integer() || p[s].get<long long>() < 0 ||
             p[s].get<long long>() >= schedule.placement.num_ranks) {
-          return JsonError(absl::StrCat("placement[", s, "]"),
-                           absl::StrCat("a rank in [0, ", schedule.placement.num_ranks - 1, "]"),
-                           p[s]);
+          return JsonError(
+              absl::StrCat("placement[", s, "]"),
+              absl::StrCat("an integer rank in [0, ", schedule.placement.num_ranks - 1, "]"), p[s]);
         }
         schedule.placement.stage_ranks.push_back(p[s].get<int>());
       }
@@ -462,6 +470,8 @@ absl::StatusOr<ScheduleFile> ParseScheduleJsonOrThrow(std::string_view text) {
         return absl::InvalidArgumentError(
             absl::StrCat("schedule JSON: \"placement\": ", placed.message()));
       }
+      // A list that is loop or v placement is that placement, as a CSV file's would be.
+      schedule.placement = CanonicalPlacement(std::move(schedule.placement));
     } else {
       return JsonError(
           "placement",

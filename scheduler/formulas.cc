@@ -137,7 +137,7 @@ bool RunsItsNamesOrder(const Schedule& schedule) {
       GenerateSchedule(schedule.name, {.num_ranks = schedule.num_ranks(),
                                        .num_microbatches = schedule.num_microbatches,
                                        .num_chunks = schedule.num_chunks()});
-  if (!named.ok() || named->placement != schedule.placement ||
+  if (!named.ok() || named->placement != CanonicalPlacement(schedule.placement) ||
       named->programs.size() != schedule.programs.size()) {
     return false;
   }

@@ -91,6 +91,21 @@ absl::Status CheckPlacement(const Placement& placement) {
   return absl::OkStatus();
 }
 
+Placement CanonicalPlacement(Placement placement) {
+  if (placement.kind != PlacementKind::kExplicit || !CheckPlacement(placement).ok()) {
+    return placement;
+  }
+  for (PlacementKind kind : {PlacementKind::kLoop, PlacementKind::kV}) {
+    const Placement named{kind, placement.num_ranks, placement.num_chunks};
+    bool same = true;
+    for (int s = 0; same && s < placement.num_stages(); ++s) {
+      same = named.RankOf(s) == placement.stage_ranks[s];
+    }
+    if (same) return named;
+  }
+  return placement;
+}
+
 std::size_t Schedule::NumActions() const {
   std::size_t n = 0;
   for (const auto& program : programs) n += program.size();

@@ -46,6 +46,10 @@ struct Placement {
 // otherwise InvalidArgument naming the first entry that is off and what would do.
 absl::Status CheckPlacement(const Placement& placement);
 
+// `placement`, or loop or v placement when an explicit one puts every stage where that
+// does (loop first), so that equal placements compare equal (operator==).
+Placement CanonicalPlacement(Placement placement);
+
 struct Schedule {
   std::string name;  // generator name or file name
   Placement placement;

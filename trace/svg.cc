@@ -90,6 +90,23 @@ Rgb Shade(Rgb c, int chunk) {
   return {c.r * k, c.g * k, c.b * k};
 }
 
+// The chunk each (row, stage) is drawn as: the stage's place among the stages its row
+// runs, in stage order. Loop and v placement give stage / P; a placement of any other kind
+// (block, renamed ranks) and a measured timeline's P x D rows get their own rank's count,
+// which stage / num_ranks would not.
+std::map<std::pair<int, int>, int> ChunksOfStages(const Timeline& t) {
+  std::map<int, std::set<int>> stages_of_row;
+  for (const Span& s : t.spans) {
+    if (s.stage >= 0) stages_of_row[s.rank].insert(s.stage);
+  }
+  std::map<std::pair<int, int>, int> chunk;
+  for (const auto& [row, stages] : stages_of_row) {
+    int k = 0;
+    for (int stage : stages) chunk[{row, stage}] = k++;
+  }
+  return chunk;
+}
+
 double Luminance(Rgb c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b; }
 
 std::string LaneName(int lane) {
@@ -223,12 +240,15 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
   // Legend entries: ops in use, whether any chunk shading is visible.
   std::vector<const OpStyle*> legend;
   bool shaded = false;
+  std::map<const Timeline*, std::map<std::pair<int, int>, int>> chunks;
   for (const Timeline* t : timelines) {
+    std::map<std::pair<int, int>, int>& chunk = chunks[t];
+    if (chunk.empty()) chunk = ChunksOfStages(*t);
     for (const Span& s : t->spans) {
       if (!HasFiniteTimes(s)) continue;
       const OpStyle* style = &StyleOf(s.op);
       if (std::find(legend.begin(), legend.end(), style) == legend.end()) legend.push_back(style);
-      if (t->num_ranks > 0 && s.stage >= t->num_ranks) shaded = true;
+      if (s.stage >= 0 && chunk[{s.rank, s.stage}] > 0) shaded = true;
     }
   }
   std::sort(legend.begin(), legend.end(),
@@ -290,7 +310,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
       if (!HasFiniteTimes(s)) continue;
       const Row& row = *row_of[{s.rank, s.lane, block.lane_rows[i]}];
       const OpStyle& style = StyleOf(s.op);
-      const int chunk = t.num_ranks > 0 && s.stage >= 0 ? s.stage / t.num_ranks : 0;
+      const int chunk = s.stage >= 0 ? chunks[&t][{s.rank, s.stage}] : 0;
       const Rgb fill = Shade(ParseHex(style.fill), chunk);
       const double x0 = x_of(s.start);
       const double w = std::max(0.5, x_of(s.end) - x0);

@@ -358,6 +358,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "schedule file with --from=my/order.csv"},
         BadInput{{"train", "--schedule=order.json", "--steps=1"},
                  "--schedule=order.json names a file, not a schedule generator"},
+        BadInput{{"train", "--schedule=ORDER.CSV", "--steps=1"},
+                 "--schedule=ORDER.CSV names a file, not a schedule generator"},
+        BadInput{{"compare", "--schedules=1f1b,my/order.csv"},
+                 "--schedules lists my/order.csv, a file, not a schedule generator; schedule "
+                 "files are read by --from=FILE (bench, simulate, train) and by validate FILE"},
         BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes only --flags"},
         BadInput{{"simulate", "--nogrid=true"},
                  "--nogrid takes no value; use --nogrid (= --grid=false) or --grid"},

@@ -301,6 +301,12 @@ TEST(PytorchCsvTest, PlacementThatCannotBeInferredNamesTheStage) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("rank 0 (line 1) holds 3 stages (0, 1, 2) where every rank must "
                                  "hold 4 / 2 = 2")));
+  // A stage number far past the others: the stages without actions are found before any
+  // table is sized by the stage count (10^8 stages took 1.2 GB, 2 x 10^9 about 24 GB).
+  EXPECT_THAT(ParsePytorchCsv("99999999F0\n0F0\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cannot infer the placement of 100000000 stages on 2 ranks: "
+                                 "stage 1 has no actions")));
   // Stage 2 has no action anywhere, and neither loop nor v fits the others.
   EXPECT_THAT(ParsePytorchCsv("1F0,1B0\n0F0,0B0,3F0,3B0\n"),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -320,11 +326,11 @@ TEST(ScheduleJsonTest, ExplicitPlacementIsChecked) {
   EXPECT_EQ(ok.schedule.placement.stage_ranks, (std::vector<int>{0, 0, 1, 1}));
   PS_EXPECT_OK(Validate(ok.schedule));
   // The programs must agree with it: Validate names the misplaced action.
-  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile moved, ParseScheduleJson(file("[0, 1, 0, 1]")));
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile moved, ParseScheduleJson(file("[1, 0, 0, 1]")));
   EXPECT_THAT(Validate(moved.schedule),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("action 1F0 is on rank 0 but stage 1 is placed on rank 1 "
-                                 "(explicit(0,1,0,1) placement, P=2, V=2)")));
+                       HasSubstr("action 0F0 is on rank 0 but stage 0 is placed on rank 1 "
+                                 "(explicit(1,0,0,1) placement, P=2, V=2)")));
   EXPECT_THAT(ParseScheduleJson(file("[0, 0, 0, 1]")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("\"placement\": explicit placement puts stage 2 on rank 0, which "
@@ -334,7 +340,18 @@ TEST(ScheduleJsonTest, ExplicitPlacementIsChecked) {
                        HasSubstr("lists 2 stage ranks for P x V = 2 x 2 = 4 stages")));
   EXPECT_THAT(ParseScheduleJson(file("[0, 2, 1, 1]")),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("key \"placement[1]\" must be a rank in [0, 1], got 2")));
+                       HasSubstr("key \"placement[1]\" must be an integer rank in [0, 1], got 2")));
+  EXPECT_THAT(
+      ParseScheduleJson(file("[0, 0, 1.0, 1]")),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("key \"placement[2]\" must be an integer rank in [0, 1], got 1.0")));
+  // A list that loop or v placement gives is that placement (a closed form may apply).
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile loop, ParseScheduleJson(file("[0, 1, 0, 1]")));
+  EXPECT_EQ(loop.schedule.placement,
+            (Placement{.kind = PlacementKind::kLoop, .num_ranks = 2, .num_chunks = 2}));
+  PS_ASSERT_OK_AND_ASSIGN(ScheduleFile v, ParseScheduleJson(file("[0, 1, 1, 0]")));
+  EXPECT_EQ(v.schedule.placement,
+            (Placement{.kind = PlacementKind::kV, .num_ranks = 2, .num_chunks = 2}));
   EXPECT_THAT(ParseScheduleJson(file("\"block\"")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("\"loop\", \"v\" or an array of each virtual stage's rank")));

@@ -172,6 +172,32 @@ TEST(SvgTest, LaterChunksAreDarkerAndSaySo) {
   EXPECT_THAT(svg, HasSubstr("darker: later model chunk"));
 }
 
+// A rank's chunks are its own stages in order, whatever the placement: block placement
+// (rank 0 holds stages 0 and 1, rank 1 stages 2 and 3) shades stage 1 and 3, not rank 1;
+// so do a measured timeline's P x D rows (here row 2 is replica 1's rank 0).
+TEST(SvgTest, ChunksAreEachRowsOwnStagesInOrder) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},
+             {0, kComputeLane, 1, 0, "F", 1, 2},
+             {1, kComputeLane, 2, 0, "F", 2, 3},
+             {1, kComputeLane, 3, 0, "F", 3, 4}};
+  std::string svg = ToSvg({&t});
+  EXPECT_EQ(Count(svg, "fill=\"#4E79A7\""), 3);  // stages 0 and 2, and the legend's F
+  EXPECT_EQ(Count(svg, "fill=\"#3D5E82\""), 2);  // stages 1 and 3
+  EXPECT_THAT(svg, HasSubstr("darker: later model chunk"));
+
+  Timeline measured;
+  measured.num_ranks = 4;  // P = 2, D = 2: rows 0..3, loop placement with V = 2
+  measured.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},
+                    {2, kComputeLane, 0, 0, "F", 0, 1},
+                    {0, kComputeLane, 2, 0, "F", 1, 2},
+                    {2, kComputeLane, 2, 0, "F", 1, 2}};
+  svg = ToSvg({&measured});
+  EXPECT_EQ(Count(svg, "fill=\"#4E79A7\""), 3);  // stage 0 on both replicas, the legend
+  EXPECT_EQ(Count(svg, "fill=\"#3D5E82\""), 2);  // stage 2 on both (stage / 4 said chunk 0)
+}
+
 TEST(SvgTest, StacksTimelinesOnASharedScale) {
   const Timeline planned = testing::TwoRankTimeline();
   Timeline measured = testing::TwoRankTimeline();
