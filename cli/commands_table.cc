@@ -46,7 +46,7 @@ const std::vector<Command>& AllCommands() {
        {},
        &RunSchedules},
       {"simulate",
-       "simulate --schedule=NAME --stages=P --microbatches=M [--virtual=V] [--from=FILE]\n"
+       "simulate [--schedule=1f1b --stages=4 --microbatches=8] [--virtual=V] [--from=FILE]\n"
        "         [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 --cost-allreduce=0\n"
        "          --cost-action-gap=0 --cost-zero-grad=0 --cost-optimizer=0 --activation-bytes=0\n"
        "          --workspace-bytes=0 --input-bytes=0 --static-bytes=0 --costs=FILE.json]\n"
@@ -60,7 +60,7 @@ const std::vector<Command>& AllCommands() {
              "recompute", "recompute_stages"}),
        &RunSimulate},
       {"compare",
-       "compare [--schedules=all|NAME,NAME,...] --stages=P --microbatches=M [--virtual=V]\n"
+       "compare [--schedules=all|NAME,NAME,...] [--stages=4 --microbatches=8] [--virtual=V]\n"
        "        [--cost-f=1 --cost-b=2 --cost-i=1 --cost-w=1 --cost-comm=0 ... --costs=FILE.json]\n"
        "        [--device-memory=SIZE] [--max-activations=X] [--refine] [--recompute]\n"
        "        [--json=F.json] [--md=F.md] [--svg=F.svg] [--trace=F.json]",
@@ -70,12 +70,12 @@ const std::vector<Command>& AllCommands() {
        &RunCompare},
       {"validate",
        "validate FILE [--costs=FILE.json --cost-*=...] [--device-memory=SIZE]\n"
-       "         [--json=STATS.json] [--nogrid]",
+       "         [--json=STATS.json] [--nogrid] [--color=auto|always|never]",
        "check a PyTorch CSV or pipesched JSON schedule file; exit 0 only when valid",
        With({"json", "grid", "color", "device_memory"}), &RunValidate},
       {"train",
-       "train --schedule=NAME --stages=P [--virtual=V] --replicas=D --microbatches=M\n"
-       "      --microbatch-size=B --layers=L --hidden=H [--inputs=64 --classes=10] --steps=N\n"
+       "train [--schedule=1f1b --stages=4] [--virtual=V] [--replicas=1 --microbatches=8]\n"
+       "      [--microbatch-size=16 --layers=8 --hidden=256 --inputs=64 --classes=10 --steps=10]\n"
        "      [--lr=0.05 --optimizer=sgd|adamw --momentum=0.9 --weight-decay=0]\n"
        "      [--backend=auto|host|cuda] [--devices=N] [--device-memory=SIZE] [--seed=S]\n"
        "      [--partition=3,3,3] [--from=SCHEDULE_FILE] [--data=F.safetensors] "

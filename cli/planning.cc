@@ -506,9 +506,25 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["peak_activations"] = peaks;
   j["peak_activation_bytes"] = peak_bytes;
   j["ranks"] = ranks;
-  std::vector<int> recomputing;  // the virtual stages whose costs recompute
+  // The virtual stages whose costs recompute: a cost file's measured so (recompute_bytes),
+  // and those the flags recompute, whose recompute_bytes stay 0 without activation sizes
+  // (their B and I still take F longer).
+  std::vector<bool> recomputes(schedule.num_stages(), absl::GetFlag(FLAGS_recompute));
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    if (costs.Stage(s).recompute_bytes > 0) recomputing.push_back(s);
+    if (costs.Stage(s).recompute_bytes > 0) recomputes[s] = true;
+  }
+  if (auto_choice != nullptr) {
+    for (int s : auto_choice->stages) recomputes[s] = true;
+  } else if (const std::string list = absl::GetFlag(FLAGS_recompute_stages); !list.empty()) {
+    // Checked by WithRecomputeOn already.
+    for (absl::string_view item : absl::StrSplit(list, ',')) {
+      int s = -1;
+      if (absl::SimpleAtoi(item, &s) && s >= 0 && s < schedule.num_stages()) recomputes[s] = true;
+    }
+  }
+  std::vector<int> recomputing;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (recomputes[s]) recomputing.push_back(s);
   }
   j["recompute_stages"] = recomputing;
   j["recompute_plan"] = nullptr;

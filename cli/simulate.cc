@@ -1,6 +1,7 @@
 // `pipesched simulate` and `pipesched validate`: the planner on the command line.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,9 +30,12 @@
 namespace pipesched::cli {
 namespace {
 
+// auto: on a terminal, unless NO_COLOR is set to anything but "" (no-color.org).
 bool UseColor(const CommandContext& ctx) {
   std::string c = absl::GetFlag(FLAGS_color);
-  return c == "always" || (c == "auto" && ctx.out_is_terminal);
+  const char* no_color = std::getenv("NO_COLOR");
+  return c == "always" ||
+         (c == "auto" && ctx.out_is_terminal && (no_color == nullptr || *no_color == '\0'));
 }
 
 absl::Status CheckColorFlag(const CommandContext& ctx) {
@@ -74,6 +78,11 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
                                const scheduler::CostModel& costs, const scheduler::SimResult& sim,
                                std::int64_t capacity) {
   const std::string cap = absl::GetFlag(FLAGS_device_memory);
+  // A schedule file (validate FILE, simulate --from) fixes P and M: no flag changes them.
+  const bool from_file = !ctx.positional.empty() || !absl::GetFlag(FLAGS_from).empty();
+  const std::string more_stages = from_file
+                                      ? "a schedule with more ranks (fewer layers on each device)"
+                                      : "more --stages (fewer layers on each device)";
   std::vector<stages::MemoryPlace> places;
   int worst = 0;
   auto total = [&](int r) { return scheduler::PeakTotalBytes(sim.ranks[r]); };
@@ -86,7 +95,7 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
           "rank ", r, "'s parameters, gradients and optimizer state (static_bytes) alone take ",
           HumanBytes(held), held > capacity ? ", more than" : ", all of", " --device-memory=", cap,
           " (", HumanBytes(capacity), held > capacity ? ")" : ", none left for activations)",
-          "; give more memory, or more --stages (fewer layers on each device)"));
+          "; give more memory, or ", more_stages));
     }
     stages::MemoryPlace place = stages::RankPlace(schedule, costs, sim, r);
     place.name =
@@ -98,13 +107,16 @@ absl::Status CheckDeviceMemory(const CommandContext& ctx, const scheduler::Sched
   const std::int64_t peak = sim.ranks[worst].peak_live_bytes;
   const std::int64_t held = sim.ranks[worst].static_bytes;
   if (peak == 0) return NeedsActivationSizes();
-  PS_RETURN_IF_ERROR(
-      stages::CheckActivationsFit({.schedule = schedule.name,
-                                   .num_ranks = schedule.num_ranks(),
-                                   .num_chunks = schedule.num_chunks(),
-                                   .num_microbatches = schedule.num_microbatches,
-                                   .smaller = "smaller --activation-bytes or --workspace-bytes"},
-                                  places));
+  PS_RETURN_IF_ERROR(stages::CheckActivationsFit(
+      {.schedule = schedule.name,
+       .num_ranks = schedule.num_ranks(),
+       .num_chunks = schedule.num_chunks(),
+       .num_microbatches = schedule.num_microbatches,
+       .smaller = "smaller --activation-bytes or --workspace-bytes",
+       .fewer_microbatches =
+           from_file ? "a schedule with fewer micro-batches" : "fewer --microbatches",
+       .more_stages = more_stages},
+      places));
   if (held > 0) {
     *ctx.out << absl::StrFormat(
         "memory: every rank's peak fits in --device-memory=%s (largest: rank %d, %s static and "

@@ -281,6 +281,13 @@ TEST(CliTest, ValidateRefusesDeviceMemoryWithoutSizesBeforeItsVerdict) {
               "--activation-bytes=1024"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith(Shared("interop/pytorch/2-rank.csv") + ": valid\n"));
+  // What would fit is said in a file's terms: its P and M are not flags here.
+  r = RunCli({"validate", Shared("interop/pytorch/2-rank.csv"), "--nogrid", "--device-memory=4KiB",
+              "--activation-bytes=1024"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("a schedule with more ranks (fewer layers on each device)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("--stages")));
+  EXPECT_THAT(r.err, Not(HasSubstr("--microbatches")));
 }
 
 TEST(CliTest, ValidateRejectsADeadlockWithTheBlockedActions) {
@@ -944,6 +951,17 @@ TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 2 of 4: "));
   EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["recompute_stages"], nlohmann::json::array({2}));
+  // Without activation sizes the costs carry no recompute bytes, but the stages still
+  // recompute (their B takes F longer): the list says so (it was empty).
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--nogrid",
+              "--recompute", "--json=" + stats});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 20 "));  // 15 without
+  EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["recompute_stages"], nlohmann::json::array({0, 1}));
+  r = RunCli({"simulate", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--nogrid",
+              "--recompute-stages=1", "--json=" + stats});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(Slurp(stats))["recompute_stages"], nlohmann::json::array({1}));
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--device-memory=100", "--recompute-stages=auto"},
        "pipesched: rank 0 does not fit in 100 B per device even with every stage of it "
@@ -1153,8 +1171,10 @@ TEST(CliTest, HelpListsTheCommandsAndEachCommandsFlags) {
   EXPECT_EQ(RunCli({"help", "help"}).out, all.out);
   RunResult train = RunCli({"help", "train"});
   EXPECT_EQ(train.code, 0);
-  EXPECT_THAT(train.out, ::testing::StartsWith("usage: pipesched train --schedule=NAME"));
-  EXPECT_THAT(train.out, HasSubstr("--microbatch-size=B"));
+  // Every flag is optional: the usage gives the defaults, in brackets.
+  EXPECT_THAT(train.out,
+              ::testing::StartsWith("usage: pipesched train [--schedule=1f1b --stages=4]"));
+  EXPECT_THAT(train.out, HasSubstr("[--microbatch-size=16 --layers=8 --hidden=256"));
   EXPECT_THAT(train.out, HasSubstr("[--from=SCHEDULE_FILE]"));
   // --help anywhere after the command, even after other flags.
   EXPECT_EQ(RunCli({"train", "--help"}).out, train.out);
@@ -1233,6 +1253,33 @@ TEST(CliTest, OutputsThatAreInputsAreRefused) {
   RunResult report = train({"--init=" + params, "--json=" + params});
   EXPECT_EQ(report.code, 2);
   EXPECT_THAT(report.err, HasSubstr("--json=" + params + " is also --init"));
+}
+
+// --color=auto colours the grid on a terminal, unless NO_COLOR is set (no-color.org).
+TEST(CliTest, ColorAutoFollowsTheTerminalAndNoColor) {
+  auto run_on_terminal = [] {
+    std::vector<std::string> args = {"pipesched", "simulate", "--stages=2", "--microbatches=2"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    absl::FlagSaver saver;
+    std::ostringstream out, err;
+    EXPECT_EQ(RunMain(static_cast<int>(argv.size()), argv.data(), out, err, true), 0) << err.str();
+    return out.str();
+  };
+  const char* before = std::getenv("NO_COLOR");
+  const std::string saved = before == nullptr ? "" : before;
+  unsetenv("NO_COLOR");
+  EXPECT_THAT(run_on_terminal(), HasSubstr("\x1b["));
+  setenv("NO_COLOR", "", 1);  // empty: as if unset
+  EXPECT_THAT(run_on_terminal(), HasSubstr("\x1b["));
+  setenv("NO_COLOR", "1", 1);
+  EXPECT_THAT(run_on_terminal(), Not(HasSubstr("\x1b[")));
+  EXPECT_THAT(RunCli({"simulate", "--stages=2", "--microbatches=2"}).out, Not(HasSubstr("\x1b[")));
+  if (before == nullptr) {
+    unsetenv("NO_COLOR");
+  } else {
+    setenv("NO_COLOR", saved.c_str(), 1);
+  }
 }
 
 TEST(CliTest, MalformedFilesAreBadInput) {
