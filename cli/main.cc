@@ -5,10 +5,26 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <string_view>
 
 #include "cli/command.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS starts a thread pool of its own when the library loads, before main (one
+  // thread per CPU but the caller's), unless OPENBLAS_NUM_THREADS is 1. pipesched never
+  // uses it: each stream multiplies single-threaded (model/host_kernels.cc). Each of those
+  // threads maps a 128 MiB work buffer as it starts, retries forever where that fails, and
+  // the library's exit handler joins them: under an address-space limit (ulimit -v) that the
+  // process's own data had taken first, pipesched printed its one-line error and then never
+  // exited (3 runs in 18 at ulimit -v 620000 with a 160 MB --data file). The variable is
+  // read only as the library loads, so the program starts again with it set (same
+  // arguments, descriptors and process; about 10 ms). Where that cannot be done the run
+  // goes on as before.
+  if (const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
+      threads == nullptr || std::string_view(threads) != "1") {
+    ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1);
+    ::execv("/proc/self/exe", argv);
+  }
   // A pipeline puts four streams per (replica, rank) on a GPU, 16 to 32 of them when
   // several ranks share one; CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
   // queues (8 by default), and streams sharing a queue can hold each other up behind a
