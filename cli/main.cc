@@ -1,4 +1,5 @@
 // The pipesched program. All logic lives in the cli library; see command.h.
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,22 +10,52 @@
 
 #include "cli/command.h"
 
-int main(int argc, char** argv) {
-  // OpenBLAS starts a thread pool of its own when the library loads, before main (one
-  // thread per CPU but the caller's), unless OPENBLAS_NUM_THREADS is 1. pipesched never
-  // uses it: each stream multiplies single-threaded (model/host_kernels.cc). Each of those
-  // threads maps a 128 MiB work buffer as it starts, retries forever where that fails, and
-  // the library's exit handler joins them: under an address-space limit (ulimit -v) that the
-  // process's own data had taken first, pipesched printed its one-line error and then never
-  // exited (3 runs in 18 at ulimit -v 620000 with a 160 MB --data file). The variable is
-  // read only as the library loads, so the program starts again with it set (same
-  // arguments, descriptors and process; about 10 ms). Where that cannot be done the run
-  // goes on as before.
-  if (const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
-      threads == nullptr || std::string_view(threads) != "1") {
-    ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1);
-    ::execv("/proc/self/exe", argv);
+namespace {
+
+// OpenBLAS starts a thread pool of its own when the library loads, before main (one
+// thread per CPU but the caller's), unless OPENBLAS_NUM_THREADS is 1. pipesched never
+// uses it: each stream multiplies single-threaded (model/host_kernels.cc). Each of those
+// threads maps a 128 MiB work buffer as it starts, retries forever where that fails, and
+// the library's exit handler joins them: under an address-space limit (ulimit -v) that the
+// process's own data had taken first, pipesched printed its one-line error and then never
+// exited (3 runs in 18 at ulimit -v 620000 with a 160 MB --data file). The variable is
+// read only as the library loads (a setenv from .preinit_array is too early: libc sets its
+// environment up afterwards), so the program starts again, once, with it set: the same
+// arguments, descriptors and process, through its own path (so that ps, pgrep and core
+// files still say pipesched), about 6 ms. Not when it was started through the dynamic
+// loader (ld.so PROGRAM: /proc/self/exe is the loader) or under valgrind (which cannot
+// follow it); where the exec fails the run goes on as before.
+void StartWithoutOpenBlasThreadPool(char** argv) {
+  constexpr const char* kMarker = "PIPESCHED_STARTED_AGAIN";
+  if (std::getenv(kMarker) != nullptr) {  // the second start: never a third
+    ::unsetenv(kMarker);
+    return;
   }
+  const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
+  if (threads != nullptr && std::string_view(threads) == "1") return;
+  if (::getauxval(AT_BASE) == 0) return;  // run by ld.so, or statically linked
+  if (const char* preload = std::getenv("LD_PRELOAD");
+      preload != nullptr && std::string_view(preload).find("vgpreload") != std::string_view::npos) {
+    return;  // valgrind: set OPENBLAS_NUM_THREADS=1 yourself
+  }
+  if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0 ||
+      ::setenv(kMarker, "1", /*overwrite=*/1) != 0) {
+    return;
+  }
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n > 0) {
+    path[n] = '\0';
+    ::execv(path, argv);  // fails for a binary deleted or replaced meanwhile
+  }
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv(kMarker);  // no exec: this run goes on
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StartWithoutOpenBlasThreadPool(argv);
   // A pipeline puts four streams per (replica, rank) on a GPU, 16 to 32 of them when
   // several ranks share one; CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
   // queues (8 by default), and streams sharing a queue can hold each other up behind a
