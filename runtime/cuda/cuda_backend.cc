@@ -19,9 +19,13 @@
 //   - Destroying a stream waits for its work, as the seam promises (cudaStreamDestroy
 //     alone returns at once and would leave queued host functions to run after their
 //     captures are gone); an aborted stream is waited for at most kAbortGraceMillis.
-//     One still running then (a host function that does not return) is abandoned: from
-//     then on nothing waits for whole devices (a Buffer freed without FreeAsync is kept,
-//     not freed), and the backend keeps its devices for the life of the process.
+//     One still running then (a host function that does not return) makes its device
+//     abandoned for the whole process (AbortRegistry), and so does an aborted stream that
+//     a device-wide wait finds still running after the grace period: from then on
+//     nothing waits for that device (a Buffer freed without FreeAsync is kept, not freed,
+//     by any backend), and a backend that cannot wait for its devices keeps them for the
+//     life of the process. cuBLAS's handle destruction waits for the device by itself:
+//     restart the process after an abandoned CUDA step.
 //   - Synchronous copies from the host wait until the data has landed (a pageable
 //     cudaMemcpy may return once the bytes are staged, on the legacy stream, which our
 //     non-blocking streams are not ordered after); a Buffer freed without FreeAsync
@@ -45,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -229,6 +234,62 @@ void CUDART_CB RunHostCall(void* data) {
   if (!status.ok()) call->state->Set(status);
 }
 
+// Aborted streams and abandoned devices, for the whole process: a device-wide wait
+// (cudaDeviceSynchronize) waits for every stream on the device, whichever backend made it.
+// An aborted stream whose work still runs after the grace period (a host function that
+// does not return) makes its device abandoned: from then on nothing waits for that
+// device, and memory that work may use is kept rather than freed. Restart the process to
+// get the device back.
+class AbortRegistry {
+ public:
+  static AbortRegistry& Get() {
+    static AbortRegistry* registry = new AbortRegistry();
+    return *registry;
+  }
+  void NoteAborted(int device, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.insert({device, stream});
+  }
+  // Before the stream is destroyed; `still_running`: its device is abandoned.
+  void Forget(int device, cudaStream_t stream, bool still_running) {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.erase({device, stream});
+    if (still_running) abandoned_.insert(device);
+  }
+  void MarkAbandoned(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_.insert(device);
+  }
+  bool Abandoned(int device) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_.count(device) > 0;
+  }
+  // Whether `device`'s work can be waited for: gives each aborted stream there the grace
+  // period to drain (polling), and marks the device abandoned when one does not.
+  bool Drainable(int device) {
+    std::lock_guard<std::mutex> lock(mu_);  // held: Forget waits, so no stream goes meanwhile
+    if (abandoned_.count(device) > 0) return false;
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::milliseconds(Stream::kAbortGraceMillis);
+    for (auto it = aborted_.lower_bound({device, nullptr});
+         it != aborted_.end() && it->first == device; ++it) {
+      while (NotReadyCleared(cudaStreamQuery(it->second)) == cudaErrorNotReady) {
+        if (Clock::now() >= deadline) {
+          abandoned_.insert(device);
+          return false;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    return true;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::pair<int, cudaStream_t>> aborted_;
+  std::set<int> abandoned_;
+};
+
 class CudaStream final : public Stream {
  public:
   CudaStream(CudaDevice& device, std::string name, StreamHandle handle);
@@ -245,10 +306,7 @@ class CudaStream final : public Stream {
   absl::Status status() const override;
   // Device work cannot be cancelled: poisons (so host functions not yet started are
   // skipped); NCCL communicators are aborted by their AllReducer.
-  void Abort(const absl::Status& reason) override {
-    error_->Set(reason.ok() ? absl::CancelledError("aborted") : reason);
-    error_->aborted.store(true, std::memory_order_release);
-  }
+  void Abort(const absl::Status& reason) override;
   bool aborted() const override { return error_->aborted.load(std::memory_order_acquire); }
   void* native_handle() const override { return handle_.get(); }
 
@@ -359,34 +417,35 @@ class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
   // Host functions still queued (frees, user callbacks) refer to the devices' state.
-  // After an abandoned stream (MarkAbandoned) nothing is waited for, and the devices, their
-  // pools and anchors are kept for the life of the process: a host function that never
-  // returns would hold the wait forever, and may still use them.
+  // When a device's work cannot be waited for (AbortRegistry: a stream there abandoned),
+  // the devices, their pools and anchors are kept for the life of the process instead,
+  // and marked abandoned (a kept device must not reach this backend again): a host
+  // function that never returns would hold the wait forever, and may still use them.
   ~CudaBackend() override {
-    if (abandoned()) {
-      static auto* kept = new std::vector<std::unique_ptr<CudaDevice>>;
-      static std::mutex* kept_mu = new std::mutex;
-      std::lock_guard<std::mutex> lock(*kept_mu);
-      for (auto& device : devices_) kept->push_back(std::move(device));
-      return;
+    if (SynchronizeAll()) return;
+    static auto* kept = new std::vector<std::unique_ptr<CudaDevice>>;
+    static std::mutex* kept_mu = new std::mutex;
+    std::lock_guard<std::mutex> lock(*kept_mu);
+    for (auto& device : devices_) {
+      AbortRegistry::Get().MarkAbandoned(device->index());
+      kept->push_back(std::move(device));
     }
-    SynchronizeAll();
   }
 
-  // An aborted stream was destroyed with work still queued after the grace period (a
-  // host function that does not return): from then on nothing waits for whole devices
-  // (SynchronizeAll, FreeNow), as the host backend detaches such a stream's worker.
-  void MarkAbandoned() { abandoned_.store(true, std::memory_order_release); }
-  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
-
-  // Waits for all work on every device; errors are left to the streams to report. Does
-  // not wait once a stream was abandoned.
-  void SynchronizeAll() const {
-    if (abandoned()) return;
+  // Waits for all work on every device; errors are left to the streams to report.
+  // False, without waiting for it, where a device's work cannot be waited for
+  // (AbortRegistry::Drainable).
+  bool SynchronizeAll() const {
+    bool all = true;
     for (const auto& device : devices_) {
+      if (!AbortRegistry::Get().Drainable(device->index())) {
+        all = false;
+        continue;
+      }
       CudaDeviceGuard guard(device->index());
       (void)PS_CUDA_STATUS(cudaDeviceSynchronize());
     }
+    return all;
   }
 
   BackendKind kind() const override { return BackendKind::kCuda; }
@@ -405,7 +464,6 @@ class CudaBackend final : public Backend {
   const bool strict_;
   const Clock::time_point epoch_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;
-  std::atomic<bool> abandoned_{false};
 };
 
 CudaStream* AsCudaStream(Stream& stream) { return dynamic_cast<CudaStream*>(&stream); }
@@ -422,22 +480,31 @@ CudaStream::CudaStream(CudaDevice& device, std::string name, StreamHandle handle
   error_->prefix = absl::StrCat("stream '", name_, "' on ", device_.desc(), ": ");
 }
 
+void CudaStream::Abort(const absl::Status& reason) {
+  error_->Set(reason.ok() ? absl::CancelledError("aborted") : reason);
+  error_->aborted.store(true, std::memory_order_release);
+  AbortRegistry::Get().NoteAborted(device_.index(), handle_.get());
+}
+
 CudaStream::~CudaStream() {
   if (!aborted()) {
     (void)PS_CUDA_STATUS(cudaStreamSynchronize(handle_.get()));
     return;
   }
-  // Device work cannot be cancelled: give it the grace period, as the host backend does.
+  // Device work cannot be cancelled: give it the grace period, as the host backend does,
+  // unless its device is abandoned already (no second wait for the same stuck function).
+  AbortRegistry& registry = AbortRegistry::Get();
+  const int device = device_.index();
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kAbortGraceMillis);
+  bool running = true;
   while (true) {
-    const cudaError_t state = NotReadyCleared(cudaStreamQuery(handle_.get()));
-    if (state != cudaErrorNotReady) return;
-    if (Clock::now() >= deadline) break;
+    running = NotReadyCleared(cudaStreamQuery(handle_.get())) == cudaErrorNotReady;
+    if (!running || registry.Abandoned(device) || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   // Still running: cudaStreamDestroy returns at once and CUDA releases the stream when its
   // work is done; nothing may wait for the device from now on.
-  device_.backend().MarkAbandoned();
+  registry.Forget(device, handle_.get(), running);
 }
 
 Device& CudaStream::device() const { return device_; }
@@ -676,13 +743,13 @@ absl::StatusOr<std::optional<std::int64_t>> CudaDevice::AvailableBytes() {
 }
 
 void CudaDevice::FreeNow(void* data, std::size_t size) {
-  // After an abandoned stream the work that may use this memory cannot be waited for:
-  // keep it (and count it) rather than hand it to the next allocation.
-  if (backend_.abandoned()) return;
+  // A kept device (its backend gone) is abandoned: keep the memory, touch nothing else.
+  if (AbortRegistry::Get().Abandoned(index_)) return;
   // cudaFree does not wait for memory of a stream-ordered pool (CUDA 13): wait for every
-  // device first, since a peer copy on another GPU may still read it. Errors cannot be
-  // reported from a Buffer's destructor.
-  backend_.SynchronizeAll();
+  // device first, since a peer copy on another GPU may still read it. Where that work
+  // cannot be waited for (an abandoned stream), keep the memory (and count it) rather than
+  // hand it to the next allocation. Errors cannot be reported from a Buffer's destructor.
+  if (!backend_.SynchronizeAll()) return;
   CudaDeviceGuard guard(index_);
   (void)PS_CUDA_STATUS(cudaFree(data));
   memory_.Release(static_cast<std::int64_t>(size));

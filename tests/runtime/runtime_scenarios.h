@@ -265,16 +265,19 @@ inline absl::StatusOr<PoisonResult> PoisonedStream(Device& device) {
 }
 
 // A host function that ignores Stream::Abort and outlives its stream and its backend (an
-// embedder's callback stuck far past a step's timeout). Destroying the aborted stream
-// gives it the grace period (Stream::kAbortGraceMillis) and returns; after that, freeing
-// a buffer and destroying the backend must not wait for the function, which would hold
-// them until it returned (forever, for one that never does). The function's state is
-// shared, so it may run on after all of them.
+// embedder's callback stuck far past a step's timeout). The grace period
+// (Stream::kAbortGraceMillis) is given once: to a buffer freed while the aborted stream
+// still exists, or to the stream's destructor. After that, freeing buffers, destroying
+// the backend, and a new backend of the same kind in the same process must not wait for
+// the function, which would hold them until it returned (forever, for one that never
+// does). The function's state is shared, so it may run on after all of them.
 struct AbandonedResult {
   bool started = false;
+  double early_free_ms = 0;       // a Buffer freed (no FreeAsync) before the stream goes
   double stream_destroy_ms = 0;   // the aborted stream's destructor
-  double free_ms = 0;             // a Buffer's destructor (no FreeAsync) after that
+  double free_ms = 0;             // a Buffer freed after that
   double backend_destroy_ms = 0;  // the backend's destructor
+  double second_backend_ms = 0;   // a new backend: create, allocate, free, destroy
   bool returned_early = false;    // the function had returned before it was released
   bool returned = false;          // ... and did once released
 };
@@ -292,7 +295,8 @@ inline absl::StatusOr<AbandonedResult> AbandonedHostFunction(BackendKind kind) {
   if (backend == nullptr) return absl::InternalError("cannot create the backend");
   {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend->device(0).CreateStream("stuck"));
-    PS_ASSIGN_OR_RETURN(Buffer buffer, backend->device(0).Allocate(256, *stream));
+    PS_ASSIGN_OR_RETURN(Buffer early, backend->device(0).Allocate(256, *stream));
+    PS_ASSIGN_OR_RETURN(Buffer late, backend->device(0).Allocate(256, *stream));
     PS_RETURN_IF_ERROR(stream->EnqueueHost([shared] {
       shared->started = true;
       const Clock::time_point start = Clock::now();
@@ -309,15 +313,29 @@ inline absl::StatusOr<AbandonedResult> AbandonedHostFunction(BackendKind kind) {
     result.started = shared->started;
     stream->Abort(absl::DeadlineExceededError("watchdog"));
     Clock::time_point t = Clock::now();
+    early = Buffer();
+    result.early_free_ms = millis_since(t);
+    t = Clock::now();
     stream.reset();
     result.stream_destroy_ms = millis_since(t);
     t = Clock::now();
-    buffer = Buffer();
+    late = Buffer();
     result.free_ms = millis_since(t);
   }
-  const Clock::time_point t = Clock::now();
+  Clock::time_point t = Clock::now();
   backend.reset();
   result.backend_destroy_ms = millis_since(t);
+  t = Clock::now();
+  {
+    std::unique_ptr<Backend> second = MustCreate(kind, 1, /*strict=*/true);
+    if (second == nullptr) return absl::InternalError("cannot create a second backend");
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, second->device(0).CreateStream("next"));
+    PS_ASSIGN_OR_RETURN(Buffer buffer, second->device(0).Allocate(256, *stream));
+    PS_RETURN_IF_ERROR(stream->Synchronize());
+    buffer = Buffer();
+    stream.reset();
+  }
+  result.second_backend_ms = millis_since(t);
   result.returned_early = shared->returned;
   shared->release = true;
   const Clock::time_point wait = Clock::now();
@@ -329,7 +347,7 @@ inline absl::StatusOr<AbandonedResult> AbandonedHostFunction(BackendKind kind) {
 }
 
 // What AbandonedHostFunction's result breaks of the promises above, one line each; empty
-// when none. Before the fix the CUDA backend's free and destructor waited for the device,
+// when none. Before the fix the CUDA backend's frees and destructor waited for the device,
 // that is for the function (30 s here; forever for one that never returns).
 inline std::string AbandonedProblems(const AbandonedResult& r) {
   std::string problems;
@@ -338,12 +356,18 @@ inline std::string AbandonedProblems(const AbandonedResult& r) {
   };
   const double grace = Stream::kAbortGraceMillis;
   check(r.started, "the host function never started");
-  check(r.stream_destroy_ms >= 0.9 * grace && r.stream_destroy_ms < grace + 3000,
-        "the aborted stream's destructor took " + std::to_string(r.stream_destroy_ms) +
-            " ms, not about the grace period");
+  check(r.early_free_ms < grace + 3000,
+        "a free before the stream's destruction took " + std::to_string(r.early_free_ms) + " ms");
+  check(r.stream_destroy_ms < grace + 3000,
+        "the aborted stream's destructor took " + std::to_string(r.stream_destroy_ms) + " ms");
+  check(r.early_free_ms + r.stream_destroy_ms >= 0.9 * grace,
+        "the grace period was not given: " + std::to_string(r.early_free_ms) + " + " +
+            std::to_string(r.stream_destroy_ms) + " ms");
   check(r.free_ms < 1000, "a free took " + std::to_string(r.free_ms) + " ms");
   check(r.backend_destroy_ms < 1000,
         "the backend's destructor took " + std::to_string(r.backend_destroy_ms) + " ms");
+  check(r.second_backend_ms < 5000,
+        "a second backend took " + std::to_string(r.second_backend_ms) + " ms");
   check(!r.returned_early, "the function returned before it was released");
   check(r.returned, "the function did not return once released");
   return problems;

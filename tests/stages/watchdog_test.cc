@@ -295,8 +295,12 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
       scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 2}));
   auto backend = HostBackend(2);
   StepData data(2, toy);
-  std::atomic<bool> release{false}, returned{false};
-  std::atomic<float> before{-1}, after{-1};
+  // Shared with the function, which may outlive this test's frame should it end early.
+  struct Seen {
+    std::atomic<bool> release{false}, returned{false};
+    std::atomic<float> before{-1}, after{-1};
+  };
+  auto seen = std::make_shared<Seen>();
   const std::size_t input_bytes =
       static_cast<std::size_t>(toy.features) * toy.batch * sizeof(float);
   {
@@ -307,18 +311,18 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
       HookedStage::Hook before_forward = [&](const MicrobatchIO& io, runtime::Stream& stream) {
         if (io.microbatch != 0) return absl::OkStatus();
         const auto* x = static_cast<const float*>(io.input);
-        return stream.EnqueueHost([&, x] {
-          before = x[0];
-          WaitUntil([&] { return release.load(); });
-          after = x[0];
-          returned = true;
+        return stream.EnqueueHost([seen, x] {
+          seen->before = x[0];
+          WaitUntil([&] { return seen->release.load(); });
+          seen->after = x[0];
+          seen->returned = true;
           return absl::OkStatus();
         });
       };
       // Fails once the function is running (an abort would skip it before it starts).
       HookedStage::Hook after_backward = [&](const MicrobatchIO& io, runtime::Stream&) {
         if (io.microbatch != 0) return absl::OkStatus();
-        WaitUntil([&] { return before != -1; });
+        WaitUntil([&] { return seen->before != -1; });
         return absl::InternalError("injected: cannot issue 1B0");
       };
       return std::make_unique<HookedStage>(std::move(inner), before_forward, after_backward);
@@ -329,8 +333,8 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
     EXPECT_THAT(ex->Step(data.inputs()).status(),
                 StatusIs(absl::StatusCode::kInternal, HasSubstr("injected: cannot issue 1B0")));
     EXPECT_LT(SecondsSince(start), kBound + runtime::Stream::kAbortGraceMillis / 1000.0);
-    EXPECT_NE(before, -1);  // the function ran
-    EXPECT_FALSE(returned);
+    EXPECT_NE(seen->before, -1);  // the function ran
+    EXPECT_FALSE(seen->returned);
     // Blocks of the input's size, written over: what a freed input would become.
     PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<runtime::Stream> stream,
                             backend->device(1).CreateStream("reuse"));
@@ -343,10 +347,10 @@ TEST(WatchdogTest, StepThatFailsWhileIssuingKeepsBuffersAnAbandonedFunctionUses)
       PS_ASSERT_OK(backend->device(1).CopyFromHost(b->data(), pattern.data(), input_bytes));
       reuse.push_back(std::move(b).value());
     }
-    release = true;
-    ASSERT_TRUE(WaitUntil([&] { return returned.load(); }));
-    EXPECT_NE(before, -7.0f);
-    EXPECT_EQ(after, before);  // the input was still the one received
+    seen->release = true;
+    ASSERT_TRUE(WaitUntil([&] { return seen->returned.load(); }));
+    EXPECT_NE(seen->before, -7.0f);
+    EXPECT_EQ(seen->after, seen->before);  // the input was still the one received
   }
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(backend->device(d).memory_stats().current_bytes, 0) << "device " << d;
