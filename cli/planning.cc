@@ -517,9 +517,9 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
     for (int s : auto_choice->stages) recomputes[s] = true;
   } else if (const std::string list = absl::GetFlag(FLAGS_recompute_stages); !list.empty()) {
     // Checked by WithRecomputeOn already.
-    for (absl::string_view item : absl::StrSplit(list, ',')) {
-      int s = -1;
-      if (absl::SimpleAtoi(item, &s) && s >= 0 && s < schedule.num_stages()) recomputes[s] = true;
+    const absl::StatusOr<std::vector<int>> listed = IntList("recompute-stages", list);
+    for (int s : listed.value_or(std::vector<int>())) {
+      if (s >= 0 && s < schedule.num_stages()) recomputes[s] = true;
     }
   }
   std::vector<int> recomputing;
