@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "pipesched/base/strings.h"
 
 namespace pipesched::cli {
 

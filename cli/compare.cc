@@ -1,7 +1,7 @@
 // `pipesched compare`: every schedule (or a list) for one P and M, simulated with one
 // model's per-stage costs at equal work (scheduler/compare.h), ranked by step time, with
 // bubble, closed form and peak activation memory side by side.
-#include "scheduler/compare.h"
+#include "pipesched/scheduler/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,18 +18,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
-#include "base/host_memory.h"
-#include "base/status.h"
-#include "base/strings.h"
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/planning.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/memory_fit.h"
-#include "scheduler/registry.h"
-#include "trace/chrome_trace.h"
-#include "trace/svg.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/base/status.h"
+#include "pipesched/base/strings.h"
+#include "pipesched/scheduler/memory_fit.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/trace/chrome_trace.h"
+#include "pipesched/trace/svg.h"
 
 namespace pipesched::cli {
 namespace {

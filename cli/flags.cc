@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "base/strings.h"
+#include "pipesched/base/strings.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b", "schedule generator name (see `pipesched schedules`)");
 ABSL_FLAG(int32_t, stages, 4, "pipeline ranks P");

@@ -9,11 +9,11 @@
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/formats.h"
-#include "scheduler/schedule.h"
-#include "scheduler/simulator.h"
-#include "trace/timeline.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/formats.h"
+#include "pipesched/scheduler/schedule.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/trace/timeline.h"
 
 namespace pipesched::cli {
 

@@ -2,8 +2,8 @@
 #include <iomanip>
 
 #include "cli/command.h"
+#include "pipesched/scheduler/registry.h"
 #include "pipesched/version.h"
-#include "scheduler/registry.h"
 
 namespace pipesched::cli {
 

@@ -11,11 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
-#include "scheduler/schedule.h"
-#include "stages/bubble_analysis.h"
-#include "stages/executor.h"
-#include "stages/recompute_plan.h"
-#include "stages/trainer.h"
+#include "pipesched/scheduler/schedule.h"
+#include "pipesched/stages/bubble_analysis.h"
+#include "pipesched/stages/executor.h"
+#include "pipesched/stages/recompute_plan.h"
+#include "pipesched/stages/trainer.h"
 
 namespace pipesched::cli {
 

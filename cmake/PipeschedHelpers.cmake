@@ -28,7 +28,8 @@ function(pipesched_target_defaults target)
 endfunction()
 
 # pipesched_add_library(<module> SOURCES ... DEPS ...): target pipesched_<module>,
-# alias pipesched::<module>, includes rooted at the source tree (#include "module/x.h").
+# alias pipesched::<module>, includes rooted at the source tree
+# (#include "pipesched/module/x.h").
 function(pipesched_add_library module)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   set(target pipesched_${module})
@@ -45,7 +46,7 @@ function(pipesched_add_library module)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${module})
   target_include_directories(${target} ${scope}
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<INSTALL_INTERFACE:include/pipesched>)
+    $<INSTALL_INTERFACE:include>)
   if(ARG_PUBLIC_DEPS)
     target_link_libraries(${target} ${scope} ${ARG_PUBLIC_DEPS})
   endif()

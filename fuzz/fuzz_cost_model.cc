@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/generators/generators.h"
-#include "scheduler/memory_fit.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/generators/generators.h"
+#include "pipesched/scheduler/memory_fit.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 
 namespace pipesched::scheduler {
 namespace {

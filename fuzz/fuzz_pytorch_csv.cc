@@ -6,10 +6,10 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/formats.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/formats.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 
 namespace pipesched::scheduler {
 namespace {

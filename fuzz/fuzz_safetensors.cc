@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "model/safetensors.h"
+#include "pipesched/model/safetensors.h"
 
 namespace pipesched::model {
 namespace {

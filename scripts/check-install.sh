@@ -61,10 +61,15 @@ for internal in base/json_util.h scheduler/dependency_walk.h scheduler/generator
   model/math_impl.h model/cuda comm/internal.h comm/cuda; do
   [ ! -e "$inc/$internal" ] || fail "internal header installed: include/pipesched/$internal"
 done
+# Nothing but pipesched/ at the top of include/: the module directories live under it, so
+# that a consumer's own base/ or model/ on its include path cannot hide them.
+for other in $(ls "$prefix/include"); do
+  [ "$other" = pipesched ] || fail "include/$other installed beside include/pipesched"
+done
 # Every committed header is either public (installed; the two CUDA ones only by a CUDA
 # build) or internal (the list above): a new header must be put on one side.
-for h in $(git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' 'runtime/*.h' 'model/*.h' \
-  'comm/*.h' 'stages/*.h'); do
+for h in $(cd pipesched && git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' 'runtime/*.h' \
+  'model/*.h' 'comm/*.h' 'stages/*.h'); do
   [ -f "$inc/$h" ] && continue
   case $h in
   base/cuda_check.h | runtime/cuda_runtime.h) continue ;;
@@ -74,14 +79,14 @@ for h in $(git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' 'runtime/*.h' 'mo
   runtime/memory_account.h | runtime/host/* | runtime/cuda/*) continue ;;
   model/host_kernels.h | model/math_impl.h | model/cuda/* | comm/internal.h | comm/cuda/*) continue ;;
   esac
-  fail "$h is neither installed nor internal: add it to PIPESCHED_PUBLIC_HEADERS_<module> in CMakeLists.txt (and pipesched/pipesched.h), or to the internal lists in this script"
+  fail "pipesched/$h is neither installed nor internal: add it to PIPESCHED_PUBLIC_HEADERS_<module> in CMakeLists.txt (and pipesched/pipesched.h), or to the internal lists in this script"
 done
 # The umbrella brings in every installed header but the CUDA-facing two (docs/embedding.md).
 for h in $(cd "$inc" && find . -name '*.h' | sed 's|^\./||' | sort); do
   case $h in
-  pipesched.h | pipesched/version.h | version.h | base/cuda_check.h | runtime/cuda_runtime.h) continue ;;
+  pipesched.h | version.h | base/cuda_check.h | runtime/cuda_runtime.h) continue ;;
   esac
-  grep -qF "#include \"$h\"" "$inc/pipesched.h" ||
+  grep -qF "#include \"pipesched/$h\"" "$inc/pipesched.h" ||
     fail "include/pipesched/$h is installed but pipesched/pipesched.h does not include it: add it there"
 done
 version=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")$/\1/p' "$cmakedir/pipeschedConfigVersion.cmake")
@@ -92,13 +97,15 @@ out=$("$prefix/bin/pipesched" version)
 [ "$out" = "pipesched $version" ] || fail "installed 'pipesched version' printed '$out'"
 
 # Every installed header compiles on its own against the installed tree (and the
-# system's Abseil): none relies on an include it does not make or on an internal header.
+# system's Abseil), with only include/ on the path, as a consumer has it: none relies on
+# an include it does not make, on an internal header or on a module root
+# (`#include "base/..."` instead of "pipesched/base/...").
 cuda_inc=
 [ -d /usr/local/cuda/include ] && cuda_inc=-I/usr/local/cuda/include
 cat >"$tmp/compile-header.sh" <<EOF
 #!/bin/sh
-printf '#include "%s"\n' "\$1" | ${CXX:-c++} -std=c++20 -fsyntax-only -x c++ \
-  -I"$prefix/include/pipesched" -I"$prefix/include" $cuda_inc - ||
+printf '#include "pipesched/%s"\n' "\$1" | ${CXX:-c++} -std=c++20 -fsyntax-only -x c++ \
+  -I"$prefix/include" $cuda_inc - ||
   { echo "header \$1 does not compile on its own" >&2; exit 255; }
 EOF
 (cd "$prefix/include/pipesched" && find . -name '*.h' | sed 's|^\./||' | sort) >"$tmp/headers"

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "scheduler/cost_model.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 
 namespace {
 

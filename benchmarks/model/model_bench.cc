@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "base/status.h"
 #include "benchmark/benchmark.h"
-#include "model/host_kernels.h"
-#include "model/math.h"
-#include "runtime/runtime.h"
+#include "pipesched/base/status.h"
+#include "pipesched/model/host_kernels.h"
+#include "pipesched/model/math.h"
+#include "pipesched/runtime/runtime.h"
 
 namespace pipesched::model {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "runtime/runtime.h"
+#include "pipesched/runtime/runtime.h"
 
 namespace pipesched::runtime {
 namespace {

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "stages/bubble_analysis.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/stages/bubble_analysis.h"
 
 namespace pipesched::stages {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
-#include "runtime/runtime.h"
-#include "scheduler/registry.h"
-#include "stages/executor.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/stages/executor.h"
 #include "stages/toy_stage_work.h"
 
 namespace pipesched::stages {

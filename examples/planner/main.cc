@@ -12,15 +12,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "base/file_util.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/formulas.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
+#include "pipesched/trace/svg.h"
+#include "pipesched/trace/timeline.h"
 #include "pipesched/version.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/formulas.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
-#include "trace/svg.h"
-#include "trace/timeline.h"
 
 namespace {
 

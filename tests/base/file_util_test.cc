@@ -1,4 +1,4 @@
-#include "base/file_util.h"
+#include "pipesched/base/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

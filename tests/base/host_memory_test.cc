@@ -1,4 +1,4 @@
-#include "base/host_memory.h"
+#include "pipesched/base/host_memory.h"
 
 #include <cstdint>
 #include <string>

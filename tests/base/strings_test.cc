@@ -1,6 +1,6 @@
 // QuoteForMessage / EscapeForMessage: text from a file in an error message stays on one
 // line and cannot drive the terminal, while UTF-8 text stays readable.
-#include "base/strings.h"
+#include "pipesched/base/strings.h"
 
 #include <limits>
 #include <string>

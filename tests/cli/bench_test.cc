@@ -15,13 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "base/host_memory.h"
-#include "base/strings.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/base/strings.h"
 
 namespace pipesched::cli {
 namespace {

@@ -14,14 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/host_memory.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
 #include "cli/training.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/synthetic.h"
 #include "nlohmann/json.hpp"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/model/synthetic.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::cli {

@@ -5,18 +5,18 @@
 #include <memory>
 #include <vector>
 
-#include "comm/all_reduce.h"
-#include "comm/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
+#include "pipesched/comm/all_reduce.h"
+#include "pipesched/comm/transport.h"
+#include "pipesched/runtime/runtime.h"
 #include "testing/gpu.h"
 #include "testing/status_matchers.h"
 
 #ifdef PIPESCHED_HAS_CUDA
 #include <nccl.h>
 
-#include "runtime/cuda_runtime.h"
+#include "pipesched/runtime/cuda_runtime.h"
 #endif
 
 namespace pipesched::comm {

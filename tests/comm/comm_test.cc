@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "comm/all_reduce.h"
-#include "comm/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipesched/comm/all_reduce.h"
+#include "pipesched/comm/transport.h"
+#include "pipesched/runtime/runtime.h"
 #include "pipesched/version.h"
-#include "runtime/runtime.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::comm {

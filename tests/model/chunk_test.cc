@@ -1,7 +1,7 @@
 // Chunk on the host backend: gradients against finite differences of a double-precision
 // reference, I then W equals B, accumulation over micro-batches equals one big batch,
 // partitioning does not change the math, optimizers, export/import, errors.
-#include "model/chunk.h"
+#include "pipesched/model/chunk.h"
 
 #include <cmath>
 #include <limits>
@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/reference.h"
-#include "model/synthetic.h"
 #include "model_test_util.h"
-#include "runtime/runtime.h"
+#include "pipesched/model/reference.h"
+#include "pipesched/model/synthetic.h"
+#include "pipesched/runtime/runtime.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::model {

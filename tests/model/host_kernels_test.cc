@@ -1,6 +1,6 @@
 // Every host op against a naive double-precision reference on random inputs, outputs
 // poisoned with NaN first.
-#include "model/host_kernels.h"
+#include "pipesched/model/host_kernels.h"
 
 #include <cblas.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/host_memory.h"
 #include "gtest/gtest.h"
 #include "model_test_util.h"
+#include "pipesched/base/host_memory.h"
 #include "testing/capped_child.h"
 #include "testing/status_matchers.h"
 

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/chunk.h"
-#include "model/host_kernels.h"
-#include "model/math.h"
 #include "model_test_util.h"
-#include "runtime/runtime.h"
+#include "pipesched/model/chunk.h"
+#include "pipesched/model/host_kernels.h"
+#include "pipesched/model/math.h"
+#include "pipesched/runtime/runtime.h"
 #include "testing/gpu.h"
 #include "testing/status_matchers.h"
 

@@ -1,7 +1,7 @@
 // safetensors: round trips, the byte layout, and every error a corrupt file can cause;
 // the file reader refuses what is not safetensors by its first bytes and a header that
 // does not fit the file before reading the data.
-#include "model/safetensors.h"
+#include "pipesched/model/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,10 +17,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "base/file_util.h"
-#include "base/host_memory.h"
 #include "gtest/gtest.h"
-#include "model/synthetic.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/model/synthetic.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::model {

@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
+#include "pipesched/runtime/runtime.h"
 #include "runtime_scenarios.h"
 #include "testing/gpu.h"
 #include "testing/status_matchers.h"

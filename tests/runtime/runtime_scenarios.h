@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "base/status.h"
-#include "runtime/runtime.h"
+#include "pipesched/base/status.h"
+#include "pipesched/runtime/runtime.h"
 
 namespace pipesched::runtime::scenarios {
 

@@ -4,7 +4,7 @@
 // must keep the same semantics: waits that never poll, that poll for the default time,
 // and that poll for up to a second (until satisfied, or until a yield finds the CPU
 // contended: on an idle 2-core VM, after a few milliseconds).
-#include "runtime/runtime.h"
+#include "pipesched/runtime/runtime.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipesched/base/host_memory.h"
 #include "runtime_scenarios.h"
 #include "testing/capped_child.h"
 #include "testing/status_matchers.h"

@@ -1,6 +1,6 @@
 // Action text form: every op round-trips through ToString / ParseAction, PyTorch's
 // spellings are accepted, and bad tokens are errors that quote the token.
-#include "scheduler/action.h"
+#include "pipesched/scheduler/action.h"
 
 #include <string>
 

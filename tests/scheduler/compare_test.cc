@@ -1,6 +1,6 @@
 // Comparing schedules at equal work: how one model's per-stage costs are cut into V
 // chunks, and the simulated ranking they give every registered schedule.
-#include "scheduler/compare.h"
+#include "pipesched/scheduler/compare.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/registry.h"
+#include "pipesched/scheduler/registry.h"
 #include "test_costs.h"
 #include "testing/status_matchers.h"
 

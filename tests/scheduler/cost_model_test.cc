@@ -1,14 +1,14 @@
 // CostModel lookups and the cost-model JSON parser: values land where the file says,
 // and every bad file is rejected with the key it got wrong.
-#include "scheduler/cost_model.h"
+#include "pipesched/scheduler/cost_model.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

@@ -1,19 +1,19 @@
 // Schedule file formats: PyTorch CSV files written by PyTorch's own tooling load with
 // the right shape and re-export byte for byte; the JSON format round-trips; every kind
 // of bad input is InvalidArgument naming the problem.
-#include "scheduler/formats.h"
+#include "pipesched/scheduler/formats.h"
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 
-#include "base/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/formulas.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/formulas.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

@@ -1,12 +1,12 @@
 // The closed forms of formulas.h, checked against numbers worked out by hand.
-#include "scheduler/formulas.h"
+#include "pipesched/scheduler/formulas.h"
 
 #include <limits>
 #include <string_view>
 
 #include "gtest/gtest.h"
-#include "scheduler/lower.h"
-#include "scheduler/registry.h"
+#include "pipesched/scheduler/lower.h"
+#include "pipesched/scheduler/registry.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

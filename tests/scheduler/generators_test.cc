@@ -8,8 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/registry.h"
-#include "scheduler/schedule.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/schedule.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

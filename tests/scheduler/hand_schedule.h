@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "scheduler/action.h"
-#include "scheduler/schedule.h"
+#include "pipesched/scheduler/action.h"
+#include "pipesched/scheduler/schedule.h"
 
 namespace pipesched::scheduler::testing {
 

@@ -1,6 +1,6 @@
 // PlaceAllReduce: one ALLREDUCE per stage right after the stage's last B/W on its rank,
 // for every generator; schedules stay valid; D = 1 is unchanged; bad input is an error.
-#include "scheduler/lower.h"
+#include "pipesched/scheduler/lower.h"
 
 #include <string>
 #include <vector>
@@ -8,10 +8,10 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/refine.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/refine.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

@@ -2,7 +2,7 @@
 // the order returned fits, it is the loosest limit that fits (one more chunk activation
 // would not), it is the order the search gives for that limit, and when nothing fits the
 // message says how far off the tightest order is.
-#include "scheduler/memory_fit.h"
+#include "pipesched/scheduler/memory_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/validate.h"
 #include "test_costs.h"
 #include "testing/status_matchers.h"
 

@@ -1,6 +1,6 @@
 // Simulate(): tiny hand-built schedules whose every start time is worked out by hand in
 // the comments, so a reader can check the simulator's rules one by one.
-#include "scheduler/simulator.h"
+#include "pipesched/scheduler/simulator.h"
 
 #include <cstdint>
 #include <limits>
@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
-#include "scheduler/registry.h"
+#include "pipesched/scheduler/registry.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

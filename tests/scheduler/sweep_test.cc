@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/strings.h"
 #include "gtest/gtest.h"
-#include "scheduler/registry.h"
-#include "scheduler/schedule.h"
-#include "scheduler/validate.h"
+#include "pipesched/base/strings.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/schedule.h"
+#include "pipesched/scheduler/validate.h"
 
 namespace pipesched::scheduler {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <random>
 
-#include "scheduler/cost_model.h"
+#include "pipesched/scheduler/cost_model.h"
 
 namespace pipesched::scheduler::testing {
 

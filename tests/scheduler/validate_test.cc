@@ -1,6 +1,6 @@
 // Validate(): hand-written good and bad schedules. Every rejection asserts the code, the
 // words a user reads on the first line, and the grid with its arrow at the action.
-#include "scheduler/validate.h"
+#include "pipesched/scheduler/validate.h"
 
 #include <algorithm>
 #include <string>
@@ -11,9 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_schedule.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::scheduler {

@@ -10,15 +10,15 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/generators/generators.h"
-#include "scheduler/lower.h"
-#include "scheduler/refine.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/base/status.h"
+#include "pipesched/scheduler/generators/generators.h"
+#include "pipesched/scheduler/lower.h"
+#include "pipesched/scheduler/refine.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 #include "test_costs.h"
 #include "testing/status_matchers.h"
 

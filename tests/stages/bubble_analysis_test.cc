@@ -1,7 +1,7 @@
 // The idle-time decomposition: hand-made timelines with known answers (times are small
 // dyadic numbers, so the categories must add up exactly), then real runs of the executor
 // where they must add up to the measured idle time; and skew injection.
-#include "stages/bubble_analysis.h"
+#include "pipesched/stages/bubble_analysis.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,15 +11,15 @@
 #include <tuple>
 #include <vector>
 
-#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/registry.h"
-#include "stages/slow_stage_work.h"
+#include "pipesched/base/status.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/stages/slow_stage_work.h"
 #include "stages/toy_stage_work.h"
-#include "stages/trainer.h"
+#include "pipesched/stages/trainer.h"
+#include "pipesched/trace/stats.h"
 #include "tests/testing/status_matchers.h"
-#include "trace/stats.h"
 
 namespace pipesched::stages {
 namespace {

@@ -3,7 +3,7 @@
 // (SGD with momentum and AdamW, P = 2, D = 2); truncated, corrupted and mismatched files
 // are rejected naming the problem; a save killed half-way leaves the previous checkpoint
 // loadable.
-#include "stages/checkpoint.h"
+#include "pipesched/stages/checkpoint.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/file_util.h"
-#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/safetensors.h"
-#include "stages/trainer.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/base/status.h"
+#include "pipesched/model/safetensors.h"
+#include "pipesched/stages/trainer.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {

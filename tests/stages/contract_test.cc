@@ -16,12 +16,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/reference.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "scheduler/validate.h"
+#include "pipesched/model/reference.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/scheduler/validate.h"
 #include "stages/schedule_cases.h"
-#include "stages/trainer.h"
+#include "pipesched/stages/trainer.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {

@@ -3,7 +3,7 @@
 // the measured timeline has one span per action and respects the dependencies; peak
 // activation memory equals the simulator's; failures and bad configurations are errors,
 // never hangs.
-#include "stages/executor.h"
+#include "pipesched/stages/executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,14 +15,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
-#include "scheduler/registry.h"
-#include "scheduler/simulator.h"
-#include "stages/bubble_analysis.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/stages/bubble_analysis.h"
 #include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
+#include "pipesched/trace/stats.h"
 #include "testing/status_matchers.h"
-#include "trace/stats.h"
 
 namespace pipesched::stages {
 namespace {

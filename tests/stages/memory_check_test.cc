@@ -2,7 +2,7 @@
 // suggestions on hand-made places, the places of real trainers (the planned peaks are
 // what a step then measures, byte for byte), and Trainer::Create refusing a plan that
 // cannot fit before any step while the same memory runs a schedule that holds less.
-#include "stages/memory_check.h"
+#include "pipesched/stages/memory_check.h"
 
 #include <malloc.h>
 #include <unistd.h>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/host_kernels.h"
-#include "stages/trainer.h"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/model/host_kernels.h"
+#include "pipesched/stages/trainer.h"
 #include "tests/stages/tiny_trainer.h"
 #include "tests/testing/capped_child.h"
 #include "tests/testing/status_matchers.h"

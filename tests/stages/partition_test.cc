@@ -1,6 +1,6 @@
 // Partitioning: balanced splits minimise the slowest chunk, explicit splits are checked,
 // and impossible partitions are one-sentence errors.
-#include "stages/partition.h"
+#include "pipesched/stages/partition.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,7 +1,7 @@
 // PlanRecompute (stages/recompute_plan.h): the stages a trainer recomputes so that each
 // rank's activations fit what its own device has left, from the bytes this executor
 // really holds; the trainer built with them then measures the planned peaks.
-#include "stages/recompute_plan.h"
+#include "pipesched/stages/recompute_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "stages/memory_check.h"
-#include "stages/trainer.h"
+#include "pipesched/stages/memory_check.h"
+#include "pipesched/stages/trainer.h"
 #include "tests/stages/tiny_trainer.h"
 #include "tests/testing/status_matchers.h"
 

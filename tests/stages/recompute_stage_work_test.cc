@@ -1,17 +1,17 @@
 // RecomputeStageWork's own contract, outside the executor: what it reports, and the
 // misuse it refuses with a sentence instead of reading a stash that is not there. (Its
 // numbers and memory inside a pipeline: contract_test.cc.)
-#include "stages/recompute_stage_work.h"
+#include "pipesched/stages/recompute_stage_work.h"
 
 #include <memory>
 #include <vector>
 
-#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/chunk.h"
-#include "runtime/runtime.h"
-#include "stages/mlp_stage_work.h"
+#include "pipesched/base/status.h"
+#include "pipesched/model/chunk.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/stages/mlp_stage_work.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {

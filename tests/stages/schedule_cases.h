@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "scheduler/cost_model.h"
-#include "scheduler/registry.h"
+#include "pipesched/scheduler/cost_model.h"
+#include "pipesched/scheduler/registry.h"
 
 namespace pipesched::stages::testing {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/reference.h"
-#include "stages/trainer.h"
+#include "pipesched/model/reference.h"
+#include "pipesched/stages/trainer.h"
 #include "testing/gpu.h"
 #include "testing/status_matchers.h"
 

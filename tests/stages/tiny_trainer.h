@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "stages/trainer.h"
+#include "pipesched/stages/trainer.h"
 
 namespace pipesched::stages::testing {
 

@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/runtime.h"
-#include "stages/stage_work.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/stages/stage_work.h"
 
 namespace pipesched::stages::testing {
 

@@ -15,15 +15,15 @@
 #include <thread>
 #include <vector>
 
-#include "base/status.h"
-#include "comm/all_reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
-#include "scheduler/action.h"
-#include "scheduler/registry.h"
-#include "scheduler/validate.h"
-#include "stages/executor.h"
+#include "pipesched/base/status.h"
+#include "pipesched/comm/all_reduce.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/scheduler/action.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/validate.h"
+#include "pipesched/stages/executor.h"
 #include "stages/toy_stage_work.h"
 #include "testing/status_matchers.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
+#include "pipesched/runtime/runtime.h"
 
 namespace pipesched::testing {
 

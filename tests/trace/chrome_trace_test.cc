@@ -1,6 +1,6 @@
 // Chrome / Perfetto export: parsed back, the trace has the processes, threads, complete
 // events and flow pairs the Trace Event Format needs, in microseconds.
-#include "trace/chrome_trace.h"
+#include "pipesched/trace/chrome_trace.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,5 +1,5 @@
 // Terminal grid: the picture of a small timeline, colour on request only, width limit.
-#include "trace/grid.h"
+#include "pipesched/trace/grid.h"
 
 #include <limits>
 #include <sstream>

@@ -1,5 +1,5 @@
 // SVG plots: structure, ticks, escaping, the diagonal, skipped points.
-#include "trace/plot.h"
+#include "pipesched/trace/plot.h"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "trace/stats.h"
+#include "pipesched/trace/stats.h"
 
 #include <limits>
 

@@ -1,6 +1,6 @@
 // SVG timeline: well-formed (balanced tags, escaped text), one box per span, idle
 // hatching, axis, legend, titles.
-#include "trace/svg.h"
+#include "pipesched/trace/svg.h"
 
 #include <limits>
 #include <string>
@@ -8,8 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipesched/trace/op_style.h"
 #include "test_timeline.h"
-#include "trace/op_style.h"
 
 namespace pipesched::trace {
 namespace {

@@ -5,7 +5,7 @@
 // with flows F0(r0) -> F0(r1) and F1(r0) -> F1(r1).
 #pragma once
 
-#include "trace/timeline.h"
+#include "pipesched/trace/timeline.h"
 
 namespace pipesched::trace::testing {
 

@@ -1,0 +1,93 @@
+// QuoteForMessage: file text in an error message, short and on one line.
+#include "pipesched/base/strings.h"
+
+#include <charconv>
+
+#include "absl/strings/str_format.h"
+
+namespace pipesched {
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (lead byte >= 0x80), or 0 when
+// it is not one, or encodes a C1 control (U+0080..U+009F: 0x9B is a terminal's CSI).
+std::size_t Utf8Length(std::string_view text, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  const std::size_t n = lead >= 0xC2 && lead <= 0xDF   ? 2
+                        : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                       : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto c = static_cast<unsigned char>(text[i + k]);
+    if (c < 0x80 || c > 0xBF) return 0;
+  }
+  const auto second = static_cast<unsigned char>(text[i + 1]);
+  if (lead == 0xC2 && second <= 0x9F) return 0;                                      // C1 controls
+  if ((lead == 0xE0 && second < 0xA0) || (lead == 0xF0 && second < 0x90)) return 0;  // overlong
+  if ((lead == 0xED && second > 0x9F) || (lead == 0xF4 && second > 0x8F))
+    return 0;  // surrogates, > U+10FFFF
+  return n;
+}
+
+std::string Escape(std::string_view text, std::size_t max_chars, bool quotes) {
+  const bool cut = text.size() > max_chars;
+  if (cut) text = text.substr(0, max_chars);
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {
+      // UTF-8 text stays readable; any other high byte is escaped, C1 controls included.
+      if (const std::size_t n = Utf8Length(text, i); n > 0) {
+        out.append(text.substr(i, n));
+        i += n - 1;
+      } else {
+        out += absl::StrFormat("\\x%02x", c);
+      }
+      continue;
+    }
+    switch (c) {
+      case '\r':
+        out += "\\r";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (c == '"' && quotes) {
+          out += "\\\"";
+        } else if (c < 0x20 || c == 0x7f) {
+          out += absl::StrFormat("\\x%02x", c);
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  if (cut) out += "...";
+  return out;
+}
+
+}  // namespace
+
+std::string EscapeForMessage(std::string_view text, std::size_t max_chars) {
+  return Escape(text, max_chars, /*quotes=*/false);
+}
+
+std::string QuoteForMessage(std::string_view text, std::size_t max_chars) {
+  return "\"" + Escape(text, max_chars, /*quotes=*/true) + "\"";
+}
+
+std::string ShortestNumber(double value) {
+  char buffer[64];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+}  // namespace pipesched

@@ -1,0 +1,472 @@
+// The Trainer (stages/trainer.h).
+#include "pipesched/stages/trainer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "pipesched/base/host_memory.h"
+#include "pipesched/base/status.h"
+#include "pipesched/base/strings.h"
+#include "pipesched/model/math.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/scheduler/validate.h"
+#include "pipesched/stages/checkpoint.h"
+#include "pipesched/stages/memory_check.h"
+#include "pipesched/stages/mlp_stage_work.h"
+#include "pipesched/stages/recompute_stage_work.h"
+#include "pipesched/stages/slow_stage_work.h"
+
+namespace pipesched::stages {
+namespace {
+
+// The MLP behind a stage work the Trainer made (possibly wrapped for skew injection and
+// recomputation).
+MlpStageWork& Mlp(StageWork& work) {
+  if (auto* slow = dynamic_cast<SlowStageWork*>(&work)) return Mlp(slow->inner());
+  if (auto* rc = dynamic_cast<RecomputeStageWork*>(&work)) return Mlp(rc->inner());
+  return static_cast<MlpStageWork&>(work);
+}
+
+// Samples of the synthetic data set: --synthetic-samples, else 8 global batches.
+std::int64_t SyntheticSamples(const TrainerConfig& config, std::int64_t global_batch) {
+  return config.synthetic_samples > 0 ? config.synthetic_samples : 8 * global_batch;
+}
+
+// `bytes` as an int64, INT64_MAX when it is more: sizes that large do not fit anyway.
+std::int64_t Saturate(__int128 bytes) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return bytes > kMax ? kMax : static_cast<std::int64_t>(bytes);
+}
+
+// Host memory the data will take: the synthetic data set (x as fp32, y as int32), or a
+// --data file's size (what loading it reads), plus a step's inputs staged on the host.
+// Saturates at INT64_MAX.
+std::int64_t HostDataBytes(const TrainerConfig& config) {
+  const __int128 g =
+      static_cast<__int128>(config.replicas) * config.microbatches * config.microbatch_size;
+  const __int128 d_in = config.model.d_in;
+  const __int128 inputs = 2 * g * d_in * 4;
+  if (config.data_path.empty()) {
+    const __int128 samples =
+        config.synthetic_samples > 0 ? static_cast<__int128>(config.synthetic_samples) : 8 * g;
+    return Saturate(samples * (d_in + 1) * 4 + inputs);
+  }
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(config.data_path, error);
+  return Saturate((error ? 0 : static_cast<__int128>(size)) + inputs);
+}
+
+// On the host backend every device's memory is the machine's: refuses, before anything is
+// allocated, a model whose parameters, gradients and optimizer state alone (exact: the
+// chunks allocate just that) exceed what the machine has available, then the same with
+// the synthetic data set and a step's inputs added. Activations and buffers come on top;
+// the backend checks each allocation as it is made.
+absl::Status CheckHostMemory(const TrainerConfig& config,
+                             const std::vector<LayerRange>& partition) {
+  const std::optional<MemoryHeadroom> headroom = HostMemoryHeadroom();
+  if (!headroom.has_value()) return absl::OkStatus();
+  const std::optional<std::int64_t> available = headroom->bytes;
+  const model::OptimizerConfig& opt = config.optimizer;
+  const int states = model::OptimizerStateBuffers(opt);
+  std::int64_t params = 0;
+  for (const LayerRange& r : partition) params += model::ParamCount(config.model, r.first, r.last);
+  const std::int64_t need = config.replicas * model::StateBytes(params, opt);
+  if (need > *available) {
+    const char* state_name = opt.kind == model::OptimizerKind::kAdamW ? " and AdamW's two moments"
+                             : states == 1                            ? " and SGD momentum"
+                                                                      : "";
+    // Only what would make it fit, besides a smaller model.
+    std::string also;
+    if (config.replicas > 1 && need / config.replicas <= *available) {
+      also += absl::StrCat(", or fewer --replicas (at most ", *available / (need / config.replicas),
+                           ")");
+    }
+    if (states > 0 && need / (2 + states) * 2 <= *available) {
+      also += ", or --optimizer=sgd --momentum=0 (no optimizer state)";
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model does not fit in host memory: ", params, " parameters x ", config.replicas,
+        " replica(s), with gradients", state_name, ", need ", HumanBytes(need), " but ",
+        DescribeHeadroom(*headroom), "; use a smaller --hidden or --layers", also));
+  }
+  if (!config.data_path.empty()) return absl::OkStatus();
+  const std::int64_t g =
+      static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
+  const std::int64_t samples = SyntheticSamples(config, g);
+  const std::int64_t d_in = config.model.d_in;
+  const std::int64_t data = HostDataBytes(config);
+  if (Saturate(static_cast<__int128>(need) + data) <= *available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the synthetic data does not fit in host memory: ", samples, " samples of ", d_in,
+      " inputs (8 global batches of replicas x microbatches x microbatch-size = ", g,
+      ") and a step's inputs need ", HumanBytes(data), ", the model ", HumanBytes(need), ", but ",
+      DescribeHeadroom(*headroom),
+      "; use a smaller --microbatch-size, --microbatches or --inputs"));
+}
+
+}  // namespace
+
+model::Chunk& Trainer::chunk(int replica, int stage) const {
+  return Mlp(executor_->work(replica, stage)).chunk();
+}
+
+Trainer::~Trainer() {
+  executor_.reset();  // streams, events and buffers before their backend
+}
+
+std::int64_t Trainer::global_batch() const {
+  return static_cast<std::int64_t>(config_.replicas) * executor_->num_microbatches() *
+         config_.microbatch_size;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  t->config_ = config;
+  if (config.microbatch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the micro-batch size must be at least 1, not ", config.microbatch_size));
+  }
+  // The upper limits keep every size product (parameters x replicas, samples x inputs)
+  // inside 64 bits; both are far above what a machine runs.
+  constexpr int kMaxReplicas = 4096;
+  constexpr int kMaxMicrobatchSize = 1 << 20;
+  if (config.replicas < 1 || config.replicas > kMaxReplicas) {
+    return absl::InvalidArgumentError(absl::StrCat("the number of replicas must be in [1, ",
+                                                   kMaxReplicas, "], not ", config.replicas));
+  }
+  if (config.microbatch_size > kMaxMicrobatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat("the micro-batch size must be at most ",
+                                                   kMaxMicrobatchSize, ", not ",
+                                                   config.microbatch_size));
+  }
+  PS_RETURN_IF_ERROR(config.model.Validate());
+  // Negative counts are not "the default" (0 is).
+  if (config.num_devices < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the number of devices must be 0 (one per rank and replica) or more, not ",
+                     config.num_devices));
+  }
+  // Up to 2^40 samples: their bytes stay within 64 bits for any model width.
+  constexpr std::int64_t kMaxSyntheticSamples = std::int64_t{1} << 40;
+  if (config.synthetic_samples < 0 || config.synthetic_samples > kMaxSyntheticSamples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the synthetic data set's size must be 0 (8 global batches) to ",
+                     kMaxSyntheticSamples, " samples, not ", config.synthetic_samples));
+  }
+  if (config.slow_rank >= 0 && !(config.slow_factor >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the slow-down factor must be at least 1, not ", config.slow_factor));
+  }
+
+  scheduler::Schedule schedule;
+  if (config.schedule_override) {
+    schedule = *config.schedule_override;
+    // Before its shape is used: a hand-made schedule's P x V may not even fit an int.
+    PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
+  } else {
+    PS_ASSIGN_OR_RETURN(schedule, scheduler::GenerateSchedule(
+                                      config.schedule, {.num_ranks = config.stages,
+                                                        .num_microbatches = config.microbatches,
+                                                        .num_chunks = config.virtual_stages,
+                                                        .max_activations = config.max_activations,
+                                                        .refine = config.refine}));
+  }
+  const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
+  t->config_.stages = P;
+  t->config_.virtual_stages = schedule.num_chunks();
+  t->config_.microbatches = schedule.num_microbatches;
+  PS_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(config.model, S, config.partition));
+
+  PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
+  if (config.slow_rank >= 0 && config.slow_factor != 1 && kind == runtime::BackendKind::kCuda) {
+    // SlowStageWork holds the stream in a host function; CUDA may run the host functions
+    // of all streams one at a time, so every rank (and every stream-ordered free, which
+    // also uses one) would wait for the slow rank's holds.
+    return absl::InvalidArgumentError(
+        "slowing a stage down needs the host backend (on CUDA its hold would stall every "
+        "stream of the GPU); use --backend=host");
+  }
+  if (kind == runtime::BackendKind::kHost) {
+    PS_RETURN_IF_ERROR(CheckHostMemory(t->config_, t->partition_));
+  }
+  if (config.device_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the device memory cap must be positive (or 0 for none), not ",
+                     config.device_memory_bytes));
+  }
+  runtime::BackendOptions options{
+      .kind = kind, .strict = config.strict, .memory_capacity_bytes = config.device_memory_bytes};
+  options.num_devices = config.num_devices > 0 ? config.num_devices
+                                               : (kind == runtime::BackendKind::kHost ? P * D : 0);
+  PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(options));
+
+  const TrainerConfig& c = t->config_;
+  if (c.slow_rank >= P) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot slow down rank ", c.slow_rank,
+                                                   ": the pipeline has ranks 0 to ", P - 1));
+  }
+  std::vector<bool> recomputes(schedule.num_stages(), c.recompute);
+  for (int s : c.recompute_stages) {
+    if (s < 0 || s >= schedule.num_stages()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot recompute stage ", s,
+                                                     ": the pipeline has stages 0 to ",
+                                                     schedule.num_stages() - 1, " (P x V)"));
+    }
+    if (recomputes[s] && !c.recompute) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, " is listed twice for recomputation"));
+    }
+    recomputes[s] = true;
+  }
+  const std::vector<LayerRange> partition = t->partition_;
+  const scheduler::Placement placement = schedule.placement;
+  StageWorkFactory factory =
+      [&c, partition, placement, recomputes](
+          int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    model::ChunkOptions chunk{.config = c.model,
+                              .first_layer = partition[stage].first,
+                              .last_layer = partition[stage].last,
+                              .seed = c.seed,
+                              .optimizer = c.optimizer};
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
+                        MlpStageWork::Create(chunk, c.microbatch_size, device));
+    if (recomputes[stage]) {
+      // Inside the skew injection: a slow stage recomputes slowly too.
+      PS_ASSIGN_OR_RETURN(work, RecomputeStageWork::Create(std::move(work)));
+    }
+    if (c.slow_rank >= 0 && placement.RankOf(stage) == c.slow_rank && c.slow_factor != 1) {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<SlowStageWork> slow,
+                          SlowStageWork::Create(std::move(work), c.slow_factor));
+      return std::unique_ptr<StageWork>(std::move(slow));
+    }
+    return std::unique_ptr<StageWork>(std::move(work));
+  };
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(
+      schedule, *t->backend_, factory,
+      {.num_replicas = D,
+       .exact_memory_accounting = config.exact_memory_accounting || config.device_memory_bytes > 0,
+       .step_timeout_seconds = config.step_timeout_seconds});
+  if (!executor.ok() && config.device_memory_bytes > 0 &&
+      absl::IsResourceExhausted(executor.status())) {
+    // The stages' parameters, gradients and optimizer state come first: name the cap.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model does not fit the device memory cap of ", HumanBytes(config.device_memory_bytes),
+        " (--device-memory) before any activation: ", executor.status().message(),
+        "; give a larger --device-memory, or a smaller model (--hidden, --layers)"));
+  }
+  PS_RETURN_IF_ERROR(executor.status());
+  t->executor_ = *std::move(executor);
+
+  // What the stages' math needs to run on all P x D compute streams at once (on the host,
+  // OpenBLAS's work buffers: a step that cannot map one hangs) is made now, and before
+  // the memory left for activations is read below.
+  if (absl::Status math = model::PrepareMath(t->backend_->kind(), P * D); !math.ok()) {
+    return absl::Status(math.code(),
+                        absl::StrCat(math.message(), " (the pipeline multiplies on its ", P * D,
+                                     " compute streams at once: --stages x --replicas)"));
+  }
+
+  // Activations are allocated step by step: refuse now a plan whose peak cannot fit,
+  // rather than in the step that exhausts the memory (minutes into a large run on a CPU),
+  // and before making the data. The parameters are in memory by now; the data will take
+  // what HostDataBytes says.
+  std::optional<std::int64_t> machine = HostMemoryAvailableBytes();
+  if (machine.has_value()) {
+    const std::int64_t data = HostDataBytes(t->config_);
+    // Data that does not fit is the data's problem (CheckHostMemory, the loader's limit),
+    // not the activations'.
+    machine = data <= *machine ? std::optional<std::int64_t>(*machine - data) : std::nullopt;
+  }
+  t->machine_bytes_ = machine;
+  if (config.check_activation_memory) {
+    PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
+    PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
+                                            .num_ranks = P,
+                                            .num_chunks = t->executor_->schedule().num_chunks(),
+                                            .num_microbatches = t->executor_->num_microbatches()},
+                                           places));
+  }
+
+  // Data.
+  const std::int64_t g = t->global_batch();
+  if (!config.data_path.empty()) {
+    PS_ASSIGN_OR_RETURN(t->data_, model::LoadDataset(config.data_path));
+    if (t->data_.d_in != config.model.d_in) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data file ", config.data_path, ": x has ", t->data_.d_in,
+          " features per sample but the model takes ", config.model.d_in, " (--inputs)"));
+    }
+    for (std::int32_t y : t->data_.y) {
+      if (y < 0 || y >= config.model.num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data file ", config.data_path, ": label ", y, " in y is outside [0, ",
+                         config.model.num_classes, ") (--classes=", config.model.num_classes, ")"));
+      }
+    }
+  } else {
+    PS_ASSIGN_OR_RETURN(t->data_, model::MakeSynthetic({.d_in = config.model.d_in,
+                                                        .num_classes = config.model.num_classes,
+                                                        .num_samples = SyntheticSamples(config, g),
+                                                        .seed = config.seed}));
+  }
+  if (t->data_.num_samples() < g) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data set has ", t->data_.num_samples(), " samples but one step needs ", g,
+                     " (replicas x microbatches x microbatch-size = ", D, " x ",
+                     t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
+  }
+  return t;
+}
+
+std::string Trainer::PlacementSummary() const {
+  const int P = executor_->num_ranks(), D = config_.replicas;
+  const int devices = backend_->device_count();
+  const std::string backend(runtime::BackendName(backend_->kind()));
+  std::string summary =
+      devices >= P * D
+          ? absl::StrCat(backend, " backend: ", P * D, " device(s) for P=", P, " x D=", D,
+                         devices > P * D ? absl::StrCat(" (", devices - P * D, " of the ", devices,
+                                                        " devices are not used)")
+                                         : "")
+          : absl::StrCat(backend, " backend: ", P * D, " (replica, rank) pairs share ", devices,
+                         " device(s) round-robin; each keeps its own streams");
+  // Host devices compute on CPU threads: more busy devices than cores and they slow each
+  // other down, which the plan (each device computing on its own) does not model.
+  const int busy_devices = std::min(devices, P * D);
+  const int cpus = HostCpuCount();
+  if (backend_->kind() == runtime::BackendKind::kHost && busy_devices > cpus) {
+    absl::StrAppend(&summary, "\nnote: the ", busy_devices, " host devices compute on ", cpus,
+                    " CPU core(s): ranks computing at once slow each other down, which the plan "
+                    "does not model");
+  }
+  return summary;
+}
+
+absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* labels) {
+  if (x == nullptr || labels == nullptr) {
+    return absl::InvalidArgumentError(
+        "Trainer::Step(x, labels) needs both arrays (global batch x inputs floats, global "
+        "batch labels); got a null pointer");
+  }
+  const std::int64_t g = global_batch();
+  StepInputs in{
+      .inputs = std::as_bytes(std::span(x, static_cast<std::size_t>(g * config_.model.d_in))),
+      .targets = std::as_bytes(std::span(labels, static_cast<std::size_t>(g)))};
+  PS_ASSIGN_OR_RETURN(StepResult result, executor_->Step(in));
+  timelines_.push_back(result.timeline);
+  phases_.push_back(result.phases);
+  return result;
+}
+
+absl::Status Trainer::set_data_cursor(std::int64_t cursor) {
+  if (cursor < 0 || cursor >= data_.num_samples()) {
+    return absl::InvalidArgumentError(absl::StrCat("data cursor ", cursor,
+                                                   " is outside the data set's samples [0, ",
+                                                   data_.num_samples(), ")"));
+  }
+  cursor_ = cursor;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Trainer::Step() {
+  const std::int64_t g = global_batch();
+  const int d_in = config_.model.d_in;
+  const std::int64_t n = data_.num_samples();
+  std::vector<float> x(static_cast<std::size_t>(g * d_in));
+  std::vector<std::int32_t> y(static_cast<std::size_t>(g));
+  for (std::int64_t i = 0; i < g; ++i) {
+    const std::int64_t row = (cursor_ + i) % n;
+    std::copy(data_.x.begin() + row * d_in, data_.x.begin() + (row + 1) * d_in,
+              x.begin() + i * d_in);
+    y[i] = data_.y[row];
+  }
+  cursor_ = (cursor_ + g) % n;
+  return Step(x.data(), y.data());
+}
+
+absl::StatusOr<std::vector<model::HostTensor>> Trainer::ExportParameters() const {
+  std::vector<model::HostTensor> all;
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    MlpStageWork& work = Mlp(executor_->work(0, s));
+    PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> part, work.chunk().ExportParameters());
+    for (auto& tensor : part) all.push_back(std::move(tensor));
+  }
+  return all;
+}
+
+absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& tensors) {
+  std::set<std::string> expected;
+  for (const model::ParamSpec& spec :
+       model::ParamSpecs(config_.model, 0, config_.model.num_model_layers())) {
+    expected.insert(spec.name);
+  }
+  for (const model::HostTensor& tensor : tensors) {
+    if (!expected.count(tensor.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name, "' is not a parameter of this model (", config_.model.num_layers,
+          " blocks + head; names blocks.{i}.weight/bias, head.weight/bias)"));
+    }
+  }
+  // Every stage checks the tensors before any copies them: a bad file leaves the model as
+  // it was (replicas share the stages' shapes, so replica 0's checks stand for all).
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    PS_RETURN_IF_ERROR(Mlp(executor_->work(0, s)).chunk().CheckParameters(tensors));
+  }
+  for (int d = 0; d < config_.replicas; ++d) {
+    for (int s = 0; s < executor_->num_stages(); ++s) {
+      MlpStageWork& work = Mlp(executor_->work(d, s));
+      PS_RETURN_IF_ERROR(work.chunk().ImportParameters(tensors));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadParameters(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(model::SafetensorsFile file, model::ReadSafetensors(path));
+  // A checkpoint's parameters are only as good as its checksum, as for --resume.
+  PS_RETURN_IF_ERROR(VerifyCheckpointChecksum(file, path));
+  if (auto format = file.metadata.find("format");
+      format != file.metadata.end() && format->second == "pipesched-checkpoint") {
+    // A checkpoint (stages/checkpoint.h): its parameters only, not its optimizer state.
+    std::erase_if(file.tensors,
+                  [](const model::HostTensor& t) { return t.name.rfind("optimizer.", 0) == 0; });
+  }
+  absl::Status s = ImportParameters(file.tensors);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveParameters(const std::string& path) const {
+  model::SafetensorsFile file;
+  PS_ASSIGN_OR_RETURN(file.tensors, ExportParameters());
+  file.metadata["format"] = "pt";
+  file.metadata["producer"] = "pipesched";
+  return model::WriteSafetensors(path, file);
+}
+
+absl::StatusOr<scheduler::CostModel> Trainer::MeasuredCosts() const {
+  if (timelines_.empty()) {
+    return absl::FailedPreconditionError("no step has run yet: nothing measured to plan from");
+  }
+  std::vector<const trace::Timeline*> used;
+  std::vector<const std::vector<trace::Span>*> phases;
+  for (std::size_t i = timelines_.size() > 1 ? 1 : 0; i < timelines_.size(); ++i) {
+    used.push_back(&timelines_[i]);
+    phases.push_back(&phases_[i]);
+  }
+  return MeasuredCostModel(used, *executor_, phases);
+}
+
+absl::StatusOr<scheduler::SimResult> Trainer::Planned() const {
+  PS_ASSIGN_OR_RETURN(const scheduler::CostModel costs, MeasuredCosts());
+  PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(executor_->schedule(), costs));
+  sim.timeline.time_unit = "us";
+  sim.timeline.name = absl::StrCat(executor_->schedule().name, " (planned from measured costs)");
+  return sim;
+}
+
+}  // namespace pipesched::stages

@@ -1,0 +1,165 @@
+// Trainer: the built-in MLP trained by the pipeline executor, the API that
+// `pipesched train` drives. It resolves the backend, generates (or takes) the schedule,
+// partitions the model into P x V chunks, places replica d / rank r on device
+// (d * P + r) mod device_count, feeds the data set a global batch per step
+// (D x M x B samples: replica d, micro-batch m gets rows (d * M + m) * B ...), and keeps
+// the measured timelines so that Planned() can replay them in the simulator.
+//
+//   auto trainer = Trainer::Create(config);   // parameters from config.seed
+//   trainer->LoadParameters("init.safetensors");  // optional
+//   for (...) { auto r = trainer->Step(); r->loss, r->step_micros, r->timeline }
+//   trainer->SaveParameters("out.safetensors");
+//   auto plan = trainer->Planned();            // scheduler::SimResult
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pipesched/model/chunk.h"
+#include "pipesched/model/mlp.h"
+#include "pipesched/model/optimizer.h"
+#include "pipesched/model/safetensors.h"
+#include "pipesched/model/synthetic.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/scheduler/schedule.h"
+#include "pipesched/scheduler/simulator.h"
+#include "pipesched/stages/executor.h"
+#include "pipesched/stages/partition.h"
+
+namespace pipesched::stages {
+
+struct TrainerConfig {
+  std::string schedule = "1f1b";  // registry name, used unless schedule_override is set
+  // A schedule made elsewhere (a loaded file): its P, V and M win over the fields below.
+  std::optional<scheduler::Schedule> schedule_override;
+  int stages = 1;              // P
+  int virtual_stages = 0;      // V; 0 = the schedule's default
+  int replicas = 1;            // D
+  int microbatches = 1;        // M
+  int microbatch_size = 4;     // B samples per micro-batch
+  model::MlpConfig model;      // num_layers (L), d_hidden (H), d_in, num_classes
+  std::vector<int> partition;  // layers per chunk (the head is the last layer); empty = balanced
+  model::OptimizerConfig optimizer;
+  // A searched schedule's memory limit instead of its own (GeneratorParams::
+  // max_activations); 0 = its own. Other schedules ignore it.
+  double max_activations = 0;
+  // A searched schedule's order refined by local search (GeneratorParams::refine).
+  bool refine = false;
+  // Activation recomputation on every stage (stages/recompute_stage_work.h): a stage
+  // keeps nothing of its own from a micro-batch's F to its backward and runs the F again
+  // at the start of its B or I. Less memory, one more F per backward; the same numbers.
+  bool recompute = false;
+  // Selective recomputation: only these virtual stages recompute (in [0, P x V), each
+  // once); with `recompute` every stage does anyway.
+  std::vector<int> recompute_stages;
+  std::string backend = "auto";  // "auto", "host", "cuda"
+  // Host backend: emulated devices; 0 = P x D (one per replica and rank). CUDA: 0 = all.
+  int num_devices = 0;
+  std::uint64_t seed = 0;  // parameter initialisation and synthetic data
+  std::string data_path;   // safetensors with x (N, d_in) F32 and y (N) I32/I64; empty = synthetic
+  std::int64_t synthetic_samples = 0;    // 0 = 8 global batches
+  bool strict = false;                   // waiting on a never-recorded event is an error
+  bool exact_memory_accounting = false;  // see ExecutorOptions
+  double step_timeout_seconds = 60;      // hang watchdog (ExecutorOptions); 0 = none
+  // Skew injection: every stage work on pipeline rank slow_rank (all its chunks, every
+  // replica) really takes slow_factor times longer (stages/slow_stage_work.h). -1 = none.
+  int slow_rank = -1;
+  double slow_factor = 1;
+  // Per-device memory cap in bytes (runtime::BackendOptions::memory_capacity_bytes): a
+  // host run then has the memory of a GPU of that size on each device, a CUDA run uses
+  // at most this much of each GPU. 0 = none (host: the machine's memory, shared). With a
+  // cap the executor accounts memory exactly (ExecutorOptions::exact_memory_accounting):
+  // the runtime counts an allocation when the host issues it, so a host running ahead
+  // of the streams would otherwise hit the cap with memory a stream-ordered allocator
+  // (a GPU's pool) would already have reused.
+  std::int64_t device_memory_bytes = 0;
+  // The activation pre-flight check (stages/memory_check.h) in Create. Off only for a
+  // trainer built to read sizes from (PlanRecompute's): one that runs may exhaust memory
+  // in a step.
+  bool check_activation_memory = true;
+};
+
+class Trainer {
+ public:
+  // InvalidArgument with one sentence for anything that does not fit: unknown schedule
+  // (NotFound listing the names), P, V, M the schedule rejects, more chunks than layers,
+  // a bad partition, B < 1, a data file whose shapes disagree with the model, fewer
+  // samples than one global batch, a negative device_memory_bytes; Unavailable for
+  // --backend=cuda without a GPU; ResourceExhausted, before the first step, when on the
+  // host backend the parameters and optimizer state or the synthetic data do not fit in
+  // the machine's memory, or on any backend when the activations the schedule's plan
+  // holds at its peak (stages/memory_check.h) do not fit where they live. A plan that
+  // passes may still exhaust memory during a step when the host runs ahead of the
+  // streams (the check is a floor) unless device_memory_bytes is set.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
+  ~Trainer();
+
+  // Sets every parameter from a safetensors file with the model's PyTorch-style names
+  // (blocks.{i}.weight/bias, head.weight/bias), on every replica; a checkpoint
+  // (stages/checkpoint.h) gives its parameters, not its optimizer state, once its checksum
+  // matches ("checkpoint F rejected: checksum mismatch ..." otherwise). Errors name the file
+  // and the tensor: missing, wrong shape or dtype, or not a parameter of this model.
+  absl::Status LoadParameters(const std::string& path);
+  // The same from tensors in memory (synchronous; errors as LoadParameters).
+  absl::Status ImportParameters(const std::vector<model::HostTensor>& tensors);
+  // Replica 0's parameters, in model order; synchronous.
+  absl::StatusOr<std::vector<model::HostTensor>> ExportParameters() const;
+  // Atomic write (temporary file, fsync, rename).
+  absl::Status SaveParameters(const std::string& path) const;
+
+  // One step on the next global batch of the data set (cycling through it); blocks until
+  // it has run. Errors as Executor::Step.
+  absl::StatusOr<StepResult> Step();
+  // One step on an explicit global batch: x (D*M*B, d_in), labels (D*M*B), host memory.
+  absl::StatusOr<StepResult> Step(const float* x, const std::int32_t* labels);
+
+  // The simulator fed with the median measured per-(stage, op) durations, transfers,
+  // all-reduces and activation bytes of the steps run so far (the first step, a warm-up,
+  // is left out once there are more). FailedPrecondition before any step.
+  absl::StatusOr<scheduler::SimResult> Planned() const;
+  // The cost model Planned() simulates with (stages::MeasuredCostModel of the kept
+  // steps). FailedPrecondition before any step.
+  absl::StatusOr<scheduler::CostModel> MeasuredCosts() const;
+
+  const TrainerConfig& config() const { return config_; }
+  const scheduler::Schedule& schedule() const { return executor_->schedule(); }
+  const std::vector<LayerRange>& partition() const { return partition_; }
+  const model::Dataset& data() const { return data_; }
+  Executor& executor() const { return *executor_; }
+  // The model chunk of virtual stage `stage` on replica `replica` (through any skew
+  // injection wrapper).
+  model::Chunk& chunk(int replica, int stage) const;
+  runtime::Backend& backend() const { return *backend_; }
+  std::int64_t global_batch() const;  // D x M x B
+  // The next sample of data() that Step() feeds (checkpoints save and restore it).
+  std::int64_t data_cursor() const { return cursor_; }
+  // InvalidArgument unless 0 <= cursor < data().num_samples() (a checkpoint's cursor).
+  absl::Status set_data_cursor(std::int64_t cursor);
+  // One line on placement, e.g. "host backend: 4 devices for P=2 x D=2" or
+  // "cuda backend: 8 (replica, rank) pairs share 1 GPU round-robin", and a second line,
+  // "note: ...", when more host devices compute than the process has CPU cores.
+  std::string PlacementSummary() const;
+  // What the machine's memory had for activations when Create checked them: what this
+  // process could still take, less the data it was about to make (the places of
+  // ActivationPlaces, as the pre-flight check uses them); nullopt when unknown.
+  std::optional<std::int64_t> machine_activation_bytes() const { return machine_bytes_; }
+
+ private:
+  Trainer() = default;
+  TrainerConfig config_;
+  std::unique_ptr<runtime::Backend> backend_;
+  std::vector<LayerRange> partition_;
+  std::unique_ptr<Executor> executor_;
+  model::Dataset data_;
+  std::int64_t cursor_ = 0;                    // next sample of data_
+  std::optional<std::int64_t> machine_bytes_;  // machine_activation_bytes()
+  std::vector<trace::Timeline> timelines_;
+  std::vector<std::vector<trace::Span>> phases_;  // StepResult::phases of each step
+};
+
+}  // namespace pipesched::stages
