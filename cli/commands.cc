@@ -79,6 +79,7 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
     return kExitBadInput;
   }
   std::string name = argv[1];
+  if (name == "--version") name = "version";  // as other Unix tools spell it
   const bool help = name == "help" || name == "--help" || name == "-h";
   if (help && argc < 3) {
     PrintUsage(out);

@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "pipesched/base/host_memory.h"
 #include "pipesched/model/synthetic.h"
+#include "pipesched/version.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::cli {
@@ -53,6 +54,15 @@ TEST(CliTest, SchedulesListsEveryGeneratorWithConstraints) {
     EXPECT_THAT(r.out, HasSubstr(name));
   }
   EXPECT_THAT(r.out, HasSubstr("constraints:"));
+}
+
+TEST(CliTest, VersionAndDashDashVersionPrintTheVersion) {
+  for (const char* spelling : {"version", "--version"}) {
+    RunResult r = RunCli({spelling});
+    EXPECT_EQ(r.code, 0) << spelling;
+    EXPECT_EQ(r.out, absl::StrCat("pipesched ", PIPESCHED_VERSION_STRING, "\n")) << spelling;
+    EXPECT_EQ(r.err, "") << spelling;
+  }
 }
 
 TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
