@@ -151,6 +151,14 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
         return absl::InvalidArgumentError(
             absl::StrCat("--from lists ", path, " twice; name each file once"));
       }
+      for (const std::string& earlier : paths) {  // the same file by another name
+        std::error_code error;
+        if (std::filesystem::equivalent(earlier, Std(path), error)) {
+          return absl::InvalidArgumentError(absl::StrCat("--from lists ", earlier,
+                                                         " twice (also as ", path,
+                                                         ", the same file); name each file once"));
+        }
+      }
       paths.emplace_back(path);
     }
     for (const std::string& path : paths) {
@@ -761,7 +769,7 @@ std::string ToMarkdown(const std::vector<Row>& rows) {
     absl::StrAppend(
         &md, absl::StrFormat("| %s | %d | %d | %d | %.2f | %.0f | %s | %s | %s | %s | %s | %+.1f | "
                              "%+.1f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f%% | %s |\n",
-                             r.schedule, r.p, r.v, r.m, r.step_ms, r.samples_per_s,
+                             MarkdownCell(r.schedule), r.p, r.v, r.m, r.step_ms, r.samples_per_s,
                              Pct(r.closed_form), Pct(r.simulated), Pct(r.spread), Pct(r.replayed),
                              Pct(r.measured), 100 * (r.simulated - r.measured),
                              100 * (r.spread - r.measured), Share(r.idle.dependency, r.idle_us),

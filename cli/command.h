@@ -44,8 +44,10 @@ const std::vector<Command>& AllCommands();
 int ReportError(const CommandContext& ctx, const absl::Status& status);
 
 // For a command that takes only --flags: when arguments that are not flags were given,
-// reports "unexpected argument 'x'; <command> takes only --flags" and returns true.
-bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code);
+// reports "unexpected argument 'x'; <command> takes only --flags" and returns true. A
+// command that takes no flags either (`takes_flags` false) says "takes no arguments".
+bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code,
+                     bool takes_flags = true);
 // InvalidArgument "unexpected argument 'ARG'; WHAT_WORKS", or, for an argument with one
 // dash ("-nogrid"), the same pointing at the two-dash flag.
 absl::Status UnexpectedArgument(const std::string& arg, std::string_view what_works);

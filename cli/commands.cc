@@ -1,7 +1,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -17,8 +20,28 @@ void SayWrote(std::ostream& out, const std::string& path, std::string_view what)
   out << "wrote " << path << (what.empty() ? "" : " ") << what << "\n";
 }
 
+namespace {
+
+// The first line of `message` with its middle cut when it is longer than a terminal
+// screen's worth (a value echoed from a 100 kB argument), at UTF-8 character boundaries;
+// the lines after it (a validator's grid) as they are.
+std::string CapFirstLine(std::string_view message) {
+  constexpr std::size_t kMax = 1000, kHead = 700, kTail = 200;
+  const std::size_t eol = std::min(message.find('\n'), message.size());
+  if (eol <= kMax) return std::string(message);
+  auto boundary = [&](std::size_t i) {  // back to the start of the character at i
+    while (i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
+  const std::size_t head = boundary(kHead), tail = boundary(eol - kTail);
+  return absl::StrCat(Absl(message.substr(0, head)), " [... ", tail - head, " bytes cut ...] ",
+                      Absl(message.substr(tail)));
+}
+
+}  // namespace
+
 int ReportError(const CommandContext& ctx, const absl::Status& status) {
-  *ctx.err << "pipesched: " << status.message() << "\n";
+  *ctx.err << "pipesched: " << CapFirstLine(Std(status.message())) << "\n";
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
@@ -33,11 +56,13 @@ int ReportError(const CommandContext& ctx, const absl::Status& status) {
   }
 }
 
-bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code) {
+bool RejectArguments(const CommandContext& ctx, std::string_view command, int& exit_code,
+                     bool takes_flags) {
   if (ctx.positional.empty()) return false;
   exit_code = ReportError(
-      ctx,
-      UnexpectedArgument(ctx.positional[0], absl::StrCat(Absl(command), " takes only --flags")));
+      ctx, UnexpectedArgument(ctx.positional[0],
+                              absl::StrCat(Absl(command), takes_flags ? " takes only --flags"
+                                                                      : " takes no arguments")));
   return true;
 }
 
@@ -77,6 +102,23 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
   if (argc < 2) {
     PrintUsage(err);
     return kExitBadInput;
+  }
+  // A control byte in a flag or a path would break the one-line errors that echo it (and
+  // reach the terminal raw): refused before anything reads it.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto control = std::find_if(arg.begin(), arg.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+    if (control != arg.end()) {
+      CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
+      return ReportError(
+          ctx, absl::InvalidArgumentError(absl::StrCat(
+                   "argument ", i, ", ", QuoteForMessage(arg, 60), ", holds the control byte ",
+                   QuoteForMessage(std::string_view(&*control, 1)), " at byte ",
+                   control - arg.begin() + 1,
+                   "; flags and paths take none: retype the value, or rename the file")));
+    }
   }
   std::string name = argv[1];
   if (name == "--version") name = "version";  // as other Unix tools spell it

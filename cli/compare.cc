@@ -84,14 +84,6 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
                      " actions per schedule; the generators make up to ", kMaxActions,
                      " (P x V x M up to ", kMaxActions / 3, "): lower --microbatches or --stages"));
   }
-  std::int64_t searched_actions = 0;  // compare runs every searched schedule in turn
-  for (const std::string& name : r.schedules) {
-    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
-    if (info->uses_costs) {
-      searched_actions += std::int64_t{3} * r.p * (r.v > 0 ? r.v : info->default_chunks) * r.m;
-    }
-  }
-  NoteLongSearch(ctx, "the searched schedules' orders", searched_actions);
   if (const std::string size = absl::GetFlag(FLAGS_device_memory); !size.empty()) {
     absl::StatusOr<std::int64_t> bytes = ParseByteSize(size);
     if (!bytes.ok()) {
@@ -100,6 +92,22 @@ absl::StatusOr<Request> RequestFromFlags(const CommandContext& ctx) {
     }
     r.capacity = *bytes;
   }
+  std::int64_t searched_actions = 0;  // compare runs every searched schedule in turn
+  int fit_searches = 1;               // with --device-memory, an order over it is searched again
+  const bool fitted = r.capacity.has_value();
+  for (const std::string& name : r.schedules) {
+    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
+    if (!info->uses_costs) continue;
+    const int chunks = r.v > 0 ? r.v : info->default_chunks;
+    const int searches = fitted ? MaxMemoryFitSearches(std::int64_t{chunks} * r.m) : 1;
+    fit_searches = std::max(fit_searches, searches);
+    searched_actions += std::int64_t{3} * r.p * chunks * r.m * searches;
+  }
+  NoteLongSearch(ctx,
+                 fit_searches > 1 ? absl::StrCat("the searched schedules' orders (each up to ",
+                                                 fit_searches, " times, to fit --device-memory)")
+                                  : std::string("the searched schedules' orders"),
+                 searched_actions);
   PS_RETURN_IF_ERROR(CheckOutputs({{"--costs", absl::GetFlag(FLAGS_costs)}},
                                   {{"--json", absl::GetFlag(FLAGS_json)},
                                    {"--md", absl::GetFlag(FLAGS_md)},
@@ -235,8 +243,8 @@ std::string Markdown(const Request& r, const std::vector<Row>& rows) {
 }
 
 bool Recomputes(const scheduler::CostModel& costs) {
-  bool any = costs.uniform.recompute_bytes > 0;
-  for (const scheduler::StageCosts& s : costs.stages) any |= s.recompute_bytes > 0;
+  bool any = costs.uniform.recomputes();
+  for (const scheduler::StageCosts& s : costs.stages) any |= s.recomputes();
   return any;
 }
 

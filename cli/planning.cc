@@ -1,6 +1,7 @@
 #include "cli/planning.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iomanip>
 #include <optional>
@@ -190,6 +191,36 @@ void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64
       Absl(what), millions, millions * kSecondsPerMillion);
 }
 
+void NoteLongSimulations(const CommandContext& ctx, std::string_view what, std::int64_t simulations,
+                         std::int64_t actions) {
+  // About 0.1 us per simulated action on this project's 2-core machines (1f1b, P=128,
+  // M=128: 218 simulations of 32768 actions in 0.67 s); a note past about 2 s.
+  constexpr double kSecondsPerMillion = 0.1;
+  const double millions = static_cast<double>(simulations) * static_cast<double>(actions) / 1e6;
+  if (millions * kSecondsPerMillion < 2) return;
+  *ctx.err << absl::StrFormat(
+      "pipesched: note: %s simulates up to %d times %d actions: expect up to about %.0f s on a "
+      "2-core machine; fewer micro-batches or ranks plan faster\n",
+      Absl(what), simulations, actions, millions * kSecondsPerMillion);
+}
+
+std::string MarkdownCell(std::string_view text) {
+  std::string cell;
+  for (char c : text) {
+    if (c == '|') {
+      cell += "\\|";
+    } else {
+      cell.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    }
+  }
+  return cell;
+}
+
+int MaxMemoryFitSearches(std::int64_t peak_chunk_activations) {
+  return 1 + 2 * static_cast<int>(std::bit_width(static_cast<std::uint64_t>(
+                     std::max<std::int64_t>(peak_chunk_activations, 1))));
+}
+
 absl::StatusOr<std::vector<std::string>> SchedulesFromFlag(const std::string& text,
                                                            bool search_steps_given) {
   std::vector<std::string> names;
@@ -357,7 +388,7 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
                       {"cost_optimizer", &FLAGS_cost_optimizer, &scheduler::StageCosts::optimizer}};
   for (const auto& t : kTimes) {
     if (!FlagGiven(ctx, t.flag)) continue;
-    double v = absl::GetFlag(*t.value);
+    const double v = absl::GetFlag(*t.value) + 0.0;  // -0 reads as 0
     PS_RETURN_IF_ERROR(CheckCost(t.flag, v));
     costs.uniform.*t.field = v;
     for (scheduler::StageCosts& s : costs.stages) s.*t.field = v;
@@ -368,13 +399,13 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
     for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
   }
   if (FlagGiven(ctx, "cost_comm")) {
-    double v = absl::GetFlag(FLAGS_cost_comm);
+    const double v = absl::GetFlag(FLAGS_cost_comm) + 0.0;
     PS_RETURN_IF_ERROR(CheckCost("cost_comm", v));
     costs.comm_uniform = v;
     costs.comm.clear();
   }
   if (FlagGiven(ctx, "cost_action_gap")) {
-    double v = absl::GetFlag(FLAGS_cost_action_gap);
+    const double v = absl::GetFlag(FLAGS_cost_action_gap) + 0.0;
     PS_RETURN_IF_ERROR(CheckCost("cost_action_gap", v));
     costs.action_gap = v;
   }
@@ -448,7 +479,7 @@ void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& sched
     bytes |= costs.Stage(s).activation_bytes > 0 || costs.Stage(s).workspace_bytes > 0 ||
              costs.Stage(s).recompute_bytes > 0;
     held |= costs.Stage(s).static_bytes > 0;
-    if (costs.Stage(s).recompute_bytes > 0) recomputing.push_back(s);
+    if (costs.Stage(s).recomputes()) recomputing.push_back(s);
   }
   if (!recomputing.empty()) {
     out << "activation recomputation"
@@ -506,25 +537,11 @@ std::string SimulationJson(const scheduler::Schedule& schedule, const scheduler:
   j["peak_activations"] = peaks;
   j["peak_activation_bytes"] = peak_bytes;
   j["ranks"] = ranks;
-  // The virtual stages whose costs recompute: a cost file's measured so (recompute_bytes),
-  // and those the flags recompute, whose recompute_bytes stay 0 without activation sizes
-  // (their B and I still take F longer).
-  std::vector<bool> recomputes(schedule.num_stages(), absl::GetFlag(FLAGS_recompute));
-  for (int s = 0; s < schedule.num_stages(); ++s) {
-    if (costs.Stage(s).recompute_bytes > 0) recomputes[s] = true;
-  }
-  if (auto_choice != nullptr) {
-    for (int s : auto_choice->stages) recomputes[s] = true;
-  } else if (const std::string list = absl::GetFlag(FLAGS_recompute_stages); !list.empty()) {
-    // Checked by WithRecomputeOn already.
-    const absl::StatusOr<std::vector<int>> listed = IntList("recompute-stages", list);
-    for (int s : listed.value_or(std::vector<int>())) {
-      if (s >= 0 && s < schedule.num_stages()) recomputes[s] = true;
-    }
-  }
+  // The virtual stages whose costs recompute: a cost file's measured so, and those the
+  // flags (or auto) recompute, with or without activation sizes.
   std::vector<int> recomputing;
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    if (recomputes[s]) recomputing.push_back(s);
+    if (costs.Stage(s).recomputes()) recomputing.push_back(s);
   }
   j["recompute_stages"] = recomputing;
   j["recompute_plan"] = nullptr;

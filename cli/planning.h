@@ -55,6 +55,20 @@ absl::Status CheckSearchFlagsApply(std::string_view schedule, bool from_file,
 // that a long run is not taken for a hang. Nothing for smaller searches.
 void NoteLongSearch(const CommandContext& ctx, std::string_view what, std::int64_t actions);
 
+// The same for work that simulates `actions` actions `simulations` times over
+// (--recompute-stages=auto trying stage sets): a note on stderr when it may take seconds.
+void NoteLongSimulations(const CommandContext& ctx, std::string_view what, std::int64_t simulations,
+                         std::int64_t actions);
+
+// How many searches fitting a searched order to --device-memory may take at most, for an
+// order holding up to `peak_chunk_activations` per rank (SearchWithinMemory bisects the
+// limit, twice at worst), counting the first.
+int MaxMemoryFitSearches(std::int64_t peak_chunk_activations);
+
+// `text` for a Markdown table's cell: '|' escaped (it would end the cell), line breaks as
+// spaces (they would end the row).
+std::string MarkdownCell(std::string_view text);
+
 // compare's and bench's --schedules=a,b,... (or "all", the registry's order): every name
 // known, none empty or twice; with --max-activations, --refine or (`search_steps_given`)
 // --search-steps, at least one of them searched.

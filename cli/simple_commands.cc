@@ -8,7 +8,7 @@
 namespace pipesched::cli {
 
 int RunSchedules(const CommandContext& ctx) {
-  if (int code; RejectArguments(ctx, "schedules", code)) return code;
+  if (int code; RejectArguments(ctx, "schedules", code, /*takes_flags=*/false)) return code;
   std::ostream& out = *ctx.out;
   for (const scheduler::ScheduleInfo& info : scheduler::AllSchedules()) {
     out << std::left << std::setw(18) << info.name << info.summary << "\n"
@@ -19,7 +19,7 @@ int RunSchedules(const CommandContext& ctx) {
 }
 
 int RunVersion(const CommandContext& ctx) {
-  if (int code; RejectArguments(ctx, "version", code)) return code;
+  if (int code; RejectArguments(ctx, "version", code, /*takes_flags=*/false)) return code;
   *ctx.out << "pipesched " << VersionString() << "\n";  // the library linked
   return kExitOk;
 }

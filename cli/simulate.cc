@@ -221,13 +221,22 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
   bool sized = false;
   for (int s = 0; s < schedule.num_stages(); ++s) sized |= costs->Stage(s).activation_bytes > 0;
   if (!sized) return NeedsActivationSizes();  // else "fits without recomputing" would say
+  // Greedy past a few candidates: two simulations per candidate stage at most (chosen, then
+  // dropped when later choices made it unnecessary).
+  std::int64_t candidates = 0;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    const scheduler::StageCosts& c = costs->Stage(s);
+    candidates += !c.recomputes() && c.activation_bytes > c.input_bytes;
+  }
+  NoteLongSimulations(ctx, "--recompute-stages=auto", 2 * candidates + 2,
+                      static_cast<std::int64_t>(schedule.NumActions()));
   PS_ASSIGN_OR_RETURN(scheduler::RecomputeFit fit,
                       scheduler::RecomputeWithinMemory(schedule, *costs, *capacity));
   const std::string device = absl::StrCat("--device-memory=", absl::GetFlag(FLAGS_device_memory));
   // Costs may recompute some stages already (measured so): what auto adds is "further".
   bool some_already = false;
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    some_already |= costs->Stage(s).recompute_bytes > 0;
+    some_already |= costs->Stage(s).recomputes();
   }
   const char* further = some_already ? " further" : "";
   if (fit.stages.empty()) {
@@ -280,6 +289,18 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
   const std::int64_t peak = scheduler::PeakBytes(own);
   const bool refine = absl::GetFlag(FLAGS_refine);
   if (peak == 0 || (peak <= *capacity && !refine)) return absl::OkStatus();
+  const std::string cap = absl::GetFlag(FLAGS_device_memory);
+  if (peak > *capacity) {
+    int own_limit = 0;
+    for (const scheduler::RankStats& r : own.ranks) {
+      own_limit = std::max(own_limit, r.peak_live_microbatches);
+    }
+    const int searches = MaxMemoryFitSearches(own_limit);
+    NoteLongSearch(ctx,
+                   absl::StrCat(Absl(schedule->name), "'s order within --device-memory=", cap,
+                                " (up to ", searches, " searches)"),
+                   static_cast<std::int64_t>(schedule->NumActions()) * searches);
+  }
   absl::StatusOr<scheduler::MemoryFit> fit =
       scheduler::SearchWithinMemory(schedule->name,
                                     {.num_ranks = schedule->num_ranks(),
@@ -288,7 +309,6 @@ absl::Status FitToDeviceMemory(const CommandContext& ctx, const scheduler::CostM
                                      .costs = &search_costs,
                                      .refine = absl::GetFlag(FLAGS_refine)},
                                     costs, *capacity, *schedule, std::move(own));
-  const std::string cap = absl::GetFlag(FLAGS_device_memory);
   if (!fit.ok()) {
     if (fit.status().code() != absl::StatusCode::kResourceExhausted) return fit.status();
     *ctx.err << "pipesched: note: " << fit.status().message() << "\n";

@@ -210,8 +210,12 @@ absl::Status Train(const CommandContext& ctx) {
           step == 1 ? " before any update: the forward pass overflows fp32 with these inputs "
                       "and parameters (they are finite: checked when loaded); scale the "
                       "inputs (--data) down"
-                    : "; training diverged (inputs, labels and initial values are checked when "
-                      "loaded): lower --lr or --weight-decay"));
+                    : absl::StrCat("; training diverged (inputs, labels and initial values are "
+                                   "checked when loaded): lower --lr or --weight-decay",
+                                   absl::GetFlag(FLAGS_data).empty()
+                                       ? ""
+                                       : ", or scale the inputs (--data) down: large ones "
+                                         "make large gradients")));
     }
     trace::BubbleStats measured = trace::ComputeBubbleStats(result.timeline, p);
     records.push_back({result.loss, result.step_micros, measured.bubble_fraction});

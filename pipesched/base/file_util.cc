@@ -93,6 +93,11 @@ absl::Status CheckOutputPath(std::string_view flag, const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(Absl(flag), "=", path, ": ", what,
                                                    "; give a file path in a writable directory"));
   };
+  // "--json= " (a stray space after '='): a file named by blanks is a typo, not a choice.
+  if (!path.empty() && path.find_first_not_of(" \t") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Absl(flag), "='", path, "' is only blanks; give a file path, or leave the flag out"));
+  }
   const OutputTarget target = ResolveOutput(path);
   if (target.kind == OutputTarget::kDescriptor) {
     const int flags = ::fcntl(target.fd, F_GETFL);

@@ -9,8 +9,17 @@ namespace pipesched {
 
 namespace {
 
+// Code points that print as a blank or as nothing, so that a message quoting them would
+// look as if it quoted an ordinary space, or nothing: no-break and other Unicode spaces,
+// zero-width and direction marks, line and paragraph separators, the byte-order mark.
+bool LooksBlank(char32_t c) {
+  return c == 0xA0 || c == 0xAD || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
+         (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF;
+}
+
 // The length of the well-formed UTF-8 sequence at text[i] (lead byte >= 0x80), or 0 when
-// it is not one, or encodes a C1 control (U+0080..U+009F: 0x9B is a terminal's CSI).
+// it is not one, encodes a C1 control (U+0080..U+009F: 0x9B is a terminal's CSI), or a
+// code point that LooksBlank.
 std::size_t Utf8Length(std::string_view text, std::size_t i) {
   const auto lead = static_cast<unsigned char>(text[i]);
   const std::size_t n = lead >= 0xC2 && lead <= 0xDF   ? 2
@@ -27,7 +36,9 @@ std::size_t Utf8Length(std::string_view text, std::size_t i) {
   if ((lead == 0xE0 && second < 0xA0) || (lead == 0xF0 && second < 0x90)) return 0;  // overlong
   if ((lead == 0xED && second > 0x9F) || (lead == 0xF4 && second > 0x8F))
     return 0;  // surrogates, > U+10FFFF
-  return n;
+  char32_t code = lead & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+  for (std::size_t k = 1; k < n; ++k) code = (code << 6) | (text[i + k] & 0x3F);
+  return LooksBlank(code) ? 0 : n;
 }
 
 std::string Escape(std::string_view text, std::size_t max_chars, bool quotes) {

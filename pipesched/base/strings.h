@@ -19,7 +19,9 @@ inline std::string_view Std(absl::string_view s) { return std::string_view(s.dat
 // with "..." inside the quotes, and every byte that could break the line or the
 // terminal (control bytes, DEL, '"' and '\\') escaped as \r, \n, \t, \", \\ or \xNN.
 // "0B0\r1F0" -> "\"0B0\\r1F0\"". Well-formed UTF-8 passes through (text stays readable);
-// other bytes >= 0x80, and UTF-8's C1 controls (U+0080..U+009F), are escaped as \xNN.
+// other bytes >= 0x80, UTF-8's C1 controls (U+0080..U+009F) and the code points that print
+// as a blank or as nothing (U+00A0 no-break space, zero-width marks, U+FEFF ...) are
+// escaped as \xNN.
 std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 
 // The same without the quotes (and '"' left as it is), for text the message quotes its

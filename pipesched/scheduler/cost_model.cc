@@ -71,7 +71,7 @@ absl::StatusOr<double> NonNegativeNumber(const json& value, const std::string& k
   if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > kMaxCostTime) {
     return KeyError(key, absl::StrCat("a number in [0, ", kMaxCostTime, "]"), value);
   }
-  return value.get<double>();
+  return value.get<double>() + 0.0;  // -0 reads as 0
 }
 
 // Fills `costs` from a {"f": ..., "b": ..., ...} object; absent fields keep their value.
@@ -79,6 +79,11 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
   if (!object.is_object()) return KeyError(key, "an object like {\"f\": 1, \"b\": 2}", object);
   for (const auto& [field, value] : object.items()) {
     const std::string field_key = absl::StrCat(key, ".", field);
+    if (field == "recompute") {
+      if (!value.is_boolean()) return KeyError(field_key, "true or false", value);
+      costs.recompute = value.get<bool>();
+      continue;
+    }
     std::int64_t* bytes = field == "activation_bytes"  ? &costs.activation_bytes
                           : field == "workspace_bytes" ? &costs.workspace_bytes
                           : field == "input_bytes"     ? &costs.input_bytes
@@ -107,10 +112,20 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cost model: unknown key %s (expected f, b, i, w, allreduce, zero_grad, optimizer, "
-          "activation_bytes, workspace_bytes, input_bytes, static_bytes, recompute_bytes)",
+          "activation_bytes, workspace_bytes, input_bytes, static_bytes, recompute_bytes, "
+          "recompute)",
           QuoteForMessage(field_key, 60)));
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
+  }
+  if (!costs.recompute && costs.recompute_bytes > 0) {
+    if (object.contains("recompute")) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cost model: %s has recompute_bytes %d but \"recompute\": false; rebuilt bytes come "
+          "only with recomputation: give \"recompute\": true, or recompute_bytes 0",
+          key, costs.recompute_bytes));
+    }
+    costs.recompute = true;  // recompute_bytes > 0 says so (files written before the key)
   }
   return absl::OkStatus();
 }
@@ -278,11 +293,13 @@ namespace {
 // One stage's costs with recomputation (WithRecompute); `stage` names it in errors, which
 // end with `advice` for costs that recompute already.
 absl::Status RecomputeStage(StageCosts& c, const std::string& stage, std::string_view advice) {
-  if (c.recompute_bytes > 0) {
+  if (c.recomputes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s costs recompute already (recompute_bytes %d: measured with recomputation, its B "
-        "and I include the second forward); %s",
-        stage, c.recompute_bytes, advice));
+        "%s costs recompute already (%s, its B and I include the second forward); %s", stage,
+        c.recompute_bytes > 0
+            ? absl::StrFormat("recompute_bytes %d: measured with recomputation", c.recompute_bytes)
+            : std::string("\"recompute\": true"),
+        advice));
   }
   if (c.b + c.f > kMaxCostTime || c.i + c.f > kMaxCostTime) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -294,6 +311,7 @@ absl::Status RecomputeStage(StageCosts& c, const std::string& stage, std::string
   const std::int64_t kept = std::min(c.input_bytes, c.activation_bytes);
   c.recompute_bytes = c.activation_bytes - kept;
   c.activation_bytes = kept;
+  c.recompute = true;
   c.b += c.f;
   c.i += c.f;
   return absl::OkStatus();
@@ -315,7 +333,7 @@ absl::StatusOr<CostModel> WithRecompute(const CostModel& costs) {
   CostModel out = costs;
   // The default is used only by stages beyond the list: left as it is when there is one
   // and it recomputes already.
-  if (out.stages.empty() || out.uniform.recompute_bytes == 0) {
+  if (out.stages.empty() || !out.uniform.recomputes()) {
     PS_RETURN_IF_ERROR(RecomputeStage(out.uniform, "the default", "leave out --recompute"));
   }
   for (std::size_t s = 0; s < out.stages.size(); ++s) {

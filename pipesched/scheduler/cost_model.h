@@ -50,9 +50,14 @@ struct StageCosts {
   // again (the b and i times then include that forward). Live while the F runs, then
   // from the start of the B or I until the end of the B, or of the W when the backward
   // is split (W needs the rebuilt activations too); activation_bytes is then only what
-  // the stage keeps from F to backward. 0 = no recomputation. WithRecompute turns costs
+  // the stage keeps from F to backward. 0 = nothing rebuilt (no recomputation, or
+  // recomputation of a stage whose sizes are not modelled). WithRecompute turns costs
   // without it into costs with it.
   std::int64_t recompute_bytes = 0;
+  // The stage recomputes even with nothing to rebuild: its b and i include the second
+  // forward. Set by WithRecompute and WithRecomputeOn, and by files with "recompute":
+  // true or recompute_bytes > 0; recomputes() is what to ask.
+  bool recompute = false;
   // Once per training step, outside the schedule's actions: zeroing the stage's gradients
   // before its rank's first action, and its optimizer step after its rank's last action
   // and its all-reduce. They make the simulated step time (SimResult::step_time); the
@@ -60,6 +65,10 @@ struct StageCosts {
   // back (ranks whose totals differ). 0 = not modelled.
   double zero_grad = 0;
   double optimizer = 0;
+
+  // Activation recomputation is on: b and i include the second forward (with or without
+  // activation sizes, which recompute_bytes > 0 implies).
+  bool recomputes() const { return recompute || recompute_bytes > 0; }
 };
 
 struct CostModel {

@@ -205,6 +205,19 @@ absl::Status ParseCell(std::string_view cell, int line, int column, std::vector<
                                               "action alone, or pair a forward with a backward "
                                               "such as \"(0F3;5B1)OVERLAP_F_B\""));
   }
+  // What PyTorch writes (and the name says): one forward with one backward.
+  const std::size_t forwards =
+      std::count_if(row->begin() + static_cast<std::ptrdiff_t>(first), row->end(),
+                    [](const Located& l) { return l.action.op == Op::kF; });
+  if (row->size() - first > 2 || forwards != 1) {
+    std::vector<std::string> names;
+    for (std::size_t k = first; k < row->size(); ++k) names.push_back(ToString((*row)[k].action));
+    return located_error(
+        column,
+        absl::StrCat(QuoteForMessage(cell), " overlaps ", absl::StrJoin(names, " with "),
+                     "; an overlapped pair is one forward (F) with one backward (B, I or W), such "
+                     "as \"(0F3;5B1)OVERLAP_F_B\": write the others as cells of their own"));
+  }
   return absl::OkStatus();
 }
 
@@ -311,13 +324,15 @@ namespace {
 
 // Fields that older builds do not know are written only by models that use them (on
 // every entry then, since absent fields of a stage take the default's), so that those
-// builds read the rest: input_bytes, static_bytes, recompute_bytes, and the per-step
-// zero_grad and optimizer.
+// builds read the rest: input_bytes, static_bytes, recompute_bytes, the per-step
+// zero_grad and optimizer, and "recompute" (only where a stage recomputes with nothing
+// rebuilt: recompute_bytes > 0 says it otherwise).
 struct OptionalFields {
   bool input = false;
   bool step = false;
   bool static_state = false;
   bool recompute = false;
+  bool recompute_flag = false;
 };
 
 json StageCostsJson(const StageCosts& c, OptionalFields with) {
@@ -331,6 +346,7 @@ json StageCostsJson(const StageCosts& c, OptionalFields with) {
   if (with.input) out["input_bytes"] = c.input_bytes;
   if (with.static_state) out["static_bytes"] = c.static_bytes;
   if (with.recompute) out["recompute_bytes"] = c.recompute_bytes;
+  if (with.recompute_flag) out["recompute"] = c.recomputes();
   if (with.step) {
     out["zero_grad"] = c.zero_grad;
     out["optimizer"] = c.optimizer;
@@ -345,6 +361,7 @@ json CostModelJson(const CostModel& costs) {
     with.input |= s.input_bytes != 0;
     with.static_state |= s.static_bytes != 0;
     with.recompute |= s.recompute_bytes != 0;
+    with.recompute_flag |= s.recompute && s.recompute_bytes == 0;
     with.step |= s.zero_grad != 0 || s.optimizer != 0;
   };
   note(costs.uniform);

@@ -104,7 +104,10 @@ std::optional<double> ClosedFormBubbleFraction(std::string_view schedule, const 
     if (!(std::isfinite(t) && t >= 0)) return std::nullopt;
   }
   for (const Formula& formula : kFormulas) {
-    if (formula.schedule == schedule) return formula.fraction(in);
+    if (formula.schedule != schedule) continue;
+    std::optional<double> fraction = formula.fraction(in);
+    if (fraction.has_value()) *fraction += 0.0;  // no "-0": (P-1) ... = 0 * negative at P = 1
+    return fraction;
   }
   return std::nullopt;
 }

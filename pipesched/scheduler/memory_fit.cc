@@ -430,7 +430,7 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
   std::vector<bool> candidate(num_stages);
   for (int s = 0; s < num_stages; ++s) {
     const StageCosts& c = costs.Stage(s);
-    candidate[s] = c.recompute_bytes == 0 && c.activation_bytes > c.input_bytes;
+    candidate[s] = !c.recomputes() && c.activation_bytes > c.input_bytes;
   }
   // Each rank on a device of its own.
   std::vector<SharedMemory> devices;
@@ -470,7 +470,7 @@ absl::StatusOr<RecomputeFit> RecomputeWithinMemory(const Schedule& schedule, con
   }
   std::vector<bool> candidate(num_stages);
   for (int s = 0; s < num_stages; ++s) {
-    candidate[s] = costs.Stage(s).recompute_bytes == 0 && recomputing.Stage(s).recompute_bytes > 0;
+    candidate[s] = !costs.Stage(s).recomputes() && recomputing.Stage(s).recompute_bytes > 0;
   }
   return FitByRecomputing(
       schedule, costs, memories, candidate,

@@ -278,6 +278,8 @@ TEST(FileUtilTest, CheckOutputPathSaysWhatIsWrongAndWhatWorks) {
   PS_ASSERT_OK(WriteFileAtomic(file, "x"));
   EXPECT_THAT(CheckOutputPath("--svg", file + "/x.svg"),
               StatusIs(kBad, HasSubstr(file + " is not a directory")));
+  EXPECT_THAT(CheckOutputPath("--json", " "),
+              StatusIs(kBad, "--json=' ' is only blanks; give a file path, or leave the flag out"));
 }
 
 }  // namespace

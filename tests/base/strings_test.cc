@@ -30,6 +30,18 @@ TEST(QuoteForMessageTest, HighBytesPassOnlyAsWellFormedUtf8WithoutC1Controls) {
   EXPECT_EQ(QuoteForMessage("\xc0\xaf"), "\"\\xc0\\xaf\"");
   EXPECT_EQ(QuoteForMessage("\xed\xa0\x80"), "\"\\xed\\xa0\\x80\"");
   EXPECT_EQ(QuoteForMessage("\xe4\xb8"), "\"\\xe4\\xb8\"");
+  // What prints as a blank or as nothing is escaped, so that the message shows it: a
+  // no-break space, a zero-width space, a byte-order mark; an ordinary space is not.
+  EXPECT_EQ(QuoteForMessage("\xc2\xa0"
+                            "0F1"),
+            "\"\\xc2\\xa00F1\"");
+  EXPECT_EQ(QuoteForMessage("a\xe2\x80\x8b"
+                            "b"),
+            "\"a\\xe2\\x80\\x8bb\"");
+  EXPECT_EQ(QuoteForMessage("\xef\xbb\xbf"
+                            "x"),
+            "\"\\xef\\xbb\\xbfx\"");
+  EXPECT_EQ(QuoteForMessage("a b"), "\"a b\"");
   // Cut at the limit inside a character: the partial bytes are escaped, then "...".
   EXPECT_EQ(QuoteForMessage("ab\xe4\xb8\xad", 3), "\"ab\\xe4...\"");
 }

@@ -460,6 +460,9 @@ TEST(BenchTest, ScheduleFilesAreConfigurationsOfTheirOwn) {
        "have their own P, V and M: give --schedules too, or drop --stages\n"},
       {{"--from=" + mine + "," + mine},
        "pipesched: --from lists " + mine + " twice; name each file once\n"},
+      {{"--from=" + mine + "," + (dir / "." / "mine.csv").string()},
+       "pipesched: --from lists " + mine + " twice (also as " + (dir / "." / "mine.csv").string() +
+           ", the same file); name each file once\n"},
       {{"--from=" + mine, "--csv=" + mine},
        "pipesched: --csv=" + mine +
            " is also --from: writing it would replace that input; give "

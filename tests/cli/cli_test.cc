@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
+#include "cli/planning.h"
 #include "cli/training.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,6 +64,23 @@ TEST(CliTest, VersionAndDashDashVersionPrintTheVersion) {
     EXPECT_EQ(r.out, absl::StrCat("pipesched ", PIPESCHED_VERSION_STRING, "\n")) << spelling;
     EXPECT_EQ(r.err, "") << spelling;
   }
+}
+
+TEST(CliTest, MarkdownCellsKeepTheirTable) {
+  EXPECT_EQ(MarkdownCell("x,y\"z|w"), "x,y\"z\\|w");  // a schedule file's name
+  EXPECT_EQ(MarkdownCell("a\nb\rc"), "a b c");
+  EXPECT_EQ(MarkdownCell("1f1b"), "1f1b");
+}
+
+TEST(CliTest, AHugeValueIsCutInTheMiddleOfItsErrorLine) {
+  const std::string name(100000, 'x');
+  RunResult r = RunCli({"simulate", "--schedule=" + name + "END"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(CountLines(r.err), 1);
+  EXPECT_LT(r.err.size(), 1100u) << r.err.size();
+  EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: unknown schedule \"xxx"));
+  EXPECT_THAT(r.err, HasSubstr(" bytes cut ...] "));
+  EXPECT_THAT(r.err, HasSubstr("known schedules: gpipe, 1f1b"));  // the end of the line is kept
 }
 
 TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
@@ -362,6 +380,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{{"nosuchcommand"}, "unknown command 'nosuchcommand'"},
         BadInput{{"help", "nosuchcommand"}, "unknown command 'nosuchcommand'"},
+        BadInput{{"simulate", "--schedule=x\ny"},
+                 "argument 2, \"--schedule=x\\ny\", holds the control byte \"\\n\" at byte "
+                 "13; flags and paths take none"},
+        BadInput{{"validate", "f/\x1b[31mred.csv"}, "holds the control byte \"\\x1b\" at byte 3"},
         BadInput{{"simulate", "--json="},
                  "--json= has an empty value; give one, or leave the flag out for its default"},
         BadInput{{"train", "--save", ""}, "--save= has an empty value"},
@@ -369,7 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"simulate", "--nogrid", "--json", "--stages=2"},
                  "flag --json needs a value, and the next argument, --stages=2, is a flag; give "
                  "--json=VALUE"},
-        BadInput{{"version", "extra"}, "unexpected argument 'extra'; version takes only --flags"},
+        BadInput{{"version", "extra"}, "unexpected argument 'extra'; version takes no arguments"},
+        BadInput{{"version", "--json=x"}, "unknown flag --json for 'version'; it takes no flags"},
         BadInput{{"simulate", "--schedule=my/order.csv"},
                  "--schedule=my/order.csv names a file, not a schedule generator; load a "
                  "schedule file with --from=my/order.csv"},
@@ -380,7 +403,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"compare", "--schedules=1f1b,my/order.csv"},
                  "--schedules lists my/order.csv, a file, not a schedule generator; schedule "
                  "files are read by --from=FILE (bench, simulate, train) and by validate FILE"},
-        BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes only --flags"},
+        BadInput{{"schedules", "x"}, "unexpected argument 'x'; schedules takes no arguments"},
         BadInput{{"simulate", "--nogrid=true"},
                  "--nogrid takes no value; use --nogrid (= --grid=false) or --grid"},
         BadInput{{"simulate", "--schedule=nope"}, "nope"},
@@ -395,7 +418,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "--schedule=a\x01"
                   "b",
                   "--stages=x"},
-                 "bad value 'x'"},
+                 "argument 2, \"--schedule=a\\x01b\", holds the control byte \"\\x01\" at byte "
+                 "13"},
         BadInput{{"simulate", "--" + std::string(100000, 'z') + "=1"},
                  "unknown flag --" + std::string(60, 'z') + "... for 'simulate'"},
         BadInput{{"simulate", "--stages=2147483648"},
@@ -909,6 +933,49 @@ TEST(CliTest, SimulateWithActivationRecomputation) {
 }
 
 // --recompute-stages: some stages recompute, listed or chosen (auto) to fit the device.
+// Recomputation without activation sizes rebuilds nothing, but its B and I still run F
+// again: the output says so, the JSON lists the stages, and a file written from it keeps
+// it (so that recomputing again is refused, as for a measured file).
+TEST(CliTest, RecomputationWithoutSizesIsStillSaidAndKept) {
+  const std::string json = TempPath("recompute_unsized.json");
+  const std::string saved = TempPath("recompute_unsized_schedule.json");
+  RunResult r = RunCli({"simulate", "--recompute-stages=0", "--nogrid", "--json=" + json,
+                        "--schedule-json=" + saved});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 38 "));  // 33 without: stage 0's B takes F longer
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 0 of 4: "));
+  EXPECT_EQ(nlohmann::json::parse(Slurp(json))["recompute_stages"], nlohmann::json::array({0}));
+  EXPECT_THAT(Slurp(saved), HasSubstr("\"recompute\": true"));
+  r = RunCli({"simulate", "--from=" + saved, "--nogrid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("makespan 38 "));
+  EXPECT_THAT(r.out, HasSubstr("activation recomputation on stage 0 of 4: "));
+  r = RunCli({"simulate", "--from=" + saved, "--nogrid", "--recompute"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("stage 0's costs recompute already (\"recompute\": true, its B "
+                               "and I include the second forward); leave out --recompute"));
+  r = RunCli({"compare", "--recompute", "--schedules=1f1b,gpipe"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("with activation recomputation"));
+  const std::string contradiction = WriteTemp(
+      "recompute_false.json", R"({"default": {"recompute": false, "recompute_bytes": 5}})");
+  r = RunCli({"simulate", "--costs=" + contradiction, "--nogrid"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("default has recompute_bytes 5 but \"recompute\": false"));
+}
+
+// A closed form of 0 (one rank) prints as 0, not "-0", and so does a time given as -0.
+TEST(CliTest, NoNegativeZeros) {
+  const std::string json = TempPath("no_negative_zero.json");
+  RunResult r =
+      RunCli({"simulate", "--schedule=zb-h1", "--stages=1", "--microbatches=3", "--cost-w=5",
+              "--cost-b=6", "--cost-comm=-0", "--nogrid", "--json=" + json});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" 0.0000 (closed form)"));
+  EXPECT_THAT(r.out, Not(HasSubstr("-0")));
+  EXPECT_THAT(Slurp(json), Not(HasSubstr(": -0")));
+}
+
 TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {
   const std::vector<std::string> one_f_one_b = {
       "simulate",         "--schedule=1f1b",        "--stages=4",
@@ -1770,6 +1837,19 @@ TEST(CliTrainTest, DataFilesThatDisagreeWithTheFlagsAreOneLineErrors) {
   EXPECT_THAT(overflow.err, HasSubstr("step 1: the loss is nan before any update: the forward "
                                       "pass overflows fp32"));
   EXPECT_THAT(overflow.err, HasSubstr("scale the inputs (--data) down"));
+  // Large inputs that the first forward survives blow up the first update instead: the
+  // message names the data besides the learning rate.
+  model::Dataset large = huge;
+  large.x.assign(128 * 8, 1e15f);
+  const std::string large_path = TempPath("large-inputs.safetensors");
+  ASSERT_TRUE(model::SaveDataset(large_path, large).ok());
+  RunResult diverged =
+      RunCli({"train", "--stages=2", "--layers=3", "--hidden=16", "--classes=4", "--steps=2",
+              "--backend=host", "--data=" + large_path, "--inputs=8"});
+  EXPECT_EQ(diverged.code, 1) << diverged.err;
+  EXPECT_THAT(diverged.err, HasSubstr("step 2: the loss is nan; training diverged"));
+  EXPECT_THAT(diverged.err, HasSubstr("lower --lr or --weight-decay, or scale the inputs (--data) "
+                                      "down: large ones make large gradients"));
 }
 
 // --save / --resume: 6 steps straight equal 2 steps, a resume, and 4 more, bit for bit.

@@ -283,16 +283,28 @@ TEST(CompareTest, WritesTheRankingAsJsonMarkdownAndPictures) {
 }
 
 TEST(CompareTest, ALongSearchIsAnnouncedSoItIsNotTakenForAHang) {
-  // P=512, M=2048: the six searched schedules cover 31.5 million actions. (The bad size
-  // ends the run right after the note.)
-  RunResult r = RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=lots"});
+  // P=512, M=2048: the six searched schedules cover 31.5 million actions. (The output in a
+  // directory that does not exist ends the run right after the note.)
+  const std::string nowhere = "--json=/nonexistent/dir/compare.json";
+  RunResult r = RunCli({"compare", "--stages=512", "--microbatches=2048", nowhere});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, ::testing::StartsWith(
                          "pipesched: note: the search for the searched schedules' orders covers "
                          "about 31.5 million actions (up to 27 passes of a list scheduler): "
                          "expect up to about 79 s on a 2-core machine; fewer micro-batches or "
                          "ranks search faster\n"
-                         "pipesched: --device-memory=lots:"));
+                         "pipesched: --json=/nonexistent/dir/compare.json:"));
+  // With --device-memory an order over it is searched again, bisecting its limit: up to
+  // 1 + 2 x 12 searches for V=1 (M=2048 chunk activations), 1 + 2 x 13 for V=2.
+  r = RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=1GiB", nowhere});
+  EXPECT_THAT(r.err,
+              ::testing::StartsWith(
+                  "pipesched: note: the search for the searched schedules' orders (each up "
+                  "to 27 times, to fit --device-memory) covers about 836.8 million actions"));
+  // A bad size is said first, without the note.
+  RunResult size =
+      RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=lots"});
+  EXPECT_THAT(size.err, ::testing::StartsWith("pipesched: --device-memory=lots:"));
   RunResult small = RunCli({"compare", "--stages=4", "--microbatches=8", "--device-memory=lots"});
   EXPECT_THAT(small.err, ::testing::StartsWith("pipesched: --device-memory=lots:"));
 }

@@ -191,6 +191,19 @@ TEST(PytorchCsvTest, BadOverlappedPairsNameTheirCell) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "line 1, column 10: \"0SEND_F0\" in \"(0F1;0SEND_F0)OVERLAP_F_B\": an "
                        "overlapped pair holds compute actions (F, B, I, W) only"));
+  // One forward with one backward, as PyTorch writes them; nothing else.
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1;0B0;0B1)OVERLAP_F_B\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "line 1, column 5: \"(0F1;0B0;0B1)OVERLAP_F_B\" overlaps 0F1 with 0B0 with "
+                       "0B1; an overlapped pair is one forward (F) with one backward (B, I or W), "
+                       "such as \"(0F3;5B1)OVERLAP_F_B\": write the others as cells of their own"));
+  EXPECT_THAT(
+      ParsePytorchCsv("0F0,0F1,(0B0;0B1)OVERLAP_F_B\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("line 1, column 9: \"(0B0;0B1)OVERLAP_F_B\" overlaps 0B0 with 0B1; "
+                         "an overlapped pair is one forward")));
+  EXPECT_THAT(ParsePytorchCsv("0F0,(0F1;0F2)OVERLAP_F_B\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlaps 0F1 with 0F2;")));
   // A bad sub-action is pointed at in its own column.
   EXPECT_THAT(
       ParsePytorchCsv("0F0,(0F1; 0X0)OVERLAP_F_B\n"),
