@@ -30,7 +30,10 @@ std::string CapFirstLine(std::string_view message) {
   const std::size_t eol = std::min(message.find('\n'), message.size());
   if (eol <= kMax) return std::string(message);
   auto boundary = [&](std::size_t i) {  // back to the start of the character at i
-    while (i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80) --i;
+    for (int k = 0; k < 3 && i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80;
+         ++k) {
+      --i;  // at most 3: a UTF-8 character has up to 3 continuation bytes
+    }
     return i;
   };
   const std::size_t head = boundary(kHead), tail = boundary(eol - kTail);
@@ -107,16 +110,12 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
   // reach the terminal raw): refused before anything reads it.
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    const auto control = std::find_if(arg.begin(), arg.end(), [](char c) {
-      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-    });
-    if (control != arg.end()) {
+    if (const std::size_t at = FindControlByte(arg); at != std::string_view::npos) {
       CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
       return ReportError(
           ctx, absl::InvalidArgumentError(absl::StrCat(
                    "argument ", i, ", ", QuoteForMessage(arg, 60), ", holds the control byte ",
-                   QuoteForMessage(std::string_view(&*control, 1)), " at byte ",
-                   control - arg.begin() + 1,
+                   QuoteForMessage(arg.substr(at, 1)), " at byte ", at + 1,
                    "; flags and paths take none: retype the value, or rename the file")));
     }
   }

@@ -217,7 +217,7 @@ std::string MarkdownCell(std::string_view text) {
 }
 
 int MaxMemoryFitSearches(std::int64_t peak_chunk_activations) {
-  return 1 + 2 * static_cast<int>(std::bit_width(static_cast<std::uint64_t>(
+  return 2 + 2 * static_cast<int>(std::bit_width(static_cast<std::uint64_t>(
                      std::max<std::int64_t>(peak_chunk_activations, 1))));
 }
 

@@ -62,7 +62,7 @@ void NoteLongSimulations(const CommandContext& ctx, std::string_view what, std::
 
 // How many searches fitting a searched order to --device-memory may take at most, for an
 // order holding up to `peak_chunk_activations` per rank (SearchWithinMemory bisects the
-// limit, twice at worst), counting the first.
+// limit, twice at worst, and may try one stage's worth last), counting the first.
 int MaxMemoryFitSearches(std::int64_t peak_chunk_activations);
 
 // `text` for a Markdown table's cell: '|' escaped (it would end the cell), line breaks as

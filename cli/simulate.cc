@@ -221,14 +221,15 @@ absl::Status RecomputeStages(const CommandContext& ctx, const scheduler::Schedul
   bool sized = false;
   for (int s = 0; s < schedule.num_stages(); ++s) sized |= costs->Stage(s).activation_bytes > 0;
   if (!sized) return NeedsActivationSizes();  // else "fits without recomputing" would say
-  // Greedy past a few candidates: two simulations per candidate stage at most (chosen, then
-  // dropped when later choices made it unnecessary).
+  // Greedy past a few candidates: each round tries the candidates on the worst rank (V at
+  // most) and keeps one, then each kept one may be dropped again: (V + 1) simulations per
+  // candidate stage at most, and the first two.
   std::int64_t candidates = 0;
   for (int s = 0; s < schedule.num_stages(); ++s) {
     const scheduler::StageCosts& c = costs->Stage(s);
     candidates += !c.recomputes() && c.activation_bytes > c.input_bytes;
   }
-  NoteLongSimulations(ctx, "--recompute-stages=auto", 2 * candidates + 2,
+  NoteLongSimulations(ctx, "--recompute-stages=auto", (schedule.num_chunks() + 1) * candidates + 2,
                       static_cast<std::int64_t>(schedule.NumActions()));
   PS_ASSIGN_OR_RETURN(scheduler::RecomputeFit fit,
                       scheduler::RecomputeWithinMemory(schedule, *costs, *capacity));

@@ -197,7 +197,7 @@ absl::StatusOr<std::unique_ptr<stages::Trainer>> CreateTrainerRecomputingToFit(
 std::vector<int> RecomputingStages(const stages::Executor& executor) {
   std::vector<int> stages;
   for (int s = 0; s < executor.num_stages(); ++s) {
-    if (executor.recompute_bytes(s) > 0) stages.push_back(s);
+    if (executor.recomputes(s)) stages.push_back(s);
   }
   return stages;
 }

@@ -28,6 +28,11 @@ std::string QuoteForMessage(std::string_view text, std::size_t max_chars = 40);
 // own way: "bad value 'x' for --flag".
 std::string EscapeForMessage(std::string_view text, std::size_t max_chars = 40);
 
+// The position of the first control character in `text` (C0, DEL, or C1 whether a raw
+// byte 0x80..0x9F or U+0080..U+009F in UTF-8), or npos: what a terminal could take as a
+// command. Other bytes that are not UTF-8 are not controls.
+std::size_t FindControlByte(std::string_view text);
+
 // `value` with as many digits as it takes to read back as the same double, and no more:
 // 1.0000001e+15, 65536.001, 0.1, 2, inf, nan. For messages that quote a number a user
 // gave (absl::StrCat keeps 6 digits, so "--cost-f=1e+15 is not in [0, 1e+15]").

@@ -37,6 +37,7 @@ StageCosts Chunk(const StageCosts& stage, int v) {
   // A recomputing stage keeps only boundary tensors (its input, its output's buffers),
   // which every chunk has whole, and rebuilds the rest of its share of all the stage's
   // activations: kept + rebuilt is what the chunk would keep without recomputation.
+  c.recompute = stage.recomputes();  // also when the chunk's share rebuilds nothing
   if (stage.recompute_bytes > 0) {
     const std::int64_t share = DivideRoundingUp(stage.activation_bytes + stage.recompute_bytes, v);
     c.activation_bytes = std::min(stage.activation_bytes, share);

@@ -118,14 +118,17 @@ absl::Status ParseStageCosts(const json& object, const std::string& key, StageCo
     }
     PS_ASSIGN_OR_RETURN(*target, NonNegativeNumber(value, field_key));
   }
-  if (!costs.recompute && costs.recompute_bytes > 0) {
-    if (object.contains("recompute")) {
+  if (object.contains("recompute")) {
+    if (!costs.recompute && costs.recompute_bytes > 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cost model: %s has recompute_bytes %d but \"recompute\": false; rebuilt bytes come "
           "only with recomputation: give \"recompute\": true, or recompute_bytes 0",
           key, costs.recompute_bytes));
     }
-    costs.recompute = true;  // recompute_bytes > 0 says so (files written before the key)
+  } else if (object.contains("recompute_bytes")) {
+    // The entry's own byte count decides, not a flag inherited from the default: files
+    // written before the key say recomputation by recompute_bytes > 0 alone.
+    costs.recompute = costs.recompute_bytes > 0;
   }
   return absl::OkStatus();
 }

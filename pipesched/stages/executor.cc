@@ -148,12 +148,15 @@ scheduler::StageCosts Executor::WithMemoryCosts(int stage, scheduler::StageCosts
   costs.workspace_bytes = workspace_bytes(stage);
   costs.input_bytes = input_bytes(stage);
   costs.recompute_bytes = recompute_bytes(stage);
+  costs.recompute = recomputes(stage);
   return costs;
 }
 
 std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
 
 std::int64_t Executor::recompute_bytes(int stage) const { return works_[stage]->recompute_bytes(); }
+
+bool Executor::recomputes(int stage) const { return works_[stage]->recomputes(); }
 
 std::int64_t Executor::actions_per_step() const {
   std::int64_t n = 0;
@@ -1371,7 +1374,7 @@ absl::StatusOr<scheduler::CostModel> MeasuredCostModel(
     if (has_b && !has_iw) {
       c.i = c.w = c.b / 2;
       // With recomputation a B runs F again first, which a split would put in I.
-      if (executor.recompute_bytes(s) > 0) {
+      if (executor.recomputes(s)) {
         c.w = std::max(0.0, c.b - c.f) / 2;
         c.i = c.b - c.w;
       }

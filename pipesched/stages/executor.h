@@ -173,6 +173,8 @@ class Executor {
   // What `stage` drops after each F and rebuilds at its backward
   // (StageWork::recompute_bytes); 0 without activation recomputation.
   std::int64_t recompute_bytes(int stage) const;
+  // Whether `stage` recomputes its activations (StageWork::recomputes).
+  bool recomputes(int stage) const;
   // Host actions issued per step (compute actions x D, transfers x D, all-reduces).
   std::int64_t actions_per_step() const;
 

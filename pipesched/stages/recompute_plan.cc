@@ -81,6 +81,7 @@ absl::StatusOr<RecomputePlan> PlanRecompute(const TrainerConfig& config) {
     scheduler::StageCosts without = with;
     without.activation_bytes += with.recompute_bytes;
     without.recompute_bytes = 0;
+    without.recompute = false;
     with.b += with.f;
     with.i += with.f;
     plain.stages.push_back(without);

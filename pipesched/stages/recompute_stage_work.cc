@@ -44,10 +44,9 @@ absl::StatusOr<std::unique_ptr<RecomputeStageWork>> RecomputeStageWork::Create(
   if (inner == nullptr) {
     return absl::InvalidArgumentError("recomputation needs a stage's work to wrap, got none");
   }
-  if (inner->recompute_bytes() > 0) {
+  if (inner->recomputes()) {
     return absl::InvalidArgumentError(
-        "the stage's work recomputes its activations already (recompute_bytes() > 0); wrap it "
-        "once");
+        "the stage's work recomputes its activations already (recomputes()); wrap it once");
   }
   return std::unique_ptr<RecomputeStageWork>(new RecomputeStageWork(std::move(inner)));
 }

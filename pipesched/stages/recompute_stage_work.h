@@ -31,12 +31,13 @@ namespace pipesched::stages {
 
 class RecomputeStageWork final : public ForwardingStageWork {
  public:
-  // InvalidArgument when inner is null or already recomputes (recompute_bytes() > 0).
+  // InvalidArgument when inner is null or already recomputes (recomputes()).
   static absl::StatusOr<std::unique_ptr<RecomputeStageWork>> Create(
       std::unique_ptr<StageWork> inner);
 
   std::int64_t stash_bytes() const override { return 0; }
   std::int64_t recompute_bytes() const override { return inner_->stash_bytes(); }
+  bool recomputes() const override { return true; }
   absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& stream) override;
   absl::Status Forward(const MicrobatchIO& io, runtime::Stream& stream) override;
   absl::Status Backward(const MicrobatchIO& io, runtime::Stream& stream) override;

@@ -107,6 +107,9 @@ class StageWork {
   // stream-ordered). 0 for a stage that keeps its stash from F to backward. What
   // scheduler::StageCosts::recompute_bytes wants.
   virtual std::int64_t recompute_bytes() const { return 0; }
+  // The stage's B and I run its F again first (activation recomputation), even when that
+  // rebuilds nothing; what scheduler::StageCosts::recompute wants.
+  virtual bool recomputes() const { return recompute_bytes() > 0; }
   virtual std::int64_t num_params() const = 0;
 
   // A stash for one micro-batch, usable by work enqueued on `stream` after this call
@@ -158,6 +161,7 @@ class ForwardingStageWork : public StageWork {
   std::int64_t stash_bytes() const override { return inner_->stash_bytes(); }
   std::int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
   std::int64_t recompute_bytes() const override { return inner_->recompute_bytes(); }
+  bool recomputes() const override { return inner_->recomputes(); }
   std::int64_t num_params() const override { return inner_->num_params(); }
   absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream& stream) override {
     return inner_->AllocateStash(stream);

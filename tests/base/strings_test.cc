@@ -46,6 +46,19 @@ TEST(QuoteForMessageTest, HighBytesPassOnlyAsWellFormedUtf8WithoutC1Controls) {
   EXPECT_EQ(QuoteForMessage("ab\xe4\xb8\xad", 3), "\"ab\\xe4...\"");
 }
 
+// What a terminal could take as a command: C0, DEL and C1 (raw or encoded); UTF-8 text
+// and other bytes that are not UTF-8 (a Latin-1 file name) are not.
+TEST(FindControlByteTest, FindsC0DelAndC1Only) {
+  EXPECT_EQ(FindControlByte("1f1b,zb-h1"), std::string_view::npos);
+  EXPECT_EQ(FindControlByte("a\nb"), 1u);
+  EXPECT_EQ(FindControlByte("ab\x7f"), 2u);
+  EXPECT_EQ(FindControlByte("a\x9b[2J"), 1u);       // a raw 8-bit CSI
+  EXPECT_EQ(FindControlByte("ok\xc2\x9b[2J"), 2u);  // U+009B in UTF-8
+  EXPECT_EQ(FindControlByte("caf\xc3\xa9 \xe4\xb8\xad"), std::string_view::npos);
+  EXPECT_EQ(FindControlByte("\xe9t\xe9.csv"), std::string_view::npos);  // Latin-1 "ete"
+  EXPECT_EQ(FindControlByte("\xc2\xa0x"), std::string_view::npos);      // a no-break space
+}
+
 // As many digits as read back to the same double: what a message quotes of a user's number.
 TEST(ShortestNumberTest, ReadsBackAsTheSameDouble) {
   EXPECT_EQ(ShortestNumber(2), "2");

@@ -81,6 +81,19 @@ TEST(CliTest, AHugeValueIsCutInTheMiddleOfItsErrorLine) {
   EXPECT_THAT(r.err, ::testing::StartsWith("pipesched: unknown schedule \"xxx"));
   EXPECT_THAT(r.err, HasSubstr(" bytes cut ...] "));
   EXPECT_THAT(r.err, HasSubstr("known schedules: gpipe, 1f1b"));  // the end of the line is kept
+  // Cut at a character's start: a multi-byte character stays whole (each 0xc3 is followed
+  // by its 0xa9), and bytes that only continue (not UTF-8) do not stop the cut.
+  std::string accents;
+  for (int k = 0; k < 2000; ++k) accents += "\xc3\xa9";
+  r = RunCli({"simulate", "--schedule=" + accents});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.size(), 1100u) << r.err.size();
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\xc3'),
+            std::count(r.err.begin(), r.err.end(), '\xa9'));
+  r = RunCli({"simulate", "--schedule=" + std::string(3000, '\xa0')});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.size(), 1100u) << r.err.size();
+  EXPECT_EQ(CountLines(r.err), 1);
 }
 
 TEST(CliTest, Simulate1F1BPrintsClosedFormNextToSimulated) {
@@ -384,6 +397,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "argument 2, \"--schedule=x\\ny\", holds the control byte \"\\n\" at byte "
                  "13; flags and paths take none"},
         BadInput{{"validate", "f/\x1b[31mred.csv"}, "holds the control byte \"\\x1b\" at byte 3"},
+        BadInput{{"simulate",
+                  "--json=a\x9b"
+                  "b.json"},
+                 "holds the control byte \"\\x9b\" at byte 9"},
         BadInput{{"simulate", "--json="},
                  "--json= has an empty value; give one, or leave the flag out for its default"},
         BadInput{{"train", "--save", ""}, "--save= has an empty value"},
@@ -967,13 +984,18 @@ TEST(CliTest, RecomputationWithoutSizesIsStillSaidAndKept) {
 // A closed form of 0 (one rank) prints as 0, not "-0", and so does a time given as -0.
 TEST(CliTest, NoNegativeZeros) {
   const std::string json = TempPath("no_negative_zero.json");
+  const std::string saved = TempPath("no_negative_zero_schedule.json");
   RunResult r =
       RunCli({"simulate", "--schedule=zb-h1", "--stages=1", "--microbatches=3", "--cost-w=5",
-              "--cost-b=6", "--cost-comm=-0", "--nogrid", "--json=" + json});
+              "--cost-b=6", "--cost-comm=-0", "--cost-zero-grad=-0", "--cost-action-gap=-0",
+              "--nogrid", "--json=" + json, "--schedule-json=" + saved});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr(" 0.0000 (closed form)"));
   EXPECT_THAT(r.out, Not(HasSubstr("-0")));
   EXPECT_THAT(Slurp(json), Not(HasSubstr(": -0")));
+  // The times as given, written into the schedule's cost model.
+  EXPECT_THAT(Slurp(saved), HasSubstr("\"comm\": 0.0"));
+  EXPECT_THAT(Slurp(saved), Not(HasSubstr("-0")));
 }
 
 TEST(CliTest, SimulateRecomputesTheStagesThatNeedIt) {

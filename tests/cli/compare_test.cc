@@ -295,12 +295,12 @@ TEST(CompareTest, ALongSearchIsAnnouncedSoItIsNotTakenForAHang) {
                          "ranks search faster\n"
                          "pipesched: --json=/nonexistent/dir/compare.json:"));
   // With --device-memory an order over it is searched again, bisecting its limit: up to
-  // 1 + 2 x 12 searches for V=1 (M=2048 chunk activations), 1 + 2 x 13 for V=2.
+  // 2 + 2 x 12 searches for V=1 (M=2048 chunk activations), 2 + 2 x 13 for V=2.
   r = RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=1GiB", nowhere});
   EXPECT_THAT(r.err,
               ::testing::StartsWith(
                   "pipesched: note: the search for the searched schedules' orders (each up "
-                  "to 27 times, to fit --device-memory) covers about 836.8 million actions"));
+                  "to 28 times, to fit --device-memory) covers about 868.2 million actions"));
   // A bad size is said first, without the note.
   RunResult size =
       RunCli({"compare", "--stages=512", "--microbatches=2048", "--device-memory=lots"});

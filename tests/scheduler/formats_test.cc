@@ -463,6 +463,41 @@ TEST(ScheduleJsonTest, RoundTripsWithAndWithoutCosts) {
   EXPECT_EQ(ToCostModelJson(step), ToCostModelJson(costs));
 }
 
+// Recomputation is per entry: an entry's own recompute_bytes decides over the default's,
+// and a stage that recomputes with nothing to rebuild keeps saying so through a file.
+TEST(ScheduleJsonTest, RecomputationRoundTripsPerStage) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      const CostModel old,
+      ParseCostModelJson(R"({"default": {"activation_bytes": 100, "recompute_bytes": 4000},
+                             "stages": [{}, {"recompute_bytes": 0}]})"));
+  EXPECT_TRUE(old.stages[0].recomputes());
+  EXPECT_FALSE(old.stages[1].recomputes());
+  PS_ASSERT_OK_AND_ASSIGN(
+      const CostModel flagged,
+      ParseCostModelJson(
+          R"({"default": {"recompute": true}, "stages": [{"f": 2}, {"recompute": false}]})"));
+  EXPECT_TRUE(flagged.stages[0].recomputes());
+  EXPECT_FALSE(flagged.stages[1].recomputes());
+  CostModel mixed;
+  mixed.uniform.recompute_bytes = 4000;
+  mixed.stages.resize(3, mixed.uniform);
+  mixed.stages[1].recompute_bytes = 0;  // does not recompute
+  mixed.stages[2].recompute_bytes = 0;
+  mixed.stages[2].recompute = true;  // recomputes, with nothing to rebuild
+  for (const CostModel* costs : std::vector<const CostModel*>{&old, &flagged, &mixed}) {
+    PS_ASSERT_OK_AND_ASSIGN(const CostModel back, ParseCostModelJson(ToCostModelJson(*costs)));
+    ASSERT_EQ(back.stages.size(), costs->stages.size());
+    EXPECT_EQ(back.uniform.recomputes(), costs->uniform.recomputes());
+    for (std::size_t s = 0; s < costs->stages.size(); ++s) {
+      EXPECT_EQ(back.stages[s].recomputes(), costs->stages[s].recomputes()) << s;
+    }
+  }
+  // The key is written only where bytes cannot say it, so older files keep their form.
+  EXPECT_THAT(ToCostModelJson(old), Not(HasSubstr("\"recompute\"")));
+  EXPECT_THAT(ToCostModelJson(mixed), HasSubstr("\"recompute\": true"));
+  EXPECT_THAT(ToCostModelJson(mixed), HasSubstr("\"recompute\": false"));
+}
+
 TEST(ScheduleJsonTest, LoadDetectsJsonAndNamesFromTheFileWhenUnnamed) {
   const std::string path =
       TempFile("tiny.json",

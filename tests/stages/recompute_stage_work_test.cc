@@ -12,6 +12,7 @@
 #include "pipesched/model/chunk.h"
 #include "pipesched/runtime/runtime.h"
 #include "pipesched/stages/mlp_stage_work.h"
+#include "stages/toy_stage_work.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {
@@ -64,6 +65,18 @@ TEST_F(RecomputeStageWorkTest, RefusesNothingToWrapAndWrappingTwice) {
   PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StageWork> once,
                           RecomputeStageWork::Create(std::move(mlp)));
   EXPECT_THAT(RecomputeStageWork::Create(std::move(once)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("recomputes its activations already")));
+  // A stage whose stash is empty rebuilds nothing, but still runs its F again: it
+  // recomputes all the same, so wrapping it twice is refused too.
+  auto empty = std::make_unique<testing::ToyStage>(0, 1, testing::ToyOptions{.stash_bytes = 0},
+                                                   backend_->device(0));
+  EXPECT_FALSE(empty->recomputes());
+  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StageWork> wrapped,
+                          RecomputeStageWork::Create(std::move(empty)));
+  EXPECT_EQ(wrapped->recompute_bytes(), 0);
+  EXPECT_TRUE(wrapped->recomputes());
+  EXPECT_THAT(RecomputeStageWork::Create(std::move(wrapped)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("recomputes its activations already")));
 }
