@@ -16,9 +16,9 @@
 #include "pipesched/base/status.h"
 #include "pipesched/scheduler/registry.h"
 #include "pipesched/stages/slow_stage_work.h"
-#include "stages/toy_stage_work.h"
 #include "pipesched/stages/trainer.h"
 #include "pipesched/trace/stats.h"
+#include "stages/toy_stage_work.h"
 #include "tests/testing/status_matchers.h"
 
 namespace pipesched::stages {

@@ -20,8 +20,8 @@
 #include "pipesched/scheduler/registry.h"
 #include "pipesched/scheduler/simulator.h"
 #include "pipesched/scheduler/validate.h"
-#include "stages/schedule_cases.h"
 #include "pipesched/stages/trainer.h"
+#include "stages/schedule_cases.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {

@@ -19,9 +19,9 @@
 #include "pipesched/scheduler/registry.h"
 #include "pipesched/scheduler/simulator.h"
 #include "pipesched/stages/bubble_analysis.h"
+#include "pipesched/trace/stats.h"
 #include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
-#include "pipesched/trace/stats.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {
