@@ -1,0 +1,465 @@
+// The in-process and file bootstraps (comm/bootstrap.h).
+//
+// File layout in the rendezvous directory:
+//   job                     rank 0's "pipesched-bootstrap 1\nsize N\n", written atomically
+//                           once the directory exists; the others wait for it
+//   <channel>.<k>.<rank>    what `rank` gave to its k-th AllGather on `channel`: written
+//                           beside as .tmp.<rank>, then hard-linked into place, so a
+//                           reader never sees it half written and a second process with
+//                           the same rank fails to link (EEXIST)
+//   gone.<rank>             written by Close() once `rank` has removed its files
+// Each rank removes its own file of exchange k-1 once exchange k is complete (everyone
+// has then written k, so everyone has finished reading k-1).
+#include "pipesched/comm/bootstrap.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "pipesched/base/file_util.h"
+#include "pipesched/base/status.h"
+#include "pipesched/base/strings.h"
+
+namespace pipesched::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kCloseChannel = "~close";  // not a user channel: '~' is refused
+
+absl::Status CheckChannel(std::string_view channel) {
+  const bool ok = !channel.empty() && channel.size() <= 64 &&
+                  std::all_of(channel.begin(), channel.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("bootstrap channel ", QuoteForMessage(channel),
+                   " is not 1 to 64 characters of letters, digits, '_' and '-'"));
+}
+
+absl::Status CheckRankAndSize(int rank, int size) {
+  if (size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a bootstrap needs at least 1 process, not ", size));
+  }
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for ", size,
+                                                   " processes: use 0 to ", size - 1));
+  }
+  return absl::OkStatus();
+}
+
+std::string MissingRanks(const std::vector<bool>& present) {
+  std::vector<int> missing;
+  for (int r = 0; r < static_cast<int>(present.size()); ++r) {
+    if (!present[r]) missing.push_back(r);
+  }
+  return absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "));
+}
+
+std::optional<Clock::time_point> DeadlineAfter(double seconds) {
+  if (seconds <= 0) return std::nullopt;
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// ---------------------------------------------------------------------------------------
+// In-process
+
+struct Round {
+  explicit Round(int size) : slots(size) {}
+  std::vector<std::optional<std::string>> slots;
+  int arrived = 0;
+  int taken = 0;
+};
+
+struct Group {
+  explicit Group(int size, BootstrapOptions options) : size(size), options(options) {}
+  const int size;
+  const BootstrapOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::pair<std::string, std::int64_t>, Round> rounds;
+  std::atomic<bool> aborted{false};
+};
+
+class InProcessBootstrap final : public Bootstrap {
+ public:
+  InProcessBootstrap(std::shared_ptr<Group> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+  std::string_view kind() const override { return "in-process"; }
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size; }
+
+  absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
+                                                     std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(CheckChannel(channel));
+    return Exchange(channel, bytes);
+  }
+
+  void Abort() override {
+    {
+      std::lock_guard<std::mutex> lock(group_->mu);
+      group_->aborted.store(true, std::memory_order_release);
+    }
+    group_->cv.notify_all();
+  }
+
+  absl::Status Close() override {
+    if (closed_) return absl::OkStatus();
+    PS_RETURN_IF_ERROR(Exchange(kCloseChannel, "").status());
+    closed_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
+                                                    std::string_view bytes) {
+    if (closed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bootstrap rank ", rank_, ": AllGather after Close()"));
+    }
+    Group& g = *group_;
+    std::int64_t k;
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      k = next_[std::string(channel)]++;
+    }
+    const auto key = std::make_pair(std::string(channel), k);
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(g.options.timeout_seconds);
+    std::unique_lock<std::mutex> lock(g.mu);
+    auto cancelled = [&] {
+      return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
+                                               Absl(channel), "' (exchange ", k, ")"));
+    };
+    if (g.aborted.load(std::memory_order_acquire)) return cancelled();
+    Round& round = g.rounds.try_emplace(key, g.size).first->second;
+    round.slots[rank_] = std::string(bytes);
+    if (++round.arrived == g.size) g.cv.notify_all();
+    auto ready = [&] {
+      return round.arrived == g.size || g.aborted.load(std::memory_order_acquire);
+    };
+    bool in_time = true;
+    if (deadline.has_value()) {
+      in_time = g.cv.wait_until(lock, *deadline, ready);
+    } else {
+      g.cv.wait(lock, ready);
+    }
+    if (round.arrived == g.size) {
+      std::vector<std::string> out;
+      out.reserve(g.size);
+      for (const std::optional<std::string>& slot : round.slots) out.push_back(*slot);
+      if (++round.taken == g.size) g.rounds.erase(key);
+      return out;
+    }
+    if (!in_time) {
+      std::vector<bool> present;
+      for (const std::optional<std::string>& slot : round.slots) {
+        present.push_back(slot.has_value());
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("in-process bootstrap: rank ", rank_, " waited ", g.options.timeout_seconds,
+                       " s on channel '", Absl(channel), "' (exchange ", k, ") for ",
+                       MissingRanks(present), " (not started, or failed earlier?)"));
+    }
+    return cancelled();
+  }
+
+  std::shared_ptr<Group> group_;
+  const int rank_;
+  std::mutex seq_mu_;
+  std::map<std::string, std::int64_t, std::less<>> next_;
+  bool closed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------
+// File
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+class FileBootstrap final : public Bootstrap {
+ public:
+  FileBootstrap(std::filesystem::path dir, int rank, int size, BootstrapOptions options)
+      : dir_(std::move(dir)), rank_(rank), size_(size), options_(options) {}
+  std::string_view kind() const override { return "file"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // Rank 0 makes the directory and its job file; the others wait for the job file.
+  absl::Status Join() {
+    const std::string job = (dir_ / "job").string();
+    const std::string expected = absl::StrCat("pipesched-bootstrap 1\nsize ", size_, "\n");
+    if (rank_ == 0) {
+      if (::mkdir(dir_.c_str(), 0755) != 0) {
+        const int err = errno;
+        if (err == EEXIST) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "rendezvous directory ", QuoteForMessage(dir_.string(), 200),
+              " exists (an earlier run that did not close left it?): remove it, or give every "
+              "run a new path"));
+        }
+        return absl::FailedPreconditionError(absl::StrCat("cannot create rendezvous directory ",
+                                                          QuoteForMessage(dir_.string(), 200), ": ",
+                                                          ErrnoText(err)));
+      }
+      return WriteFileAtomic(job, expected);
+    }
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
+    for (Backoff wait; !Exists(job);) {
+      if (aborted_.load(std::memory_order_acquire)) {
+        return absl::CancelledError(
+            absl::StrCat("file bootstrap rank ", rank_, ": aborted while waiting for rank 0"));
+      }
+      if (deadline.has_value() && Clock::now() >= *deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("file bootstrap rank ", rank_, ": rank 0 did not create ",
+                         QuoteForMessage(dir_.string(), 200), " within ", options_.timeout_seconds,
+                         " s (is rank 0 running, with the same rendezvous path?)"));
+      }
+      wait.Sleep();
+    }
+    PS_ASSIGN_OR_RETURN(const std::string got, ReadFile(job, 4096));
+    if (got != expected) {
+      std::string theirs = got;
+      if (const std::size_t at = theirs.find("size "); at != std::string::npos) {
+        theirs = theirs.substr(at + 5);
+        if (!theirs.empty() && theirs.back() == '\n') theirs.pop_back();
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, " was started for ", size_, " processes, but rank 0 made ",
+                       QuoteForMessage(dir_.string(), 200), " for ", QuoteForMessage(theirs),
+                       ": give every process the same number of processes"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
+                                                     std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(CheckChannel(channel));
+    return Exchange(channel, bytes);
+  }
+
+  void Abort() override { aborted_.store(true, std::memory_order_release); }
+
+  absl::Status Close() override {
+    if (closed_) return absl::OkStatus();
+    PS_RETURN_IF_ERROR(Exchange(kCloseChannel, "").status());
+    closed_ = true;
+    // Every rank has reached Close, so every other exchange has been read by everyone.
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      for (const auto& [channel, next] : next_) {
+        if (channel != kCloseChannel) (void)::unlink(FileOf(channel, next - 1, rank_).c_str());
+      }
+    }
+    PS_RETURN_IF_ERROR(PutFile((dir_ / absl::StrCat("gone.", rank_)).string(), ""));
+    if (rank_ != 0) return absl::OkStatus();
+    // Rank 0 waits until every rank has read the close exchange, then removes the rest.
+    std::vector<bool> gone(size_, false);
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
+    for (Backoff wait;;) {
+      for (int r = 0; r < size_; ++r) {
+        if (!gone[r]) gone[r] = Exists((dir_ / absl::StrCat("gone.", r)).string());
+      }
+      if (std::all_of(gone.begin(), gone.end(), [](bool g) { return g; })) break;
+      if (deadline.has_value() && Clock::now() >= *deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("file bootstrap: rank 0 waited ", options_.timeout_seconds, " s for ",
+                         MissingRanks(gone), " to close; ", QuoteForMessage(dir_.string(), 200),
+                         " is left behind: remove it"));
+      }
+      wait.Sleep();
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot remove rendezvous directory ",
+                                              QuoteForMessage(dir_.string(), 200), ": ",
+                                              ec.message()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Sleeps 0.1 ms, doubling up to 20 ms: quick when the others are close behind,
+  // cheap when they are far.
+  struct Backoff {
+    std::chrono::microseconds next{100};
+    void Sleep() {
+      std::this_thread::sleep_for(next);
+      next = std::min<std::chrono::microseconds>(next * 2, std::chrono::milliseconds(20));
+    }
+  };
+
+  static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+  std::string FileOf(std::string_view channel, std::int64_t k, int rank) const {
+    return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", rank)).string();
+  }
+
+  // Writes `content` beside `path` and links it into place: readers see all or nothing,
+  // and a file already at `path` (a second process with this rank) is an error.
+  absl::Status PutFile(const std::string& path, std::string_view content) {
+    const std::string tmp =
+        (dir_ / absl::StrCat(".tmp.", rank_, ".", ::getpid(), ".", tmp_counter_++)).string();
+    {
+      ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (fd.get() < 0) {
+        return absl::InternalError(absl::StrCat("file bootstrap: cannot create ",
+                                                QuoteForMessage(tmp, 200), ": ", ErrnoText(errno)));
+      }
+      std::size_t done = 0;
+      while (done < content.size()) {
+        const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int err = errno;
+          (void)::unlink(tmp.c_str());
+          return absl::InternalError(absl::StrCat("file bootstrap: cannot write ",
+                                                  QuoteForMessage(tmp, 200), ": ", ErrnoText(err)));
+        }
+        done += static_cast<std::size_t>(n);
+      }
+    }
+    const int linked = ::link(tmp.c_str(), path.c_str());
+    const int err = errno;
+    (void)::unlink(tmp.c_str());
+    if (linked == 0) return absl::OkStatus();
+    if (err == EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "file bootstrap: ", QuoteForMessage(path, 200), " exists: another process is rank ",
+          rank_, " too; give each process its own rank"));
+    }
+    return absl::InternalError(absl::StrCat("file bootstrap: cannot link ",
+                                            QuoteForMessage(path, 200), ": ", ErrnoText(err)));
+  }
+
+  absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
+                                                    std::string_view bytes) {
+    if (closed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bootstrap rank ", rank_, ": AllGather after Close()"));
+    }
+    std::int64_t k;
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      k = next_[std::string(channel)]++;
+    }
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
+    PS_RETURN_IF_ERROR(PutFile(FileOf(channel, k, rank_), bytes));
+    std::vector<std::string> out(size_);
+    std::vector<bool> have(size_, false);
+    out[rank_] = std::string(bytes);
+    have[rank_] = true;
+    for (Backoff wait;;) {
+      for (int r = 0; r < size_; ++r) {
+        if (have[r]) continue;
+        const std::string path = FileOf(channel, k, r);
+        if (!Exists(path)) continue;
+        PS_ASSIGN_OR_RETURN(out[r], ReadFile(path));
+        have[r] = true;
+      }
+      if (std::all_of(have.begin(), have.end(), [](bool h) { return h; })) break;
+      if (aborted_.load(std::memory_order_acquire)) {
+        return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
+                                                 ": aborted on channel '", Absl(channel),
+                                                 "' (exchange ", k, ")"));
+      }
+      if (deadline.has_value() && Clock::now() >= *deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "file bootstrap ", QuoteForMessage(dir_.string(), 200), ": rank ", rank_, " waited ",
+            options_.timeout_seconds, " s on channel '", Absl(channel), "' (exchange ", k, ") for ",
+            MissingRanks(have), " (not started, failed earlier, or given another path?)"));
+      }
+      wait.Sleep();
+    }
+    if (k > 0) (void)::unlink(FileOf(channel, k - 1, rank_).c_str());
+    return out;
+  }
+
+  const std::filesystem::path dir_;
+  const int rank_;
+  const int size_;
+  const BootstrapOptions options_;
+  std::atomic<bool> aborted_{false};
+  std::mutex seq_mu_;
+  std::map<std::string, std::int64_t, std::less<>> next_;
+  std::atomic<std::int64_t> tmp_counter_{0};
+  bool closed_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> Broadcast(Bootstrap& bootstrap, std::string_view channel,
+                                      std::string_view bytes, int root) {
+  if (root < 0 || root >= bootstrap.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast root ", root, " is out of range for ", bootstrap.size(), " ranks"));
+  }
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                      bootstrap.AllGather(channel, bootstrap.rank() == root ? bytes : ""));
+  return std::move(all[root]);
+}
+
+absl::Status Barrier(Bootstrap& bootstrap, std::string_view channel) {
+  return bootstrap.AllGather(channel, "").status();
+}
+
+absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std::string_view what,
+                            std::string_view bytes) {
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all, bootstrap.AllGather(channel, bytes));
+  for (int r = 1; r < static_cast<int>(all.size()); ++r) {
+    if (all[r] == all[0]) continue;
+    const bool printable = all[r].size() <= 200 && all[0].size() <= 200 &&
+                           FindControlByte(all[r]) == std::string_view::npos &&
+                           FindControlByte(all[0]) == std::string_view::npos;
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", r, "'s ", Absl(what), " differs from rank 0's",
+                     printable ? absl::StrCat(" (", QuoteForMessage(all[r], 200), " against ",
+                                              QuoteForMessage(all[0], 200), ")")
+                               : std::string(),
+                     ": start every process with the same flags"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstraps(
+    int size, const BootstrapOptions& options) {
+  PS_RETURN_IF_ERROR(CheckRankAndSize(0, size));
+  auto group = std::make_shared<Group>(size, options);
+  std::vector<std::unique_ptr<Bootstrap>> out;
+  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<InProcessBootstrap>(group, r));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string& dir, int rank,
+                                                               int size,
+                                                               const BootstrapOptions& options) {
+  PS_RETURN_IF_ERROR(CheckRankAndSize(rank, size));
+  if (dir.empty()) {
+    return absl::InvalidArgumentError("the rendezvous directory is empty: give a path");
+  }
+  auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
+  PS_RETURN_IF_ERROR(bootstrap->Join());
+  return std::unique_ptr<Bootstrap>(std::move(bootstrap));
+}
+
+}  // namespace pipesched::comm

@@ -1,0 +1,93 @@
+// Bootstrap: how the processes of one job find each other before any communicator
+// exists. Ranks exchange small byte strings: an NCCL unique id (ncclCommInitRank), a
+// configuration to check for agreement, or, for the host backend's emulation of a
+// collective across processes, the buffers themselves (comm/all_reduce.h).
+//
+// Kinds (DESIGN.md, "Distributed scale"):
+//   in-process: the ranks are threads of one process (tests; an embedder that runs ranks
+//               as threads);
+//   file:       a directory every rank can see (one host, or a shared file system);
+//               rank 0 creates it, and removes it when every rank has closed;
+//   MPI:        not built (pipesched does not depend on MPI); an embedder that has MPI
+//               implements Bootstrap over MPI_Allgather in a few lines.
+//
+// The contract of AllGather is the one collectives have: every rank calls it with the
+// same channel the same number of times, and the k-th call on a channel returns what
+// each rank gave to its k-th call on that channel. Channels are independent, so threads
+// may exchange on different channels at once (one all-reduce per pipeline stage, each on
+// its own comm stream); calls on one channel must not overlap within one rank. A call
+// blocks until every rank has made it, so one thread's calls on several channels must
+// come in the same order on every rank.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pipesched::comm {
+
+struct BootstrapOptions {
+  // How long one exchange waits for the other ranks before failing with
+  // DeadlineExceeded naming the ranks that have not arrived (a rank that failed, or was
+  // never started). 0 = until Abort().
+  double timeout_seconds = 300;
+};
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual std::string_view kind() const = 0;  // "in-process", "file"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // What each rank gave, indexed by rank (this rank's own bytes included). `channel`:
+  // 1 to 64 characters of [A-Za-z0-9_-] (InvalidArgument otherwise). DeadlineExceeded
+  // after BootstrapOptions::timeout_seconds, naming the missing ranks; Cancelled once
+  // Abort() was called; InvalidArgument for a call after Close().
+  virtual absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
+                                                             std::string_view bytes) = 0;
+
+  // For a watchdog that gave up: exchanges waiting now, and every later call, fail with
+  // Cancelled. Thread-safe; returns at once.
+  virtual void Abort() = 0;
+
+  // Leaves the job once every rank's exchanges are over: a barrier, then each rank's
+  // files are removed (file: rank 0 removes the directory once every rank has left).
+  // Every rank calls it once, with no exchange in flight. Without it (a failed run) the
+  // file kind leaves its directory behind, and the next run's rank 0 refuses it.
+  virtual absl::Status Close() = 0;
+};
+
+// `root`'s bytes on every rank (AllGather; every rank passes its own, which only the
+// root's are taken from). InvalidArgument for a root outside [0, size).
+absl::StatusOr<std::string> Broadcast(Bootstrap& bootstrap, std::string_view channel,
+                                      std::string_view bytes, int root);
+
+// Returns once every rank has called it on `channel` (AllGather of nothing).
+absl::Status Barrier(Bootstrap& bootstrap, std::string_view channel);
+
+// Every rank's `bytes` agree, or FailedPrecondition naming the first rank whose differ
+// from rank 0's, and `what` ("the configuration") with both values when they are short
+// printable text. For checking that every process was started with the same flags.
+absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std::string_view what,
+                            std::string_view bytes);
+
+// `size` bootstraps linked in memory; element r is rank r. InvalidArgument for size < 1.
+absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstraps(
+    int size, const BootstrapOptions& options = {});
+
+// Rank `rank` of `size` meeting in directory `dir`. Rank 0 creates `dir` (its parent
+// must exist) and refuses one that exists already: "... exists (an earlier run that did
+// not close left it?): remove it, or give every run a new path". The other ranks wait
+// for rank 0 (up to the timeout) and check that it was started with the same size. A
+// second process with the same rank is refused by the first exchange. Rank or size out
+// of range: InvalidArgument. Returns once rank 0's directory is there; the first
+// AllGather is where every rank meets.
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
+    const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
+
+}  // namespace pipesched::comm

@@ -1,0 +1,237 @@
+// comm/bootstrap.h: ranks (threads here) exchange bytes in call order per channel,
+// channels are independent, the file kind meets in a directory it creates and removes,
+// and every way of getting it wrong (a missing rank, a second process with one rank, a
+// different size, a directory left behind, an abort) is an error naming the problem.
+#include "pipesched/comm/bootstrap.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::comm {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A path that does not exist yet, unique to this process and test.
+std::string FreshDir(const std::string& name) {
+  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) /
+                                     absl::StrCat("bootstrap_test_", ::getpid(), "_", name);
+  std::filesystem::remove_all(path);
+  return path.string();
+}
+
+// Runs body(rank) on `size` threads at once and joins them.
+template <typename Body>
+void OnThreads(int size, Body body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) threads.emplace_back([&body, r] { body(r); });
+  for (std::thread& t : threads) t.join();
+}
+
+// Each rank exchanges "<channel><rank>:<k>" three times on each of two channels, one
+// thread per channel, the threads of different ranks staggered differently; the k-th
+// call on a channel returns every rank's k-th bytes on it, whatever the other channel
+// does meanwhile (one stage's all-reduce never waits for another's).
+void ExpectOrderedExchanges(std::vector<std::unique_ptr<Bootstrap>>& ranks) {
+  const int size = static_cast<int>(ranks.size());
+  // [rank][channel][k] -> by rank
+  std::vector<std::vector<std::vector<std::vector<std::string>>>> got(
+      size, std::vector<std::vector<std::vector<std::string>>>(2));
+  OnThreads(size * 2, [&](int t) {
+    const int r = t / 2;
+    const int c = t % 2;
+    const std::string channel = c == 0 ? "a" : "b";
+    for (int k = 0; k < 3; ++k) {
+      if ((r + k + c) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      auto all = ranks[r]->AllGather(channel, absl::StrCat(channel, r, ":", k));
+      ASSERT_TRUE(all.ok()) << all.status();
+      got[r][c].push_back(*all);
+    }
+  });
+  for (int r = 0; r < size; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      const std::string channel = c == 0 ? "a" : "b";
+      ASSERT_EQ(got[r][c].size(), 3u);
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(got[r][c][k].size(), static_cast<std::size_t>(size));
+        for (int from = 0; from < size; ++from) {
+          EXPECT_EQ(got[r][c][k][from], absl::StrCat(channel, from, ":", k))
+              << "rank " << r << " channel " << channel << " call " << k << " from " << from;
+        }
+      }
+    }
+  }
+}
+
+TEST(InProcessBootstrapTest, ExchangesInCallOrderPerChannel) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(4));
+  ASSERT_EQ(ranks.size(), 4u);
+  EXPECT_EQ(ranks[2]->rank(), 2);
+  EXPECT_EQ(ranks[2]->size(), 4);
+  EXPECT_EQ(ranks[0]->kind(), "in-process");
+  ExpectOrderedExchanges(ranks);
+  OnThreads(4, [&](int r) { EXPECT_TRUE(ranks[r]->Close().ok()); });
+  EXPECT_THAT(ranks[0]->AllGather("a", "late"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after Close()")));
+}
+
+TEST(InProcessBootstrapTest, BroadcastAndAgreement) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(3));
+  std::vector<std::string> got(3);
+  std::vector<absl::Status> agreed(3), differ(3);
+  OnThreads(3, [&](int r) {
+    auto b = Broadcast(*ranks[r], "id", absl::StrCat("from ", r), 1);
+    got[r] = b.ok() ? *b : b.status().ToString();
+    agreed[r] = CheckAgreement(*ranks[r], "cfg", "configuration", "P=2 M=8");
+    differ[r] = CheckAgreement(*ranks[r], "cfg", "configuration", r == 2 ? "P=4 M=8" : "P=2 M=8");
+  });
+  EXPECT_THAT(got, ElementsAre("from 1", "from 1", "from 1"));
+  for (int r = 0; r < 3; ++r) {
+    PS_EXPECT_OK(agreed[r]);
+    EXPECT_THAT(differ[r], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr("rank 2's configuration differs from rank 0's "
+                                              "(\"P=4 M=8\" against \"P=2 M=8\")")));
+  }
+  EXPECT_THAT(Broadcast(*ranks[0], "id", "", 3),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("root 3 is out of range")));
+}
+
+TEST(InProcessBootstrapTest, TimeoutNamesTheMissingRanks) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(4, {.timeout_seconds = 0.2}));
+  std::vector<absl::Status> got(4);
+  OnThreads(4, [&](int r) {
+    if (r == 1 || r == 3) return;  // never arrive
+    got[r] = ranks[r]->AllGather("grad-0", "x").status();
+  });
+  EXPECT_THAT(got[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               HasSubstr("channel 'grad-0' (exchange 0) for ranks 1, 3")));
+  EXPECT_THAT(got[2], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("ranks 1, 3")));
+}
+
+TEST(InProcessBootstrapTest, AbortReleasesAWaitingRank) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(2, {.timeout_seconds = 0}));
+  absl::Status waited;
+  std::thread waiter([&] { waited = ranks[0]->AllGather("x", "y").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ranks[1]->Abort();
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
+  EXPECT_THAT(ranks[1]->AllGather("x", "y"),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
+}
+
+TEST(BootstrapTest, BadArgumentsAreRefused) {
+  EXPECT_THAT(CreateInProcessBootstraps(0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1 process")));
+  EXPECT_THAT(CreateFileBootstrap(FreshDir("range"), 2, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 2 is out of range for 2 processes: use 0 to 1")));
+  EXPECT_THAT(CreateFileBootstrap("", 0, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("give a path")));
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(1));
+  for (std::string_view channel : {"", "a/b", "~close", "a b"}) {
+    EXPECT_THAT(ranks[0]->AllGather(channel, ""),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("is not 1 to 64 characters of letters, digits")))
+        << channel;
+  }
+  // One rank alone needs nobody.
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> alone, ranks[0]->AllGather("x", "only"));
+  EXPECT_THAT(alone, ElementsAre("only"));
+}
+
+TEST(FileBootstrapTest, ExchangesInCallOrderAndRemovesItsDirectory) {
+  const std::string dir = FreshDir("exchange");
+  std::vector<std::unique_ptr<Bootstrap>> ranks(3);
+  // Rank 0 starts last: the others wait for its directory.
+  OnThreads(3, [&](int r) {
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto b = CreateFileBootstrap(dir, r, 3, {.timeout_seconds = 30});
+    ASSERT_TRUE(b.ok()) << b.status();
+    ranks[r] = std::move(b).value();
+  });
+  ASSERT_TRUE(ranks[0] && ranks[1] && ranks[2]);
+  EXPECT_EQ(ranks[1]->kind(), "file");
+  ExpectOrderedExchanges(ranks);
+  // A large exchange (a host all-reduce sends gradients this way) arrives whole.
+  const std::string big(3 << 20, 'g');
+  OnThreads(3, [&](int r) {
+    auto all = ranks[r]->AllGather("big", r == 1 ? big : "small");
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ((*all)[1].size(), big.size());
+    EXPECT_EQ((*all)[2], "small");
+  });
+  std::vector<absl::Status> closed(3);
+  OnThreads(3, [&](int r) { closed[r] = ranks[r]->Close(); });
+  for (const absl::Status& s : closed) PS_EXPECT_OK(s);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " left behind";
+}
+
+TEST(FileBootstrapTest, ALeftoverDirectoryIsRefused) {
+  const std::string dir = FreshDir("leftover");
+  std::filesystem::create_directory(dir);
+  EXPECT_THAT(CreateFileBootstrap(dir, 0, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("exists (an earlier run that did not close left it?): remove "
+                                 "it, or give every run a new path")));
+  std::filesystem::remove_all(dir);
+  EXPECT_THAT(CreateFileBootstrap(FreshDir("no_parent") + "/below", 0, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cannot create rendezvous directory")));
+}
+
+TEST(FileBootstrapTest, RanksStartedForDifferentSizesAreRefused) {
+  const std::string dir = FreshDir("sizes");
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2));
+  EXPECT_THAT(CreateFileBootstrap(dir, 1, 3, {.timeout_seconds = 5}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 1 was started for 3 processes, but rank 0 made")));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileBootstrapTest, ASecondProcessWithOneRankIsRefused) {
+  const std::string dir = FreshDir("duplicate");
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 0.3}));
+  PS_ASSERT_OK_AND_ASSIGN(auto one, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}));
+  PS_ASSERT_OK_AND_ASSIGN(auto again, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}));
+  // `one` writes its part of the first exchange and waits for rank 0, which never comes.
+  EXPECT_THAT(one->AllGather("join", "a"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("rank 1 waited 0.3 s on channel 'join' (exchange 0) for rank 0")));
+  EXPECT_THAT(again->AllGather("join", "b"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("exists: another process is rank 1 too; give each process its "
+                                 "own rank")));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileBootstrapTest, RankZeroMissingIsATimeoutAndAbortCancels) {
+  const std::string dir = FreshDir("missing");
+  EXPECT_THAT(CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.2}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 0 did not create")));
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 0}));
+  absl::Status waited;
+  std::thread waiter([&] { waited = zero->AllGather("x", "y").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  zero->Abort();
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted on channel 'x'")));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pipesched::comm
