@@ -20,11 +20,13 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/runtime/runtime.h"
 
 namespace pipesched::comm {
@@ -65,11 +67,29 @@ struct AllReducerOptions {
   // with DeadlineExceeded (a participant whose stream failed earlier may never arrive);
   // 0 = until Abort(). The executor passes its step timeout.
   double timeout_seconds = 120;
+  // Data parallelism across processes (comm/bootstrap.h), not owned; null: this process
+  // holds every participant. With it, every process creates its reducer over its own
+  // participants (the same number in each) with the same `channel`, and each call
+  // averages over all of them: size() x processes->size() participants, process rank
+  // major (process q's participant i is participant q * size() + i). Every process
+  // issues the same calls in the same order.
+  //   host: the last local participant to arrive sends the local buffers to the other
+  //         processes through the bootstrap (an emulation: bytes through files for the
+  //         file kind) and sums all of them in that global order, so the result has the
+  //         same bits as one process holding every participant;
+  //   CUDA: one NCCL communicator over every process's GPUs, created with
+  //         ncclCommInitRank, its id sent by the bootstrap.
+  // Abort() aborts the bootstrap too.
+  Bootstrap* processes = nullptr;
+  std::string channel = "all-reduce";  // the bootstrap channel, one per reducer
 };
 
-// One communicator over `devices` (participant i on devices[i]; devices may repeat).
-// InvalidArgument for an empty list or devices of different backends; Unavailable for
-// CUDA devices when built without CUDA or NCCL.
+// One communicator over `devices` (participant i on devices[i]; devices may repeat), and
+// over the other processes' participants with options.processes. InvalidArgument for an
+// empty list or devices of different backends; Unavailable for CUDA devices when built
+// without CUDA or NCCL; with processes, the bootstrap's errors (the CUDA kind exchanges
+// its NCCL id here) and FailedPrecondition when the processes hold different numbers of
+// participants.
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
     const std::vector<runtime::Device*>& devices, const AllReducerOptions& options = {});
 

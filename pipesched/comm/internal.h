@@ -16,7 +16,7 @@ std::unique_ptr<AllReducer> CreateHostAllReducer(int size, const AllReducerOptio
 #ifdef PIPESCHED_HAS_CUDA
 std::unique_ptr<Transport> CreateCudaPeerTransport();
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
-    const std::vector<runtime::Device*>& devices);
+    const std::vector<runtime::Device*>& devices, const AllReducerOptions& options);
 #endif
 
 }  // namespace pipesched::comm::internal

@@ -2,13 +2,21 @@
 // stream; the in-process all-reduce averages across replicas with NCCL's semantics (no
 // participant's stream proceeds past its part before the reduction is done), calls
 // stay ordered, and misuse is an error.
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipesched/comm/all_reduce.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/comm/transport.h"
 #include "pipesched/runtime/runtime.h"
 #include "pipesched/version.h"
@@ -171,6 +179,139 @@ TEST(HostAllReduceTest, MisuseIsAnError) {
   std::vector<ReducePart> one = {{.data = r.buffers[0].as<float>(), .stream = r.streams[0].get()}};
   EXPECT_THAT(reducer->AllReduceAverage(one, 4),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("given 1 parts")));
+}
+
+// Inputs of mixed magnitudes, so that a different summation order changes the bits.
+std::vector<float> MixedInput(int participant, int count) {
+  std::vector<float> v(count);
+  for (int k = 0; k < count; ++k) {
+    const float scale = (k + participant) % 3 == 0 ? 1e6f : ((k % 5 == 0) ? 1e-3f : 1.0f);
+    v[k] = scale * (static_cast<float>((participant * 7919 + k * 104729) % 1000) / 997.0f - 0.5f);
+  }
+  return v;
+}
+
+// Runs one all-reduce of MixedInput over `per_process` participants in each of the
+// processes (threads here, each with its own host backend and bootstrap rank) and
+// returns every participant's result, process rank major.
+std::vector<std::vector<float>> ReduceAcrossProcesses(
+    std::vector<std::unique_ptr<Bootstrap>>& processes, int per_process, int count) {
+  const int num = static_cast<int>(processes.size());
+  std::vector<std::vector<float>> out(num * per_process);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < num; ++q) {
+    threads.emplace_back([&, q] {
+      Replicas r = MakeReplicas(per_process, count);
+      auto reducer =
+          CreateAllReducer(r.devices, {.processes = processes[q].get(), .channel = "stage-0"});
+      ASSERT_TRUE(reducer.ok()) << reducer.status();
+      EXPECT_EQ((*reducer)->size(), per_process);
+      std::vector<ReducePart> parts;
+      for (int i = 0; i < per_process; ++i) {
+        std::vector<float> init = MixedInput(q * per_process + i, count);
+        ASSERT_TRUE(r.devices[i]
+                        ->CopyFromHost(r.buffers[i].data(), init.data(), count * sizeof(float))
+                        .ok());
+        parts.push_back({.data = r.buffers[i].as<float>(), .stream = r.streams[i].get()});
+      }
+      ASSERT_TRUE((*reducer)->AllReduceAverage(parts, count).ok());
+      for (int i = 0; i < per_process; ++i) {
+        ASSERT_TRUE(r.streams[i]->Synchronize().ok());
+        std::vector<float>& got = out[q * per_process + i];
+        got.resize(count);
+        ASSERT_TRUE(
+            r.devices[i]->CopyToHost(got.data(), r.buffers[i].data(), count * sizeof(float)).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+TEST(HostAllReduceTest, AcrossProcessesHasTheBitsOfOneProcess) {
+  constexpr int kCount = 1001;
+  // One process holding all 4 participants.
+  Replicas one = MakeReplicas(4, kCount);
+  PS_ASSERT_OK_AND_ASSIGN(auto reducer, CreateAllReducer(one.devices));
+  std::vector<ReducePart> parts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<float> init = MixedInput(i, kCount);
+    PS_ASSERT_OK(
+        one.devices[i]->CopyFromHost(one.buffers[i].data(), init.data(), kCount * sizeof(float)));
+    parts.push_back({.data = one.buffers[i].as<float>(), .stream = one.streams[i].get()});
+  }
+  PS_ASSERT_OK(reducer->AllReduceAverage(parts, kCount));
+  for (auto& s : one.streams) PS_ASSERT_OK(s->Synchronize());
+  std::vector<float> want(kCount);
+  PS_ASSERT_OK(
+      one.devices[0]->CopyToHost(want.data(), one.buffers[0].data(), kCount * sizeof(float)));
+  // A different order of the same sum differs somewhere: the bits below are a real check.
+  std::vector<float> reversed(kCount);
+  for (int k = 0; k < kCount; ++k) {
+    float sum = MixedInput(3, kCount)[k];
+    for (int i = 2; i >= 0; --i) sum += MixedInput(i, kCount)[k];
+    reversed[k] = sum * 0.25f;
+  }
+  ASSERT_NE(reversed, want);
+
+  // 2 processes x 2 participants, and 4 x 1, through both bootstrap kinds.
+  for (const auto& [num, per] : {std::pair{2, 2}, std::pair{4, 1}}) {
+    PS_ASSERT_OK_AND_ASSIGN(auto in_process, CreateInProcessBootstraps(num));
+    for (const std::vector<float>& got : ReduceAcrossProcesses(in_process, per, kCount)) {
+      ASSERT_EQ(got, want) << num << " in-process ranks of " << per;
+    }
+    const std::string dir = (std::filesystem::path(::testing::TempDir()) /
+                             absl::StrCat("comm_test_", ::getpid(), "_", num))
+                                .string();
+    std::filesystem::remove_all(dir);
+    std::vector<std::unique_ptr<Bootstrap>> files(num);
+    for (int q = 0; q < num; ++q) {
+      PS_ASSERT_OK_AND_ASSIGN(files[q], CreateFileBootstrap(dir, q, num));
+    }
+    for (const std::vector<float>& got : ReduceAcrossProcesses(files, per, kCount)) {
+      ASSERT_EQ(got, want) << num << " file ranks of " << per;
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(HostAllReduceTest, AcrossProcessesRefusesUnequalParticipantsAndFailsWithoutAPeer) {
+  PS_ASSERT_OK_AND_ASSIGN(auto processes, CreateInProcessBootstraps(2, {.timeout_seconds = 0.3}));
+  std::vector<absl::Status> created(2);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 2; ++q) {
+    threads.emplace_back([&, q] {
+      Replicas r = MakeReplicas(q + 1, 4);
+      created[q] = CreateAllReducer(r.devices, {.processes = processes[q].get()}).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(created[0],
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 1's all-reduce participants differs from rank 0's "
+                                 "(\"2 host devices\" against \"1 host devices\")")));
+
+  // A process whose peer never comes: its streams fail once the bootstrap gives up, and
+  // the local participant still waiting is released with the reason.
+  PS_ASSERT_OK_AND_ASSIGN(auto alone, CreateInProcessBootstraps(2, {.timeout_seconds = 0.3}));
+  Replicas r = MakeReplicas(2, 4);
+  // The agreement check is an exchange too: rank 1 takes part in it, then never reduces.
+  std::thread peer([&] {
+    Replicas theirs = MakeReplicas(2, 4);
+    EXPECT_TRUE(CreateAllReducer(theirs.devices, {.processes = alone[1].get()}).ok());
+  });
+  PS_ASSERT_OK_AND_ASSIGN(auto reducer, CreateAllReducer(r.devices, {.processes = alone[0].get()}));
+  peer.join();
+  std::vector<ReducePart> parts;
+  for (int i = 0; i < 2; ++i) {
+    parts.push_back({.data = r.buffers[i].as<float>(), .stream = r.streams[i].get()});
+  }
+  PS_ASSERT_OK(reducer->AllReduceAverage(parts, 4));
+  std::vector<absl::Status> synced;
+  for (auto& s : r.streams) synced.push_back(s->Synchronize());
+  const std::string both = synced[0].ToString() + " | " + synced[1].ToString();
+  EXPECT_THAT(both, HasSubstr("waited 0.3 s on channel 'all-reduce' (exchange 1) for rank 1"));
+  EXPECT_THAT(both, HasSubstr("gives up: participant"));
 }
 
 TEST(CudaCommTest, UnavailableWithoutCuda) {

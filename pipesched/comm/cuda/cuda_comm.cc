@@ -5,11 +5,14 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "pipesched/base/cuda_check.h"
 #include "pipesched/base/nccl_check.h"
@@ -56,10 +59,12 @@ class CudaPeerTransport final : public Transport {
 class NcclAllReducer final : public AllReducer {
  public:
   static absl::StatusOr<std::unique_ptr<AllReducer>> Create(
-      const std::vector<runtime::Device*>& devices) {
+      const std::vector<runtime::Device*>& devices, const AllReducerOptions& options) {
     auto r = std::unique_ptr<NcclAllReducer>(new NcclAllReducer());
     const int size = static_cast<int>(devices.size());
     r->devices_ = devices;
+    r->processes_ = options.processes;
+    r->global_size_ = size * (options.processes != nullptr ? options.processes->size() : 1);
     r->leader_of_.resize(size);
     std::map<int, int> leader_by_gpu;
     for (int i = 0; i < size; ++i) {
@@ -74,12 +79,15 @@ class NcclAllReducer final : public AllReducer {
                             devices[i]->CreateEvent(false, absl::StrCat("all-reduce part ", i)));
       }
     }
-    if (r->leaders_.size() > 1) {
+    if (options.processes != nullptr && options.processes->size() > 1) {
+      PS_RETURN_IF_ERROR(r->InitAcrossProcesses(*options.processes, options.channel));
+    } else if (r->leaders_.size() > 1) {
       std::vector<int> gpus;
       for (int leader : r->leaders_) gpus.push_back(devices[leader]->index());
       r->comms_.resize(gpus.size());
       PS_NCCL_RETURN_IF_ERROR(
           ncclCommInitAll(r->comms_.data(), static_cast<int>(gpus.size()), gpus.data()));
+      r->nccl_ranks_ = static_cast<int>(gpus.size());
     }
     return std::unique_ptr<AllReducer>(std::move(r));
   }
@@ -95,6 +103,7 @@ class NcclAllReducer final : public AllReducer {
   // communicators are gone afterwards; later calls fail.
   void Abort() override {
     aborted_.store(true, std::memory_order_release);
+    if (processes_ != nullptr) processes_->Abort();
     for (ncclComm_t& comm : comms_) {
       if (comm != nullptr) (void)ncclCommAbort(comm);
       comm = nullptr;
@@ -118,7 +127,7 @@ class NcclAllReducer final : public AllReducer {
 
   std::string_view name() const override {
     if (leaders_.size() == devices_.size()) return "nccl";
-    return leaders_.size() > 1 ? "nccl+local" : "local";
+    return nccl_ranks_ > 1 ? "nccl+local" : "local";
   }
   int size() const override { return static_cast<int>(devices_.size()); }
 
@@ -145,9 +154,9 @@ class NcclAllReducer final : public AllReducer {
     if (aborted_.load(std::memory_order_acquire)) {
       return absl::CancelledError("NCCL all-reduce: the communicators were aborted");
     }
-    if (size == 1 || count == 0) return absl::OkStatus();  // the mean of one buffer is itself
-    if (leaders_.size() == devices_.size()) {
-      // One participant per GPU (each its own leader): NCCL averages directly.
+    if (global_size_ == 1 || count == 0) return absl::OkStatus();  // the mean of one is itself
+    if (nccl_ranks_ == global_size_) {
+      // One participant per GPU in every process (each its own leader): NCCL averages.
       return GroupedAllReduce(parts, count, ncclAvg);
     }
     // 1. Members hand their gradients to their leader, which sums them.
@@ -161,13 +170,13 @@ class NcclAllReducer final : public AllReducer {
       PS_CUDA_RETURN_IF_ERROR(LaunchAddInto(parts[leader].data, parts[i].data, count,
                                             runtime::UncheckedCudaStream(*parts[leader].stream)));
     }
-    // 2. The leaders sum across GPUs, then scale to the mean.
-    if (leaders_.size() > 1) PS_RETURN_IF_ERROR(GroupedAllReduce(parts, count, ncclSum));
+    // 2. The leaders sum across GPUs (and processes), then scale to the mean.
+    if (!comms_.empty()) PS_RETURN_IF_ERROR(GroupedAllReduce(parts, count, ncclSum));
     for (int leader : leaders_) {
       CudaDeviceGuard guard(devices_[leader]->index());
       PS_RETURN_IF_ERROR(guard.status());
-      PS_CUDA_RETURN_IF_ERROR(LaunchScale(parts[leader].data, 1.0f / static_cast<float>(size),
-                                          count,
+      PS_CUDA_RETURN_IF_ERROR(LaunchScale(parts[leader].data,
+                                          1.0f / static_cast<float>(global_size_), count,
                                           runtime::UncheckedCudaStream(*parts[leader].stream)));
     }
     // 3. Members copy the mean back; leaders wait for those copies, so that no stream
@@ -209,9 +218,59 @@ class NcclAllReducer final : public AllReducer {
     return ended;
   }
 
+  // NCCL ranks over every process's leaders, process rank major: the processes count
+  // their leaders (distinct GPUs), rank 0's ncclGetUniqueId goes to all through the
+  // bootstrap, and each process inits its leaders' ranks in one group (several GPUs per
+  // process need the group, or ncclCommInitRank would wait for the others one by one).
+  absl::Status InitAcrossProcesses(Bootstrap& processes, std::string_view channel) {
+    PS_ASSIGN_OR_RETURN(const std::vector<std::string> counts,
+                        processes.AllGather(channel, std::to_string(leaders_.size())));
+    int offset = 0;
+    int total = 0;
+    for (int q = 0; q < static_cast<int>(counts.size()); ++q) {
+      int n = 0;
+      if (!absl::SimpleAtoi(Absl(counts[q]), &n) || n < 1) {
+        return absl::InternalError(absl::StrCat(
+            "NCCL all-reduce: process ", q, " sent no GPU count on channel '", Absl(channel), "'"));
+      }
+      if (q < processes.rank()) offset += n;
+      total += n;
+    }
+    ncclUniqueId id{};
+    if (processes.rank() == 0) PS_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+    PS_ASSIGN_OR_RETURN(
+        const std::string sent,
+        Broadcast(processes, channel,
+                  std::string_view(reinterpret_cast<const char*>(&id), sizeof(id)), 0));
+    if (sent.size() != sizeof(id)) {
+      return absl::InternalError(absl::StrCat("NCCL all-reduce: rank 0 sent ", sent.size(),
+                                              " bytes for an NCCL id of ", sizeof(id)));
+    }
+    std::memcpy(&id, sent.data(), sizeof(id));
+    comms_.assign(leaders_.size(), nullptr);
+    PS_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    absl::Status issued = absl::OkStatus();
+    for (std::size_t k = 0; k < leaders_.size() && issued.ok(); ++k) {
+      CudaDeviceGuard guard(devices_[leaders_[k]]->index());
+      issued = guard.status();
+      if (issued.ok()) {
+        issued =
+            PS_NCCL_STATUS(ncclCommInitRank(&comms_[k], total, id, offset + static_cast<int>(k)));
+      }
+    }
+    absl::Status ended = PS_NCCL_STATUS(ncclGroupEnd());
+    PS_RETURN_IF_ERROR(issued);
+    PS_RETURN_IF_ERROR(ended);
+    nccl_ranks_ = total;
+    return absl::OkStatus();
+  }
+
   std::vector<runtime::Device*> devices_;
-  std::vector<int> leader_of_;  // per participant: the participant that reduces for its GPU
-  std::vector<int> leaders_;    // one per distinct GPU, in participant order
+  Bootstrap* processes_ = nullptr;  // not owned; null within one process
+  int global_size_ = 1;             // participants in every process together
+  int nccl_ranks_ = 0;              // leaders in every process together (0: no NCCL)
+  std::vector<int> leader_of_;      // per participant: the participant that reduces for its GPU
+  std::vector<int> leaders_;        // one per distinct GPU, in participant order
   std::vector<std::unique_ptr<runtime::Event>> events_;  // per participant (local path)
   std::vector<ncclComm_t> comms_;                        // per leader, when > 1 GPU
   std::atomic<bool> aborted_{false};
@@ -224,8 +283,8 @@ std::unique_ptr<Transport> CreateCudaPeerTransport() {
 }
 
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
-    const std::vector<runtime::Device*>& devices) {
-  return NcclAllReducer::Create(devices);
+    const std::vector<runtime::Device*>& devices, const AllReducerOptions& options) {
+  return NcclAllReducer::Create(devices, options);
 }
 
 }  // namespace pipesched::comm::internal
