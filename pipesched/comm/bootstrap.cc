@@ -8,6 +8,9 @@
 //                           reader never sees it half written and a second process with
 //                           the same rank fails to link (EEXIST)
 //   gone.<rank>             written by Close() once `rank` has removed its files
+//   failed                  "<rank>\n<reason>", written by Fail() of the first rank to
+//                           fail (linked into place: one writer wins); every wait checks
+//                           for it
 // Each rank removes its own file of exchange k-1 once exchange k is complete (everyone
 // has then written k, so everyone has finished reading k-1).
 #include "pipesched/comm/bootstrap.h"
@@ -99,6 +102,7 @@ struct Group {
   std::condition_variable cv;
   std::map<std::pair<std::string, std::int64_t>, Round> rounds;
   std::atomic<bool> aborted{false};
+  std::optional<std::string> failure;  // Fail(): "process <rank> failed: <reason>"
 };
 
 class InProcessBootstrap final : public Bootstrap {
@@ -119,6 +123,16 @@ class InProcessBootstrap final : public Bootstrap {
     {
       std::lock_guard<std::mutex> lock(group_->mu);
       group_->aborted.store(true, std::memory_order_release);
+    }
+    group_->cv.notify_all();
+  }
+
+  void Fail(std::string_view reason) override {
+    {
+      std::lock_guard<std::mutex> lock(group_->mu);
+      if (!group_->failure.has_value()) {
+        group_->failure = absl::StrCat("process ", rank_, " failed: ", Absl(reason));
+      }
     }
     group_->cv.notify_all();
   }
@@ -151,11 +165,13 @@ class InProcessBootstrap final : public Bootstrap {
                                                Absl(channel), "' (exchange ", k, ")"));
     };
     if (g.aborted.load(std::memory_order_acquire)) return cancelled();
+    if (g.failure.has_value()) return absl::AbortedError(*g.failure);
     Round& round = g.rounds.try_emplace(key, g.size).first->second;
     round.slots[rank_] = std::string(bytes);
     if (++round.arrived == g.size) g.cv.notify_all();
     auto ready = [&] {
-      return round.arrived == g.size || g.aborted.load(std::memory_order_acquire);
+      return round.arrived == g.size || g.aborted.load(std::memory_order_acquire) ||
+             g.failure.has_value();
     };
     bool in_time = true;
     if (deadline.has_value()) {
@@ -170,6 +186,7 @@ class InProcessBootstrap final : public Bootstrap {
       if (++round.taken == g.size) g.rounds.erase(key);
       return out;
     }
+    if (g.failure.has_value()) return absl::AbortedError(*g.failure);
     if (!in_time) {
       std::vector<bool> present;
       for (const std::optional<std::string>& slot : round.slots) {
@@ -208,14 +225,20 @@ class FileBootstrap final : public Bootstrap {
     const std::string job = (dir_ / "job").string();
     const std::string expected = absl::StrCat("pipesched-bootstrap 1\nsize ", size_, "\n");
     if (rank_ == 0) {
-      if (::mkdir(dir_.c_str(), 0755) != 0) {
-        const int err = errno;
-        if (err == EEXIST) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "rendezvous directory ", QuoteForMessage(dir_.string(), 200),
-              " exists (an earlier run that did not close left it?): remove it, or give every "
-              "run a new path"));
-        }
+      int err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
+      if (err == EEXIST && IsFailedLeftover()) {
+        // A failed run's directory (its `job` and `failed` files say so): replace it.
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+        err = ec ? ec.value() : (::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno);
+      }
+      if (err == EEXIST) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rendezvous directory ", QuoteForMessage(dir_.string(), 200),
+            " exists (an earlier run that did not close left it?): remove it, or give every "
+            "run a new path"));
+      }
+      if (err != 0) {
         return absl::FailedPreconditionError(absl::StrCat("cannot create rendezvous directory ",
                                                           QuoteForMessage(dir_.string(), 200), ": ",
                                                           ErrnoText(err)));
@@ -224,6 +247,7 @@ class FileBootstrap final : public Bootstrap {
     }
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
     for (Backoff wait; !Exists(job);) {
+      PS_RETURN_IF_ERROR(FailureOfOthers());
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(
             absl::StrCat("file bootstrap rank ", rank_, ": aborted while waiting for rank 0"));
@@ -259,6 +283,13 @@ class FileBootstrap final : public Bootstrap {
 
   void Abort() override { aborted_.store(true, std::memory_order_release); }
 
+  void Fail(std::string_view reason) override {
+    // One line of at most 1000 bytes: it is quoted in the others' errors.
+    std::string line(reason.substr(0, std::min<std::size_t>(reason.size(), 1000)));
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    (void)PutFile((dir_ / "failed").string(), absl::StrCat(rank_, "\n", line));
+  }
+
   absl::Status Close() override {
     if (closed_) return absl::OkStatus();
     PS_RETURN_IF_ERROR(Exchange(kCloseChannel, "").status());
@@ -280,6 +311,7 @@ class FileBootstrap final : public Bootstrap {
         if (!gone[r]) gone[r] = Exists((dir_ / absl::StrCat("gone.", r)).string());
       }
       if (std::all_of(gone.begin(), gone.end(), [](bool g) { return g; })) break;
+      PS_RETURN_IF_ERROR(FailureOfOthers());
       if (deadline.has_value() && Clock::now() >= *deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("file bootstrap: rank 0 waited ", options_.timeout_seconds, " s for ",
@@ -310,6 +342,25 @@ class FileBootstrap final : public Bootstrap {
   };
 
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+  // Aborted "process <r> failed: <reason>" once a rank has called Fail(), else OK.
+  absl::Status FailureOfOthers() const {
+    const std::string path = (dir_ / "failed").string();
+    if (!Exists(path)) return absl::OkStatus();
+    absl::StatusOr<std::string> text = ReadFile(path, 4096);
+    if (!text.ok()) return absl::AbortedError("a process failed (its reason is unreadable)");
+    const std::size_t nl = text->find('\n');
+    return absl::AbortedError(absl::StrCat("process ", text->substr(0, nl), " failed: ",
+                                           nl == std::string::npos ? "" : text->substr(nl + 1)));
+  }
+
+  // A directory of a run that Fail() marked: `job` holds this format's header and
+  // `failed` exists.
+  bool IsFailedLeftover() const {
+    if (!Exists((dir_ / "failed").string())) return false;
+    absl::StatusOr<std::string> job = ReadFile((dir_ / "job").string(), 4096);
+    return job.ok() && job->rfind("pipesched-bootstrap 1\n", 0) == 0;
+  }
 
   std::string FileOf(std::string_view channel, std::int64_t k, int rank) const {
     return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", rank)).string();
@@ -378,6 +429,7 @@ class FileBootstrap final : public Bootstrap {
         have[r] = true;
       }
       if (std::all_of(have.begin(), have.end(), [](bool h) { return h; })) break;
+      PS_RETURN_IF_ERROR(FailureOfOthers());
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
                                                  ": aborted on channel '", Absl(channel),

@@ -55,10 +55,17 @@ class Bootstrap {
   // Cancelled. Thread-safe; returns at once.
   virtual void Abort() = 0;
 
+  // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
+  // with Aborted "process <rank> failed: <reason>" instead of waiting for their timeout.
+  // The first rank to fail is the one named. Best effort; returns at once. The file
+  // kind leaves its directory behind, marked, and the next run's rank 0 replaces it.
+  virtual void Fail(std::string_view reason) = 0;
+
   // Leaves the job once every rank's exchanges are over: a barrier, then each rank's
   // files are removed (file: rank 0 removes the directory once every rank has left).
-  // Every rank calls it once, with no exchange in flight. Without it (a failed run) the
-  // file kind leaves its directory behind, and the next run's rank 0 refuses it.
+  // Every rank calls it once, with no exchange in flight. Without it or Fail() (a
+  // process killed) the file kind leaves its directory behind, and the next run's rank 0
+  // refuses it.
   virtual absl::Status Close() = 0;
 };
 
@@ -82,7 +89,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 
 // Rank `rank` of `size` meeting in directory `dir`. Rank 0 creates `dir` (its parent
 // must exist) and refuses one that exists already: "... exists (an earlier run that did
-// not close left it?): remove it, or give every run a new path". The other ranks wait
+// not close left it?): remove it, or give every run a new path", unless it is a
+// rendezvous directory that a failed run marked (Fail()), which it replaces. The other ranks wait
 // for rank 0 (up to the timeout) and check that it was started with the same size. A
 // second process with the same rank is refused by the first exchange. Rank or size out
 // of range: InvalidArgument. Returns once rank 0's directory is there; the first

@@ -192,10 +192,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->options_ = options;
   ex->backend_ = &backend;
-  PS_ASSIGN_OR_RETURN(ex->schedule_, scheduler::PlaceAllReduce(schedule, options.num_replicas));
+  PS_ASSIGN_OR_RETURN(ex->schedule_, scheduler::PlaceAllReduce(schedule, ex->data_parallel_size()));
   PS_ASSIGN_OR_RETURN(ex->transport_, comm::CreateTransport(backend.kind()));
   const int P = ex->num_ranks(), S = ex->num_stages(), M = ex->num_microbatches();
   const int D = options.num_replicas;
+  const bool reduce = ex->data_parallel_size() > 1;  // the stages average their gradients
 
   // Devices and streams per (replica, rank).
   const int num_devices = backend.device_count();
@@ -365,13 +366,15 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       ex->phases_.push_back(std::move(phase));
     }
   }
-  if (D > 1) {
+  if (reduce) {
     for (int s = 0; s < S; ++s) {
       std::vector<runtime::Device*> devices;
       for (int d = 0; d < D; ++d) devices.push_back(ex->rank_of(d, s).device);
       PS_ASSIGN_OR_RETURN(
           auto reducer,
-          comm::CreateAllReducer(devices, {.timeout_seconds = options.step_timeout_seconds}));
+          comm::CreateAllReducer(devices, {.timeout_seconds = options.step_timeout_seconds,
+                                           .processes = options.processes,
+                                           .channel = absl::StrCat("stage-", s)}));
       ex->reducers_.push_back(std::move(reducer));
     }
   }
@@ -464,7 +467,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
           ex->last_backward_mb_[a.stage] = a.microbatch;
           ex->last_backward_is_w_[a.stage] = a.op == Op::kW;
         }
-        if (scheduler::IsCompute(a.op) || (a.op == Op::kAllReduce && D > 1)) {
+        if (scheduler::IsCompute(a.op) || (a.op == Op::kAllReduce && reduce)) {
           ex->order_.push_back(Issue{a, r});
         }
         ++pos[r];
@@ -782,7 +785,8 @@ runtime::Event* Executor::EndEvent(int replica, const Action& a) const {
     case Op::kW:
       return slot(replica, a.stage, a.microbatch).w_end.get();
     case Op::kAllReduce:
-      return num_replicas() > 1 ? allreduce_end_[replica * num_stages() + a.stage].get() : nullptr;
+      return data_parallel_size() > 1 ? allreduce_end_[replica * num_stages() + a.stage].get()
+                                      : nullptr;
     default:
       return nullptr;  // lowered SEND/RECV markers: the executor's own transfers
   }
@@ -905,7 +909,9 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
         return absl::StrCat(
             name, " waits in the all-reduce for ",
             missing.empty()
-                ? std::string("the other replicas to finish it")
+                ? std::string(options_.processes != nullptr && options_.processes->size() > 1
+                                  ? "the other processes' replicas to arrive"
+                                  : "the other replicas to finish it")
                 : absl::StrCat("replica(s) ", absl::StrJoin(missing, ", "), " to arrive"));
       }
       const Slot& last = slot(d, a.stage, last_backward_mb_[a.stage]);
@@ -1115,7 +1121,9 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) {
         Rank& rk = rank_of(d, s);
-        if (D > 1) PS_RETURN_IF_ERROR(rk.compute->Wait(*allreduce_end_[d * S + s]));
+        if (data_parallel_size() > 1) {
+          PS_RETURN_IF_ERROR(rk.compute->Wait(*allreduce_end_[d * S + s]));
+        }
         PS_RETURN_IF_ERROR(phases_[d * S + s].opt_start->Record(*rk.compute));
         PS_RETURN_IF_ERROR(work(d, s).OptimizerStep(*rk.compute));
         PS_RETURN_IF_ERROR(phases_[d * S + s].opt_end->Record(*rk.compute));

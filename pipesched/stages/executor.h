@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pipesched/comm/all_reduce.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/comm/transport.h"
 #include "pipesched/runtime/runtime.h"
 #include "pipesched/scheduler/cost_model.h"
@@ -77,6 +78,13 @@ struct ExecutorOptions {
   // aborted (runtime::Stream::Abort, comm::AllReducer::Abort) and the Executor is unusable
   // afterwards. 0 = wait forever. Also bounds the host all-reduce's rendezvous.
   double step_timeout_seconds = 60;
+  // Data parallelism across processes (comm/bootstrap.h), not owned; it must outlive the
+  // Executor. Every process runs the same schedule with the same num_replicas, and the
+  // stages' gradients are averaged over num_replicas x processes->size() replicas
+  // (comm::AllReducerOptions::processes: process q's replica d is replica
+  // q * num_replicas + d). Each stage's all-reduce uses bootstrap channel "stage-<s>".
+  // null: this process holds every replica.
+  comm::Bootstrap* processes = nullptr;
 };
 
 // Makes the StageWork of virtual stage `stage` of replica `replica` on `device`.
@@ -142,12 +150,17 @@ class Executor {
   // that failure) before it touches a stream, which may still run a host function.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
-  // The schedule as run (with the ALLREDUCE actions placed when D > 1).
+  // The schedule as run (with the ALLREDUCE actions placed when data_parallel_size() > 1).
   const scheduler::Schedule& schedule() const { return schedule_; }
   int num_ranks() const { return schedule_.num_ranks(); }
   int num_stages() const { return schedule_.num_stages(); }
   int num_microbatches() const { return schedule_.num_microbatches; }
-  int num_replicas() const { return options_.num_replicas; }
+  int num_replicas() const { return options_.num_replicas; }  // in this process
+  // Replicas in every process together (num_replicas x processes): the schedule has
+  // ALLREDUCE actions and the stages reduce gradients when it is above 1.
+  int data_parallel_size() const {
+    return options_.num_replicas * (options_.processes != nullptr ? options_.processes->size() : 1);
+  }
   // The device of (replica, rank) and the StageWork of (replica, stage); indices must be
   // in range (not checked).
   runtime::Device& device(int replica, int rank) const;
@@ -218,7 +231,7 @@ class Executor {
   std::vector<std::unique_ptr<Rank>> ranks_;                 // [replica * P + rank]
   std::vector<std::unique_ptr<StageWork>> works_;            // [replica * S + stage]
   std::vector<std::unique_ptr<Slot>> slots_;                 // [(replica * S + stage) * M + mb]
-  std::vector<std::unique_ptr<comm::AllReducer>> reducers_;  // [stage], D > 1
+  std::vector<std::unique_ptr<comm::AllReducer>> reducers_;  // [stage], data_parallel_size() > 1
   std::vector<std::unique_ptr<runtime::Event>> allreduce_start_, allreduce_end_;  // [r*S+s]
   struct PhaseEvents {  // StepResult::phases
     std::unique_ptr<runtime::Event> zero_start, zero_end, opt_start, opt_end;

@@ -2,12 +2,15 @@
 #include "pipesched/stages/trainer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "pipesched/base/host_memory.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -31,6 +34,73 @@ MlpStageWork& Mlp(StageWork& work) {
   return static_cast<MlpStageWork&>(work);
 }
 
+// Replicas of the job: this process's, times the processes.
+int JobReplicas(const TrainerConfig& config) {
+  return config.replicas * (config.processes != nullptr ? config.processes->size() : 1);
+}
+
+// What every process of a job must agree on, a field per line ("name=value"): what
+// makes the parameters and the data the same. Local choices (devices, memory cap,
+// skew injection, timeouts) are left out.
+std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& schedule,
+                           runtime::BackendKind kind) {
+  // The order itself, not only its name: a searched or loaded schedule may differ.
+  std::uint64_t order = 1469598103934665603ull;  // FNV-1a over every rank's program
+  for (const std::vector<scheduler::Action>& program : schedule.programs) {
+    for (const scheduler::Action& a : program) {
+      for (char ch : scheduler::ToString(a) + ";") {
+        order = (order ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+      }
+    }
+    order = (order ^ '|') * 1099511628211ull;
+  }
+  std::vector<int> recompute = c.recompute_stages;
+  std::sort(recompute.begin(), recompute.end());
+  const model::OptimizerConfig& o = c.optimizer;
+  const bool adamw = o.kind == model::OptimizerKind::kAdamW;
+  auto number = [](float x) { return ShortestNumber(x); };
+  return absl::StrCat(
+      "schedule=", schedule.name, "\nstages=", schedule.num_ranks(),
+      "\nvirtual=", schedule.num_chunks(), "\nmicrobatches=", schedule.num_microbatches,
+      "\nreplicas=", c.replicas, "\nmicrobatch-size=", c.microbatch_size,
+      "\nlayers=", c.model.num_layers, "\nhidden=", c.model.d_hidden, "\ninputs=", c.model.d_in,
+      "\nclasses=", c.model.num_classes, "\npartition=", absl::StrJoin(c.partition, ","),
+      "\noptimizer=", Absl(model::OptimizerName(o.kind)),
+      "\nlr=", number(adamw ? o.adamw.lr : o.sgd.lr),
+      "\nweight-decay=", number(adamw ? o.adamw.weight_decay : o.sgd.weight_decay),
+      adamw ? absl::StrCat("\nbetas=", number(o.adamw.beta1), ",", number(o.adamw.beta2),
+                           "\neps=", number(o.adamw.eps))
+            : absl::StrCat("\nmomentum=", number(o.sgd.momentum)),
+      "\nrecompute=", c.recompute ? "all" : absl::StrJoin(recompute, ","),
+      "\nbackend=", Absl(runtime::BackendName(kind)), "\nseed=", c.seed, "\ndata=", c.data_path,
+      "\nsynthetic-samples=", c.synthetic_samples,
+      // Last: a differing order with the same flags is a searched or loaded schedule.
+      "\nschedule order=", absl::Hex(order, absl::kZeroPad16));
+}
+
+// Every process's fingerprint equals rank 0's, or FailedPrecondition naming the first
+// field that differs and both values.
+absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerprint) {
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                      processes.AllGather("trainer", fingerprint));
+  const std::vector<std::string> ours = absl::StrSplit(all[0], '\n');
+  for (int q = 1; q < static_cast<int>(all.size()); ++q) {
+    if (all[q] == all[0]) continue;
+    const std::vector<std::string> theirs = absl::StrSplit(all[q], '\n');
+    for (std::size_t i = 0; i < std::max(ours.size(), theirs.size()); ++i) {
+      const std::string a = i < ours.size() ? ours[i] : "";
+      const std::string b = i < theirs.size() ? theirs[i] : "";
+      if (a == b) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "process ", q, " was started with ", QuoteForMessage(b, 200), ", process 0 with ",
+          QuoteForMessage(a, 200),
+          ": every process of a job needs the same configuration (only the process rank "
+          "differs)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Samples of the synthetic data set: --synthetic-samples, else 8 global batches.
 std::int64_t SyntheticSamples(const TrainerConfig& config, std::int64_t global_batch) {
   return config.synthetic_samples > 0 ? config.synthetic_samples : 8 * global_batch;
@@ -47,7 +117,7 @@ std::int64_t Saturate(__int128 bytes) {
 // Saturates at INT64_MAX.
 std::int64_t HostDataBytes(const TrainerConfig& config) {
   const __int128 g =
-      static_cast<__int128>(config.replicas) * config.microbatches * config.microbatch_size;
+      static_cast<__int128>(JobReplicas(config)) * config.microbatches * config.microbatch_size;
   const __int128 d_in = config.model.d_in;
   const __int128 inputs = 2 * g * d_in * 4;
   if (config.data_path.empty()) {
@@ -95,7 +165,7 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
   }
   if (!config.data_path.empty()) return absl::OkStatus();
   const std::int64_t g =
-      static_cast<std::int64_t>(config.replicas) * config.microbatches * config.microbatch_size;
+      static_cast<std::int64_t>(JobReplicas(config)) * config.microbatches * config.microbatch_size;
   const std::int64_t samples = SyntheticSamples(config, g);
   const std::int64_t d_in = config.model.d_in;
   const std::int64_t data = HostDataBytes(config);
@@ -122,6 +192,8 @@ std::int64_t Trainer::global_batch() const {
   return static_cast<std::int64_t>(config_.replicas) * executor_->num_microbatches() *
          config_.microbatch_size;
 }
+
+std::int64_t Trainer::job_batch() const { return global_batch() * num_processes(); }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
@@ -176,12 +248,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .refine = config.refine}));
   }
   const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
+  PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
+  if (config.processes != nullptr && config.processes->size() > 1) {
+    // First, before anything is allocated: a process started with other flags fails here
+    // for every process, not in a collective that never matches.
+    PS_RETURN_IF_ERROR(CheckSameJob(*config.processes, JobFingerprint(config, schedule, kind)));
+  }
   t->config_.stages = P;
   t->config_.virtual_stages = schedule.num_chunks();
   t->config_.microbatches = schedule.num_microbatches;
   PS_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(config.model, S, config.partition));
 
-  PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
   if (config.slow_rank >= 0 && config.slow_factor != 1 && kind == runtime::BackendKind::kCuda) {
     // SlowStageWork holds the stream in a host function; CUDA may run the host functions
     // of all streams one at a time, so every rank (and every stream-ordered free, which
@@ -249,7 +326,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
       schedule, *t->backend_, factory,
       {.num_replicas = D,
        .exact_memory_accounting = config.exact_memory_accounting || config.device_memory_bytes > 0,
-       .step_timeout_seconds = config.step_timeout_seconds});
+       .step_timeout_seconds = config.step_timeout_seconds,
+       .processes = config.processes});
   if (!executor.ok() && config.device_memory_bytes > 0 &&
       absl::IsResourceExhausted(executor.status())) {
     // The stages' parameters, gradients and optimizer state come first: name the cap.
@@ -291,8 +369,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                            places));
   }
 
-  // Data.
-  const std::int64_t g = t->global_batch();
+  // Data: the whole job's (every process makes or loads the same data set and takes its
+  // share of each job batch).
+  const std::int64_t g = t->job_batch();
   if (!config.data_path.empty()) {
     PS_ASSIGN_OR_RETURN(t->data_, model::LoadDataset(config.data_path));
     if (t->data_.d_in != config.model.d_in) {
@@ -314,10 +393,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .seed = config.seed}));
   }
   if (t->data_.num_samples() < g) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the data set has ", t->data_.num_samples(), " samples but one step needs ", g,
-                     " (replicas x microbatches x microbatch-size = ", D, " x ",
-                     t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
+    const int N = t->num_processes();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data set has ", t->data_.num_samples(), " samples but one step needs ", g,
+        N > 1 ? absl::StrCat(" (processes x replicas x microbatches x microbatch-size = ", N, " x ",
+                             D, " x ")
+              : absl::StrCat(" (replicas x microbatches x microbatch-size = ", D, " x "),
+        t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
   }
   return t;
 }
@@ -357,6 +439,23 @@ absl::StatusOr<StepResult> Trainer::Step(const float* x, const std::int32_t* lab
       .inputs = std::as_bytes(std::span(x, static_cast<std::size_t>(g * config_.model.d_in))),
       .targets = std::as_bytes(std::span(labels, static_cast<std::size_t>(g)))};
   PS_ASSIGN_OR_RETURN(StepResult result, executor_->Step(in));
+  if (num_processes() > 1) {
+    // The job's loss: the mean of the processes' means (each over as many micro-batches).
+    std::string mine(sizeof(double), '\0');
+    std::memcpy(mine.data(), &result.loss, sizeof(double));
+    PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                        config_.processes->AllGather("loss", mine));
+    double sum = 0;
+    for (const std::string& bytes : all) {
+      double loss = 0;
+      if (bytes.size() != sizeof(double)) {
+        return absl::InternalError("a process sent a loss that is not 8 bytes");
+      }
+      std::memcpy(&loss, bytes.data(), sizeof(double));
+      sum += loss;
+    }
+    result.loss = sum / static_cast<double>(all.size());
+  }
   timelines_.push_back(result.timeline);
   phases_.push_back(result.phases);
   return result;
@@ -376,15 +475,18 @@ absl::StatusOr<StepResult> Trainer::Step() {
   const std::int64_t g = global_batch();
   const int d_in = config_.model.d_in;
   const std::int64_t n = data_.num_samples();
+  // This process's replicas are the job's replicas q x D ... q x D + D - 1: its rows of
+  // the job batch start q x D x M x B in.
+  const std::int64_t first = cursor_ + process_rank() * g;
   std::vector<float> x(static_cast<std::size_t>(g * d_in));
   std::vector<std::int32_t> y(static_cast<std::size_t>(g));
   for (std::int64_t i = 0; i < g; ++i) {
-    const std::int64_t row = (cursor_ + i) % n;
+    const std::int64_t row = (first + i) % n;
     std::copy(data_.x.begin() + row * d_in, data_.x.begin() + (row + 1) * d_in,
               x.begin() + i * d_in);
     y[i] = data_.y[row];
   }
-  cursor_ = (cursor_ + g) % n;
+  cursor_ = (cursor_ + job_batch()) % n;
   return Step(x.data(), y.data());
 }
 

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/model/chunk.h"
 #include "pipesched/model/mlp.h"
 #include "pipesched/model/optimizer.h"
@@ -82,6 +83,15 @@ struct TrainerConfig {
   // trainer built to read sizes from (PlanRecompute's): one that runs may exhaust memory
   // in a step.
   bool check_activation_memory = true;
+  // Data parallelism across processes (comm/bootstrap.h; not owned, it must outlive the
+  // Trainer): every process of the bootstrap creates its Trainer with the same
+  // configuration (Create checks, naming the first field that differs) and runs
+  // `replicas` replicas of the pipeline; the stages average their gradients over all
+  // replicas x processes of them. Each step takes the next job batch (replicas x
+  // processes x M x B samples) of the one data set every process makes or loads, and
+  // process q feeds its replicas the q-th share of it, so that the parameters are those
+  // of one process running every replica. null: one process.
+  comm::Bootstrap* processes = nullptr;
 };
 
 class Trainer {
@@ -113,9 +123,11 @@ class Trainer {
   absl::Status SaveParameters(const std::string& path) const;
 
   // One step on the next global batch of the data set (cycling through it); blocks until
-  // it has run. Errors as Executor::Step.
+  // it has run. Errors as Executor::Step. Across processes: this process's share of the
+  // next job batch, and StepResult::loss is the mean over every process's replicas.
   absl::StatusOr<StepResult> Step();
-  // One step on an explicit global batch: x (D*M*B, d_in), labels (D*M*B), host memory.
+  // One step on an explicit global batch: x (D*M*B, d_in), labels (D*M*B), host memory
+  // (across processes: this process's replicas' rows).
   absl::StatusOr<StepResult> Step(const float* x, const std::int32_t* labels);
 
   // The simulator fed with the median measured per-(stage, op) durations, transfers,
@@ -135,7 +147,11 @@ class Trainer {
   // injection wrapper).
   model::Chunk& chunk(int replica, int stage) const;
   runtime::Backend& backend() const { return *backend_; }
-  std::int64_t global_batch() const;  // D x M x B
+  std::int64_t global_batch() const;  // D x M x B: this process's replicas
+  // Every process's replicas together: global_batch() x the number of processes.
+  std::int64_t job_batch() const;
+  int num_processes() const { return config_.processes != nullptr ? config_.processes->size() : 1; }
+  int process_rank() const { return config_.processes != nullptr ? config_.processes->rank() : 0; }
   // The next sample of data() that Step() feeds (checkpoints save and restore it).
   std::int64_t data_cursor() const { return cursor_; }
   // InvalidArgument unless 0 <= cursor < data().num_samples() (a checkpoint's cursor).

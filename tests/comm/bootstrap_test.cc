@@ -233,5 +233,48 @@ TEST(FileBootstrapTest, RankZeroMissingIsATimeoutAndAbortCancels) {
   std::filesystem::remove_all(dir);
 }
 
+// A rank that fails says so: the others stop waiting at once with its reason, not
+// after their timeout.
+TEST(InProcessBootstrapTest, AFailedRankReleasesTheOthersWithItsReason) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(3, {.timeout_seconds = 0}));
+  std::vector<absl::Status> got(3);
+  OnThreads(3, [&](int r) {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ranks[2]->Fail("--microbatches=3 is not a multiple of --stages=2");
+      return;
+    }
+    got[r] = ranks[r]->AllGather("stage-0", "x").status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(got[r], StatusIs(absl::StatusCode::kAborted,
+                                 HasSubstr("process 2 failed: --microbatches=3 is not a multiple "
+                                           "of --stages=2")));
+  }
+}
+
+TEST(FileBootstrapTest, AFailedRankReleasesTheOthersAndItsDirectoryIsReplaced) {
+  const std::string dir = FreshDir("failed");
+  std::vector<std::unique_ptr<Bootstrap>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    PS_ASSERT_OK_AND_ASSIGN(ranks[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 0}));
+  }
+  absl::Status waited;
+  std::thread waiter([&] { waited = ranks[0]->AllGather("stage-0", "x").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ranks[1]->Fail("out of memory\non two lines");
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("process 1 failed: out of memory on two lines")));
+  ranks.clear();
+  EXPECT_TRUE(std::filesystem::exists(dir));
+  // The next run's rank 0 knows the marked directory for a failed run's and starts afresh.
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 1));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> alone, zero->AllGather("x", "fresh"));
+  EXPECT_THAT(alone, ElementsAre("fresh"));
+  PS_EXPECT_OK(zero->Close());
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 }  // namespace
 }  // namespace pipesched::comm

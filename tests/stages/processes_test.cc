@@ -1,0 +1,176 @@
+// Data parallelism across processes (TrainerConfig::processes): N processes of D replicas
+// each train as one process of N x D replicas, to the bit, through either bootstrap kind
+// (the processes are threads here, each with its own host backend; the CLI test runs
+// real processes); a process started with other flags is named, and a failed one stops
+// the others.
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipesched/comm/bootstrap.h"
+#include "pipesched/stages/trainer.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TrainerConfig Config(const std::string& schedule, int replicas) {
+  TrainerConfig config;
+  config.schedule = schedule;
+  config.stages = 2;
+  config.virtual_stages = schedule == "interleaved-1f1b" ? 2 : 0;
+  config.microbatches = 4;
+  config.microbatch_size = 3;
+  config.replicas = replicas;
+  config.model = {.d_in = 8, .d_hidden = 16, .num_classes = 5, .num_layers = 4};
+  config.optimizer.kind = model::OptimizerKind::kAdamW;
+  config.backend = "host";
+  config.strict = true;
+  config.seed = 7;
+  return config;
+}
+
+struct JobRun {
+  std::vector<model::HostTensor> params;
+  std::vector<double> losses;
+  absl::Status status;
+};
+
+constexpr int kSteps = 3;
+
+JobRun TrainAlone(TrainerConfig config) {
+  JobRun run;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+  if (!trainer.ok()) {
+    run.status = trainer.status();
+    return run;
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    absl::StatusOr<StepResult> result = (*trainer)->Step();
+    if (!result.ok()) {
+      run.status = result.status();
+      return run;
+    }
+    run.losses.push_back(result->loss);
+  }
+  absl::StatusOr<std::vector<model::HostTensor>> params = (*trainer)->ExportParameters();
+  if (params.ok()) run.params = *std::move(params);
+  run.status = params.status();
+  return run;
+}
+
+// Every process's run, on a thread each; configs[q] is process q's.
+std::vector<JobRun> TrainProcesses(std::vector<std::unique_ptr<comm::Bootstrap>>& processes,
+                                   const std::vector<TrainerConfig>& configs) {
+  std::vector<JobRun> runs(processes.size());
+  std::vector<std::thread> threads;
+  for (std::size_t q = 0; q < processes.size(); ++q) {
+    threads.emplace_back([&, q] {
+      TrainerConfig config = configs[q];
+      config.processes = processes[q].get();
+      runs[q] = TrainAlone(config);
+      if (!runs[q].status.ok()) {
+        processes[q]->Fail(std::string(runs[q].status.message()));
+      } else {
+        runs[q].status = processes[q]->Close();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+void ExpectSameBits(const std::vector<model::HostTensor>& got,
+                    const std::vector<model::HostTensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name) << what;
+    EXPECT_TRUE(got[i].bytes == want[i].bytes) << what << ": " << got[i].name << " differs";
+  }
+}
+
+TEST(ProcessesTest, NProcessesOfDReplicasTrainAsOneProcessOfNxD) {
+  for (const std::string schedule : {"1f1b", "gpipe", "zb-h1", "interleaved-1f1b"}) {
+    for (const auto& [num, per] : {std::pair{2, 1}, std::pair{2, 2}, std::pair{3, 1}}) {
+      const std::string what = absl::StrCat(schedule, ", ", num, " processes of ", per);
+      JobRun one = TrainAlone(Config(schedule, num * per));
+      PS_ASSERT_OK(one.status) << what;
+      PS_ASSERT_OK_AND_ASSIGN(auto processes, comm::CreateInProcessBootstraps(num));
+      std::vector<JobRun> runs =
+          TrainProcesses(processes, std::vector<TrainerConfig>(num, Config(schedule, per)));
+      for (int q = 0; q < num; ++q) {
+        PS_ASSERT_OK(runs[q].status) << what << ", process " << q;
+        ExpectSameBits(runs[q].params, one.params, absl::StrCat(what, ", process ", q));
+        ASSERT_EQ(runs[q].losses.size(), one.losses.size());
+        for (int step = 0; step < kSteps; ++step) {
+          // The mean of the processes' means: the same number, summed in another order.
+          EXPECT_NEAR(runs[q].losses[step], one.losses[step], 1e-6 * one.losses[step])
+              << what << ", step " << step;
+        }
+      }
+    }
+  }
+}
+
+TEST(ProcessesTest, TheFileBootstrapCarriesTheSameJob) {
+  JobRun one = TrainAlone(Config("1f1b", 2));
+  PS_ASSERT_OK(one.status);
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / absl::StrCat("processes_test_", ::getpid()))
+          .string();
+  std::filesystem::remove_all(dir);
+  std::vector<std::unique_ptr<comm::Bootstrap>> processes(2);
+  for (int q = 0; q < 2; ++q) {
+    PS_ASSERT_OK_AND_ASSIGN(processes[q], comm::CreateFileBootstrap(dir, q, 2));
+  }
+  std::vector<JobRun> runs =
+      TrainProcesses(processes, std::vector<TrainerConfig>(2, Config("1f1b", 1)));
+  for (int q = 0; q < 2; ++q) {
+    PS_ASSERT_OK(runs[q].status) << "process " << q;
+    ExpectSameBits(runs[q].params, one.params, absl::StrCat("file, process ", q));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the bootstrap's Close left " << dir;
+}
+
+TEST(ProcessesTest, AProcessStartedWithOtherFlagsIsNamed) {
+  PS_ASSERT_OK_AND_ASSIGN(auto processes, comm::CreateInProcessBootstraps(2));
+  TrainerConfig other = Config("1f1b", 1);
+  other.microbatches = 8;
+  std::vector<JobRun> runs = TrainProcesses(processes, {Config("1f1b", 1), other});
+  for (int q = 0; q < 2; ++q) {
+    EXPECT_THAT(runs[q].status,
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("process 1 was started with \"microbatches=8\", process 0 "
+                                   "with \"microbatches=4\": every process of a job needs the "
+                                   "same configuration")))
+        << "process " << q;
+  }
+}
+
+TEST(ProcessesTest, AProcessThatFailsStopsTheOthers) {
+  // Process 1's configuration is refused before it joins (B = 0); process 0 would wait
+  // for it for the bootstrap's whole timeout, but hears of the failure at once.
+  PS_ASSERT_OK_AND_ASSIGN(auto processes,
+                          comm::CreateInProcessBootstraps(2, {.timeout_seconds = 0}));
+  TrainerConfig bad = Config("1f1b", 1);
+  bad.microbatch_size = 0;
+  std::vector<JobRun> runs = TrainProcesses(processes, {Config("1f1b", 1), bad});
+  EXPECT_THAT(runs[1].status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("micro-batch size must be at least 1")));
+  EXPECT_THAT(runs[0].status,
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 1 failed: the micro-batch size must be at least 1")));
+}
+
+}  // namespace
+}  // namespace pipesched::stages
