@@ -17,7 +17,9 @@
 #include "pipesched/base/host_memory.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/scheduler/formats.h"
+#include "pipesched/scheduler/registry.h"
 #include "pipesched/scheduler/simulator.h"
 #include "pipesched/stages/bubble_analysis.h"
 #include "pipesched/stages/checkpoint.h"
@@ -35,6 +37,19 @@ ABSL_FLAG(std::string, resume, "",
 ABSL_FLAG(std::string, save_costs, "",
           "write the measured costs (per-stage action times, hand-offs, gap between actions, "
           "bytes) as a cost-model file for `simulate --costs`");
+// Data parallelism across processes (train only; docs/training.md).
+ABSL_FLAG(int32_t, processes, 1,
+          "processes in the job, each running --replicas replicas of the pipeline on its own "
+          "devices; their gradients are averaged over all of them. Start every process with the "
+          "same flags but --process-rank");
+ABSL_FLAG(int32_t, process_rank, 0, "this process's rank in the job: 0 to --processes - 1");
+ABSL_FLAG(std::string, rendezvous, "",
+          "with --processes: a directory path that every process can see (one host, or a shared "
+          "file system) and that does not exist yet; process 0 creates it and removes it at the "
+          "end");
+ABSL_FLAG(double, rendezvous_timeout, 300,
+          "with --processes: seconds a process waits for the others (to start, and in each "
+          "exchange) before it fails");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never");
@@ -100,9 +115,73 @@ struct StepRecord {
   double measured_bubble;
 };
 
-absl::Status Train(const CommandContext& ctx) {
+// --processes, --process-rank, --rendezvous and --rendezvous-timeout: the bootstrap of a
+// job of several processes (null for one), created first so that this process's later
+// errors reach the others (Bootstrap::Fail) instead of leaving them to wait.
+absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
+  const int processes = absl::GetFlag(FLAGS_processes);
+  const int rank = absl::GetFlag(FLAGS_process_rank);
+  const std::string dir = absl::GetFlag(FLAGS_rendezvous);
+  const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  if (processes < 1 || processes > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--processes=", processes, " is out of range: use 1 to 4096"));
+  }
+  if (rank < 0 || rank >= processes) {
+    return absl::InvalidArgumentError(absl::StrCat("--process-rank=", rank,
+                                                   " is out of range for --processes=", processes,
+                                                   ": use 0 to ", processes - 1));
+  }
+  if (!(timeout >= 1) || !std::isfinite(timeout)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout),
+                                                   " must be at least 1 second"));
+  }
+  if (processes == 1) {
+    for (const auto& [flag, name] :
+         {std::pair<std::string_view, std::string_view>{"process_rank", "--process-rank"},
+          {"rendezvous", "--rendezvous"},
+          {"rendezvous_timeout", "--rendezvous-timeout"}}) {
+      if (FlagGiven(ctx, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Absl(name),
+            " is for a job of several processes: give --processes=N (N > 1) too, or drop it"));
+      }
+    }
+    return std::unique_ptr<comm::Bootstrap>();
+  }
+  if (dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--processes=", processes,
+                     " needs --rendezvous=DIR: a path every process can see and that does not "
+                     "exist yet (process 0 creates it), the same for all"));
+  }
+  // Refused now rather than after the others have joined: one order must run everywhere.
+  if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
+    return absl::InvalidArgumentError(
+        "--recompute-stages=auto plans for this machine's memory, which may differ between "
+        "processes: give the same --recompute-stages list to every process");
+  }
+  if (const scheduler::ScheduleInfo* info = scheduler::FindSchedule(absl::GetFlag(FLAGS_schedule));
+      absl::GetFlag(FLAGS_from).empty() && info != nullptr && info->uses_costs) {
+    PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
+    if (search_steps > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::GetFlag(FLAGS_schedule),
+          "'s order is searched for the costs each process measures, which differ, and every "
+          "process must run one order: give --search-steps=0 (its unit-cost order), or --from "
+          "a schedule file (`simulate --schedule-json` writes one)"));
+    }
+  }
+  return comm::CreateFileBootstrap(dir, rank, processes, {.timeout_seconds = timeout});
+}
+
+absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
+  config.processes = processes;
+  // Process 0 writes the job's files; the others' parameters are the same, and their
+  // timelines are their own replicas' only.
+  const bool writes_files = processes == nullptr || processes->rank() == 0;
   PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value(),
                                            /*refines_any_order=*/false, SearchStepsGiven(ctx)));
   int steps = absl::GetFlag(FLAGS_steps);
@@ -180,6 +259,23 @@ absl::Status Train(const CommandContext& ctx) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
+  if (processes != nullptr) {
+    std::vector<std::string> unwritten;
+    for (const auto& [flag, path] : outputs) {
+      if (!path.empty()) unwritten.emplace_back(flag);
+    }
+    out << absl::StrFormat(
+        "process %d of %d (rendezvous %s): replicas %d to %d of the job's %d x %d = %d; job "
+        "batch %d; gradients averaged over every process's replicas\n",
+        processes->rank(), processes->size(), absl::GetFlag(FLAGS_rendezvous),
+        processes->rank() * config.replicas, (processes->rank() + 1) * config.replicas - 1,
+        processes->size(), config.replicas, processes->size() * config.replicas,
+        trainer->job_batch());
+    if (!writes_files && !unwritten.empty()) {
+      out << "process 0 writes " << absl::StrJoin(unwritten, ", ")
+          << "; the measured figures below are this process's replicas'\n";
+    }
+  }
   if (recompute_plan.has_value()) {
     out << RecomputePlanLine(*recompute_plan) << "\n";
   }
@@ -219,7 +315,7 @@ absl::Status Train(const CommandContext& ctx) {
     }
     trace::BubbleStats measured = trace::ComputeBubbleStats(result.timeline, p);
     records.push_back({result.loss, result.step_micros, measured.bubble_fraction});
-    double samples_per_s = trainer->global_batch() / (result.step_micros * 1e-6);
+    double samples_per_s = trainer->job_batch() / (result.step_micros * 1e-6);
     if (ctx.out_is_terminal) {
       out << absl::StrFormat("\rstep %d/%d %s loss %.4f  %.0f samples/s  %.2f ms   ", step, steps,
                              ProgressBar(step, steps), result.loss, samples_per_s,
@@ -230,7 +326,7 @@ absl::Status Train(const CommandContext& ctx) {
                              result.loss, samples_per_s, result.step_micros / 1000);
     }
     last = std::move(result);
-    if (save_every > 0 && step % save_every == 0 && step < steps) {
+    if (writes_files && save_every > 0 && step % save_every == 0 && step < steps) {
       PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
       if (!ctx.out_is_terminal)
         out << "saved " << save << " after step " << resumed_at + step << "\n";
@@ -247,7 +343,7 @@ absl::Status Train(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(scheduler::SimResult planned, trainer->Planned());
   trace::BubbleStats measured = trace::ComputeBubbleStats(last.timeline, p);
   out << absl::StrFormat("median step %.3f ms, %.0f samples/s; loss %.4f -> %.4f\n",
-                         median_micros / 1000, trainer->global_batch() / (median_micros * 1e-6),
+                         median_micros / 1000, trainer->job_batch() / (median_micros * 1e-6),
                          records.front().loss, records.back().loss);
   // The same plan with each boundary's transfer time replaced by the effective hand-off
   // latency measured in the last step (event hand-off + copy + wake-up of the consumer),
@@ -367,6 +463,7 @@ absl::Status Train(const CommandContext& ctx) {
     SayWrote(out, path);
     return absl::OkStatus();
   };
+  if (!writes_files) return absl::OkStatus();
   if (std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
     PS_RETURN_IF_ERROR(write(path, trace::ToChromeTrace(timelines)));
   }
@@ -409,6 +506,8 @@ absl::Status Train(const CommandContext& ctx) {
     j["microbatches"] = schedule.num_microbatches;
     j["microbatch_size"] = config.microbatch_size;
     j["global_batch"] = trainer->global_batch();
+    j["processes"] = trainer->num_processes();  // each with `replicas` replicas
+    j["job_batch"] = trainer->job_batch();
     j["recompute"] = config.recompute;
     // The stages that did, whichever flag said so.
     j["recompute_stages"] = RecomputingStages(trainer->executor());
@@ -437,7 +536,7 @@ absl::Status Train(const CommandContext& ctx) {
     j["step_ms"] = step_ms;
     j["measured_bubble_fraction_per_step"] = bubble;
     j["median_step_ms"] = median_micros / 1000;
-    j["samples_per_second"] = trainer->global_batch() / (median_micros * 1e-6);
+    j["samples_per_second"] = trainer->job_batch() / (median_micros * 1e-6);
     j["measured_bubble_fraction"] = Median(bubbles);
     j["planned_bubble_fraction"] = planned.bubble_fraction;
     j["planned_with_handoff_bubble_fraction"] = with_handoff.bubble_fraction;
@@ -473,7 +572,16 @@ absl::Status Train(const CommandContext& ctx) {
 
 int RunTrain(const CommandContext& ctx) {
   if (int code; RejectArguments(ctx, "train", code)) return code;
-  absl::Status s = Train(ctx);
+  absl::StatusOr<std::unique_ptr<comm::Bootstrap>> processes = JoinFromFlags(ctx);
+  if (!processes.ok()) return ReportError(ctx, processes.status());
+  absl::Status s = Train(ctx, processes->get());
+  if (*processes != nullptr) {
+    if (s.ok()) {
+      s = (*processes)->Close();  // process 0 removes the rendezvous directory
+    } else {
+      (*processes)->Fail(Std(s.message()));  // the others stop now, with this reason
+    }
+  }
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }
 

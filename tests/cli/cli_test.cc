@@ -1923,5 +1923,62 @@ TEST(CliTest, TrainResumeEqualsTrainingStraightThrough) {
   EXPECT_THAT(g.err, HasSubstr("--step-timeout=1e-06 must be 0 (never) or at least 1 second"));
 }
 
+// train --processes: every flag that cannot make a job is refused before this process
+// waits for any other, in one line with exit 2 (the two-process runs are the ctest
+// CliMain.TwoProcessesTrainAsOneWithBothReplicas).
+TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
+  auto run = [](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"train",      "--stages=2", "--microbatches=2", "--layers=2",
+                                     "--hidden=8", "--steps=1",  "--backend=host"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunCli(args);
+  };
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / absl::StrCat("cli_rdv_", ::getpid())).string();
+  std::filesystem::remove_all(dir);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--processes=0"}, "--processes=0 is out of range: use 1 to 4096"},
+      {{"--processes=2", "--process-rank=2", "--rendezvous=" + dir},
+       "--process-rank=2 is out of range for --processes=2: use 0 to 1"},
+      {{"--processes=2"},
+       "--processes=2 needs --rendezvous=DIR: a path every process can see and that does not "
+       "exist yet"},
+      {{"--rendezvous=" + dir},
+       "--rendezvous is for a job of several processes: give --processes=N (N > 1) too"},
+      {{"--process-rank=0"}, "--process-rank is for a job of several processes"},
+      {{"--processes=2", "--rendezvous=" + dir, "--rendezvous-timeout=0.5"},
+       "--rendezvous-timeout=0.5 must be at least 1 second"},
+      {{"--processes=2", "--rendezvous=" + dir, "--recompute-stages=auto"},
+       "--recompute-stages=auto plans for this machine's memory, which may differ between "
+       "processes"},
+      {{"--processes=2", "--rendezvous=" + dir, "--schedule=zb-1p"},
+       "zb-1p's order is searched for the costs each process measures, which differ, and every "
+       "process must run one order: give --search-steps=0"},
+  };
+  for (const auto& [flags, message] : refused) {
+    RunResult r = run(flags);
+    EXPECT_EQ(r.code, 2) << flags.front();
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags.front();
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir)) << flags.front() << " made the directory";
+  }
+  // A process other than 0 whose process 0 never comes gives up after the timeout.
+  RunResult late =
+      run({"--processes=2", "--process-rank=1", "--rendezvous=" + dir, "--rendezvous-timeout=1"});
+  EXPECT_EQ(late.code, 1);
+  EXPECT_THAT(late.err, HasSubstr("rank 0 did not create"));
+  EXPECT_THAT(late.err,
+              HasSubstr("within 1 s (is rank 0 running, with the same rendezvous path?)"));
+  // A directory left by a run that was killed is refused, and said how to go on.
+  std::filesystem::create_directory(dir);
+  RunResult left = run({"--processes=2", "--rendezvous=" + dir});
+  EXPECT_EQ(left.code, 2);
+  EXPECT_THAT(left.err, HasSubstr("exists (an earlier run that did not close left it?): remove "
+                                  "it, or give every run a new path"));
+  std::filesystem::remove_all(dir);
+  // One process alone is a job too: --processes=1 is the default.
+  EXPECT_EQ(run({"--processes=1"}).code, 0);
+}
+
 }  // namespace
 }  // namespace pipesched::cli
