@@ -121,8 +121,8 @@ class HostAllReducer final : public AllReducer {
         r.done = true;
       } else {
         r.failed = true;
-        r.failure = absl::StrCat("participant ", participant,
-                                 "'s reduction failed: ", reduced.message());
+        r.failure =
+            absl::StrCat("participant ", participant, "'s reduction failed: ", reduced.message());
       }
       r.cv.notify_all();
       return reduced;
