@@ -246,6 +246,16 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     PS_ASSIGN_OR_RETURN(stages::CheckpointInfo info, stages::LoadCheckpoint(resume, *trainer));
     resumed_at = info.step;
   }
+  if (processes != nullptr) {
+    // Each process read its own copy of --init or --resume (every process checks, with or
+    // without them: one given to only some processes is what this finds).
+    absl::Status same = trainer->CheckProcessesAgree();
+    if (!same.ok()) {
+      return absl::Status(same.code(), absl::StrCat(same.message(),
+                                                    " (after --init and --resume: give every "
+                                                    "process the same ones)"));
+    }
+  }
   const scheduler::Schedule& schedule = trainer->schedule();
   const int p = schedule.num_ranks();
   std::vector<std::string> chunks;

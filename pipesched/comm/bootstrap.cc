@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -79,7 +80,8 @@ std::string MissingRanks(const std::vector<bool>& present) {
 }
 
 std::optional<Clock::time_point> DeadlineAfter(double seconds) {
-  if (seconds <= 0) return std::nullopt;
+  // Past 30 years a deadline is none (and the duration would overflow the clock).
+  if (!(seconds > 0) || seconds > 1e9) return std::nullopt;
   return Clock::now() +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -101,7 +103,6 @@ struct Group {
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::pair<std::string, std::int64_t>, Round> rounds;
-  std::atomic<bool> aborted{false};
   std::optional<std::string> failure;  // Fail(): "process <rank> failed: <reason>"
 };
 
@@ -122,9 +123,14 @@ class InProcessBootstrap final : public Bootstrap {
   void Abort() override {
     {
       std::lock_guard<std::mutex> lock(group_->mu);
-      group_->aborted.store(true, std::memory_order_release);
+      aborted_.store(true, std::memory_order_release);
     }
     group_->cv.notify_all();
+  }
+
+  absl::Status Failure() override {
+    std::lock_guard<std::mutex> lock(group_->mu);
+    return group_->failure.has_value() ? absl::AbortedError(*group_->failure) : absl::OkStatus();
   }
 
   void Fail(std::string_view reason) override {
@@ -164,13 +170,13 @@ class InProcessBootstrap final : public Bootstrap {
       return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
                                                Absl(channel), "' (exchange ", k, ")"));
     };
-    if (g.aborted.load(std::memory_order_acquire)) return cancelled();
+    if (aborted_.load(std::memory_order_acquire)) return cancelled();
     if (g.failure.has_value()) return absl::AbortedError(*g.failure);
     Round& round = g.rounds.try_emplace(key, g.size).first->second;
     round.slots[rank_] = std::string(bytes);
     if (++round.arrived == g.size) g.cv.notify_all();
     auto ready = [&] {
-      return round.arrived == g.size || g.aborted.load(std::memory_order_acquire) ||
+      return round.arrived == g.size || aborted_.load(std::memory_order_acquire) ||
              g.failure.has_value();
     };
     bool in_time = true;
@@ -202,6 +208,7 @@ class InProcessBootstrap final : public Bootstrap {
 
   std::shared_ptr<Group> group_;
   const int rank_;
+  std::atomic<bool> aborted_{false};
   std::mutex seq_mu_;
   std::map<std::string, std::int64_t, std::less<>> next_;
   bool closed_ = false;
@@ -227,16 +234,23 @@ class FileBootstrap final : public Bootstrap {
     if (rank_ == 0) {
       int err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
       if (err == EEXIST && IsFailedLeftover()) {
-        // A failed run's directory (its `job` and `failed` files say so): replace it.
+        // A failed run's directory (its `job` and `failed` files say so): moved aside in
+        // one step, so that a rank arriving meanwhile finds either it (and waits: its
+        // `failed` is older than that rank) or nothing, then removed.
+        const std::string aside = absl::StrCat(dir_.string(), ".failed-", ::getpid(), "-",
+                                               Clock::now().time_since_epoch().count());
         std::error_code ec;
-        std::filesystem::remove_all(dir_, ec);
-        err = ec ? ec.value() : (::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno);
+        if (::rename(dir_.c_str(), aside.c_str()) == 0) std::filesystem::remove_all(aside, ec);
+        err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
       }
       if (err == EEXIST) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        const std::string message = absl::StrCat(
             "rendezvous directory ", QuoteForMessage(dir_.string(), 200),
             " exists (an earlier run that did not close left it?): remove it, or give every "
-            "run a new path"));
+            "run a new path");
+        // Ranks that joined it thinking it was this run's stop now, with the reason.
+        if (IsRendezvousDirectory()) Fail(message);
+        return absl::FailedPreconditionError(message);
       }
       if (err != 0) {
         return absl::FailedPreconditionError(absl::StrCat("cannot create rendezvous directory ",
@@ -246,8 +260,10 @@ class FileBootstrap final : public Bootstrap {
       return WriteFileAtomic(job, expected);
     }
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
-    for (Backoff wait; !Exists(job);) {
-      PS_RETURN_IF_ERROR(FailureOfOthers());
+    // A directory whose `failed` marker is older than this process is a failed earlier
+    // run's, which rank 0 will replace: not joined, waited for like no directory.
+    for (Backoff wait; !Exists(job) || StaleFailure();) {
+      if (!StaleFailure()) PS_RETURN_IF_ERROR(Failure());
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(
             absl::StrCat("file bootstrap rank ", rank_, ": aborted while waiting for rank 0"));
@@ -267,10 +283,12 @@ class FileBootstrap final : public Bootstrap {
         theirs = theirs.substr(at + 5);
         if (!theirs.empty() && theirs.back() == '\n') theirs.pop_back();
       }
-      return absl::InvalidArgumentError(
+      const std::string message =
           absl::StrCat("rank ", rank_, " was started for ", size_, " processes, but rank 0 made ",
                        QuoteForMessage(dir_.string(), 200), " for ", QuoteForMessage(theirs),
-                       ": give every process the same number of processes"));
+                       ": give every process the same number of processes");
+      Fail(message);  // rank 0 and the others stop now
+      return absl::InvalidArgumentError(message);
     }
     return absl::OkStatus();
   }
@@ -311,7 +329,7 @@ class FileBootstrap final : public Bootstrap {
         if (!gone[r]) gone[r] = Exists((dir_ / absl::StrCat("gone.", r)).string());
       }
       if (std::all_of(gone.begin(), gone.end(), [](bool g) { return g; })) break;
-      PS_RETURN_IF_ERROR(FailureOfOthers());
+      PS_RETURN_IF_ERROR(Failure());
       if (deadline.has_value() && Clock::now() >= *deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("file bootstrap: rank 0 waited ", options_.timeout_seconds, " s for ",
@@ -343,8 +361,23 @@ class FileBootstrap final : public Bootstrap {
 
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+  // True when the directory holds a `failed` marker written before this process joined:
+  // an earlier run's.
+  bool StaleFailure() const {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(dir_ / "failed", ec);
+    return !ec && written < started_;
+  }
+
+  // A directory with this format's `job` file.
+  bool IsRendezvousDirectory() const {
+    absl::StatusOr<std::string> job = ReadFile((dir_ / "job").string(), 4096);
+    return job.ok() && job->rfind("pipesched-bootstrap 1\n", 0) == 0;
+  }
+
+ public:
   // Aborted "process <r> failed: <reason>" once a rank has called Fail(), else OK.
-  absl::Status FailureOfOthers() const {
+  absl::Status Failure() override {
     const std::string path = (dir_ / "failed").string();
     if (!Exists(path)) return absl::OkStatus();
     absl::StatusOr<std::string> text = ReadFile(path, 4096);
@@ -354,12 +387,11 @@ class FileBootstrap final : public Bootstrap {
                                            nl == std::string::npos ? "" : text->substr(nl + 1)));
   }
 
+ private:
   // A directory of a run that Fail() marked: `job` holds this format's header and
   // `failed` exists.
   bool IsFailedLeftover() const {
-    if (!Exists((dir_ / "failed").string())) return false;
-    absl::StatusOr<std::string> job = ReadFile((dir_ / "job").string(), 4096);
-    return job.ok() && job->rfind("pipesched-bootstrap 1\n", 0) == 0;
+    return Exists((dir_ / "failed").string()) && IsRendezvousDirectory();
   }
 
   std::string FileOf(std::string_view channel, std::int64_t k, int rank) const {
@@ -395,9 +427,12 @@ class FileBootstrap final : public Bootstrap {
     (void)::unlink(tmp.c_str());
     if (linked == 0) return absl::OkStatus();
     if (err == EEXIST) {
+      PS_RETURN_IF_ERROR(Failure());  // the run failed already: say why
       return absl::FailedPreconditionError(absl::StrCat(
           "file bootstrap: ", QuoteForMessage(path, 200), " exists: another process is rank ",
-          rank_, " too; give each process its own rank"));
+          rank_,
+          " too (give each process its own rank), or the directory is an earlier run's "
+          "(remove it)"));
     }
     return absl::InternalError(absl::StrCat("file bootstrap: cannot link ",
                                             QuoteForMessage(path, 200), ": ", ErrnoText(err)));
@@ -425,11 +460,11 @@ class FileBootstrap final : public Bootstrap {
         if (have[r]) continue;
         const std::string path = FileOf(channel, k, r);
         if (!Exists(path)) continue;
-        PS_ASSIGN_OR_RETURN(out[r], ReadFile(path));
+        PS_ASSIGN_OR_RETURN(out[r], ReadFile(path, std::numeric_limits<std::int64_t>::max()));
         have[r] = true;
       }
       if (std::all_of(have.begin(), have.end(), [](bool h) { return h; })) break;
-      PS_RETURN_IF_ERROR(FailureOfOthers());
+      PS_RETURN_IF_ERROR(Failure());
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
                                                  ": aborted on channel '", Absl(channel),
@@ -451,6 +486,8 @@ class FileBootstrap final : public Bootstrap {
   const int rank_;
   const int size_;
   const BootstrapOptions options_;
+  // When this process joined, on the file system's clock (StaleFailure).
+  const std::filesystem::file_time_type started_ = std::filesystem::file_time_type::clock::now();
   std::atomic<bool> aborted_{false};
   std::mutex seq_mu_;
   std::map<std::string, std::int64_t, std::less<>> next_;

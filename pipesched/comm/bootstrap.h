@@ -51,9 +51,15 @@ class Bootstrap {
   virtual absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
                                                              std::string_view bytes) = 0;
 
-  // For a watchdog that gave up: exchanges waiting now, and every later call, fail with
-  // Cancelled. Thread-safe; returns at once.
+  // For a watchdog that gave up: this rank's exchanges waiting now, and its every later
+  // call, fail with Cancelled (the other ranks are not told: Fail() does that).
+  // Thread-safe; returns at once.
   virtual void Abort() = 0;
+
+  // OK, or Aborted "process <rank> failed: <reason>" once a rank has called Fail(): for
+  // a watchdog that does not exchange (an NCCL collective waiting for a failed peer).
+  // Non-blocking (file: one stat); thread-safe.
+  virtual absl::Status Failure() = 0;
 
   // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
   // with Aborted "process <rank> failed: <reason>" instead of waiting for their timeout.
@@ -90,7 +96,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 // Rank `rank` of `size` meeting in directory `dir`. Rank 0 creates `dir` (its parent
 // must exist) and refuses one that exists already: "... exists (an earlier run that did
 // not close left it?): remove it, or give every run a new path", unless it is a
-// rendezvous directory that a failed run marked (Fail()), which it replaces. The other ranks wait
+// rendezvous directory that a failed run marked (Fail()), which it replaces (a rank
+// arriving before rank 0 waits while the directory's failure marker is older than
+// itself); refusing one, it marks it failed so that ranks that joined it stop. The other ranks wait
 // for rank 0 (up to the timeout) and check that it was started with the same size. A
 // second process with the same rank is refused by the first exchange. Rank or size out
 // of range: InvalidArgument. Returns once rank 0's directory is there; the first

@@ -78,6 +78,15 @@ std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& sc
       "\nschedule order=", absl::Hex(order, absl::kZeroPad16));
 }
 
+// FNV-1a, 64 bits: equal inputs give equal hashes on every process (absl::Hash is
+// seeded per process).
+std::uint64_t Fnv(std::uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
+
 // Every process's fingerprint equals rank 0's, or FailedPrecondition naming the first
 // field that differs and both values.
 absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerprint) {
@@ -392,6 +401,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .num_samples = SyntheticSamples(config, g),
                                                         .seed = config.seed}));
   }
+  if (config.processes != nullptr && config.processes->size() > 1) {
+    t->data_hash_ = Fnv(Fnv(kFnvBasis, t->data_.x.data(), t->data_.x.size() * sizeof(float)),
+                        t->data_.y.data(), t->data_.y.size() * sizeof(std::int32_t));
+  }
   if (t->data_.num_samples() < g) {
     const int N = t->num_processes();
     return absl::InvalidArgumentError(absl::StrCat(
@@ -401,7 +414,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
               : absl::StrCat(" (replicas x microbatches x microbatch-size = ", D, " x "),
         t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
   }
+  PS_RETURN_IF_ERROR(t->CheckProcessesAgree());
   return t;
+}
+
+absl::Status Trainer::CheckProcessesAgree() {
+  if (num_processes() == 1) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params, ExportParameters());
+  std::uint64_t h = kFnvBasis;
+  for (const model::HostTensor& tensor : params) {
+    h = Fnv(h, tensor.name.data(), tensor.name.size());
+    h = Fnv(h, tensor.bytes.data(), tensor.bytes.size());
+  }
+  return comm::CheckAgreement(*config_.processes, "state",
+                              "state (parameters, data set and data position)",
+                              absl::StrCat(absl::Hex(h, absl::kZeroPad16), " ",
+                                           absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
 }
 
 std::string Trainer::PlacementSummary() const {

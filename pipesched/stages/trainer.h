@@ -122,6 +122,13 @@ class Trainer {
   // Atomic write (temporary file, fsync, rename).
   absl::Status SaveParameters(const std::string& path) const;
 
+  // Across processes (config().processes): FailedPrecondition unless every process holds
+  // the same parameters, data set and data position (compared by a 64-bit hash of each):
+  // Create checks it once the data is made; call it again after loading parameters or a
+  // checkpoint (LoadParameters, LoadCheckpoint) on every process, since each process
+  // reads its own copy of the file. OK at once within one process.
+  absl::Status CheckProcessesAgree();
+
   // One step on the next global batch of the data set (cycling through it); blocks until
   // it has run. Errors as Executor::Step. Across processes: this process's share of the
   // next job batch, and StepResult::loss is the mean over every process's replicas.
@@ -173,6 +180,7 @@ class Trainer {
   std::unique_ptr<Executor> executor_;
   model::Dataset data_;
   std::int64_t cursor_ = 0;                    // next sample of data_
+  std::uint64_t data_hash_ = 0;                // of data_, for CheckProcessesAgree
   std::optional<std::int64_t> machine_bytes_;  // machine_activation_bytes()
   std::vector<trace::Timeline> timelines_;
   std::vector<std::vector<trace::Span>> phases_;  // StepResult::phases of each step

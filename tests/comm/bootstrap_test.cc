@@ -122,16 +122,23 @@ TEST(InProcessBootstrapTest, TimeoutNamesTheMissingRanks) {
   EXPECT_THAT(got[2], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("ranks 1, 3")));
 }
 
-TEST(InProcessBootstrapTest, AbortReleasesAWaitingRank) {
-  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(2, {.timeout_seconds = 0}));
+// Abort is this rank's (a watchdog's): its wait ends, the others are not told.
+TEST(InProcessBootstrapTest, AbortReleasesTheWaitingRankOnly) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(2, {.timeout_seconds = 10}));
   absl::Status waited;
   std::thread waiter([&] { waited = ranks[0]->AllGather("x", "y").status(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ranks[1]->Abort();
+  ranks[0]->Abort();
   waiter.join();
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
-  EXPECT_THAT(ranks[1]->AllGather("x", "y"),
+  EXPECT_THAT(ranks[0]->AllGather("x", "y"),
               StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
+  PS_EXPECT_OK(ranks[1]->Failure());
+  // Rank 1 is not aborted: its exchange waits for rank 0, which never comes.
+  PS_ASSERT_OK_AND_ASSIGN(auto pair, CreateInProcessBootstraps(2, {.timeout_seconds = 0.1}));
+  pair[0]->Abort();
+  EXPECT_THAT(pair[1]->AllGather("x", "y"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("for rank 0")));
 }
 
 TEST(BootstrapTest, BadArgumentsAreRefused) {
@@ -214,8 +221,8 @@ TEST(FileBootstrapTest, ASecondProcessWithOneRankIsRefused) {
                        HasSubstr("rank 1 waited 0.3 s on channel 'join' (exchange 0) for rank 0")));
   EXPECT_THAT(again->AllGather("join", "b"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("exists: another process is rank 1 too; give each process its "
-                                 "own rank")));
+                       HasSubstr("exists: another process is rank 1 too (give each process its "
+                                 "own rank), or the directory is an earlier run's")));
   std::filesystem::remove_all(dir);
 }
 
@@ -223,7 +230,7 @@ TEST(FileBootstrapTest, RankZeroMissingIsATimeoutAndAbortCancels) {
   const std::string dir = FreshDir("missing");
   EXPECT_THAT(CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.2}),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 0 did not create")));
-  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 0}));
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 10}));
   absl::Status waited;
   std::thread waiter([&] { waited = zero->AllGather("x", "y").status(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -236,7 +243,7 @@ TEST(FileBootstrapTest, RankZeroMissingIsATimeoutAndAbortCancels) {
 // A rank that fails says so: the others stop waiting at once with its reason, not
 // after their timeout.
 TEST(InProcessBootstrapTest, AFailedRankReleasesTheOthersWithItsReason) {
-  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(3, {.timeout_seconds = 0}));
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(3, {.timeout_seconds = 10}));
   std::vector<absl::Status> got(3);
   OnThreads(3, [&](int r) {
     if (r == 2) {
@@ -251,13 +258,15 @@ TEST(InProcessBootstrapTest, AFailedRankReleasesTheOthersWithItsReason) {
                                  HasSubstr("process 2 failed: --microbatches=3 is not a multiple "
                                            "of --stages=2")));
   }
+  EXPECT_THAT(ranks[0]->Failure(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("process 2 failed")));
 }
 
 TEST(FileBootstrapTest, AFailedRankReleasesTheOthersAndItsDirectoryIsReplaced) {
   const std::string dir = FreshDir("failed");
   std::vector<std::unique_ptr<Bootstrap>> ranks(2);
   for (int r = 0; r < 2; ++r) {
-    PS_ASSERT_OK_AND_ASSIGN(ranks[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 0}));
+    PS_ASSERT_OK_AND_ASSIGN(ranks[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 10}));
   }
   absl::Status waited;
   std::thread waiter([&] { waited = ranks[0]->AllGather("stage-0", "x").status(); });
@@ -266,14 +275,65 @@ TEST(FileBootstrapTest, AFailedRankReleasesTheOthersAndItsDirectoryIsReplaced) {
   waiter.join();
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kAborted,
                                HasSubstr("process 1 failed: out of memory on two lines")));
+  EXPECT_THAT(ranks[0]->Failure(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: out of memory")));
   ranks.clear();
   EXPECT_TRUE(std::filesystem::exists(dir));
-  // The next run's rank 0 knows the marked directory for a failed run's and starts afresh.
-  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 1));
-  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> alone, zero->AllGather("x", "fresh"));
-  EXPECT_THAT(alone, ElementsAre("fresh"));
-  PS_EXPECT_OK(zero->Close());
+  // The next run: its rank 1 starts first and finds the marked directory, older than
+  // itself; it waits for rank 0, which replaces the directory, and they meet in the new one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<std::unique_ptr<Bootstrap>> next(2);
+  std::vector<std::vector<std::string>> got(2);
+  OnThreads(2, [&](int r) {
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto b = CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 10});
+    ASSERT_TRUE(b.ok()) << b.status();
+    next[r] = std::move(b).value();
+    auto all = next[r]->AllGather("x", absl::StrCat("fresh", r));
+    ASSERT_TRUE(all.ok()) << all.status();
+    got[r] = *all;
+    EXPECT_TRUE(next[r]->Close().ok());
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_THAT(got[r], ElementsAre("fresh0", "fresh1"));
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// Rank 0 that refuses a directory left without a failure marker (a killed run) marks it,
+// so that a rank that joined it stops with the reason; a rank started for another size
+// tells rank 0 the same way.
+TEST(FileBootstrapTest, RefusalsReachTheRanksThatJoined) {
+  const std::string dir = FreshDir("killed");
+  {
+    PS_ASSERT_OK_AND_ASSIGN(auto killed, CreateFileBootstrap(dir, 0, 2));
+  }  // never closed: as if killed
+  PS_ASSERT_OK_AND_ASSIGN(auto early, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 10}));
+  absl::Status waited;
+  std::thread waiter([&] { waited = early->AllGather("trainer", "x").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_THAT(CreateFileBootstrap(dir, 0, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("exists (an earlier run")));
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("process 0 failed: rendezvous directory")));
+  std::filesystem::remove_all(dir);
+
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 10}));
+  EXPECT_THAT(CreateFileBootstrap(dir, 1, 3), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                       HasSubstr("was started for 3 processes")));
+  EXPECT_THAT(zero->AllGather("trainer", "x"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 1 failed: rank 1 was started for 3 processes")));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(2, {.timeout_seconds = 1e10}));
+  absl::Status waited;
+  std::thread waiter([&] { waited = ranks[0]->AllGather("x", "y").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ranks[0]->Abort();  // still waiting after 0.1 s: the deadline did not overflow into the past
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
 }
 
 }  // namespace

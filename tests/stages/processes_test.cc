@@ -161,7 +161,7 @@ TEST(ProcessesTest, AProcessThatFailsStopsTheOthers) {
   // Process 1's configuration is refused before it joins (B = 0); process 0 would wait
   // for it for the bootstrap's whole timeout, but hears of the failure at once.
   PS_ASSERT_OK_AND_ASSIGN(auto processes,
-                          comm::CreateInProcessBootstraps(2, {.timeout_seconds = 0}));
+                          comm::CreateInProcessBootstraps(2, {.timeout_seconds = 10}));
   TrainerConfig bad = Config("1f1b", 1);
   bad.microbatch_size = 0;
   std::vector<JobRun> runs = TrainProcesses(processes, {Config("1f1b", 1), bad});

@@ -111,6 +111,9 @@ class NcclAllReducer final : public AllReducer {
   }
 
   absl::Status AsyncError() override {
+    // A process that failed stops no collective by itself: its peers' kernels wait for it
+    // until the executor's watchdog aborts them, which this makes it do at once.
+    if (processes_ != nullptr) PS_RETURN_IF_ERROR(processes_->Failure());
     for (std::size_t k = 0; k < comms_.size(); ++k) {
       if (comms_[k] == nullptr) continue;
       ncclResult_t async = ncclSuccess;
@@ -247,6 +250,12 @@ class NcclAllReducer final : public AllReducer {
                                               " bytes for an NCCL id of ", sizeof(id)));
     }
     std::memcpy(&id, sent.data(), sizeof(id));
+    // Every device is checked before the group: a failure inside it after a first
+    // ncclCommInitRank would leave ncclGroupEnd waiting for ranks that never join.
+    for (int leader : leaders_) {
+      CudaDeviceGuard guard(devices_[leader]->index());
+      PS_RETURN_IF_ERROR(guard.status());
+    }
     comms_.assign(leaders_.size(), nullptr);
     PS_NCCL_RETURN_IF_ERROR(ncclGroupStart());
     absl::Status issued = absl::OkStatus();
