@@ -5,7 +5,8 @@
 //   exports    trace/: Timeline, Chrome/Perfetto JSON, SVG, terminal grid, bubble stats,
 //              plots;
 //   devices    runtime/: Backend, Device, Stream, Event, Buffer (host or CUDA);
-//   comm       comm/: stage-to-stage transports, data-parallel all-reduce;
+//   comm       comm/: stage-to-stage transports, data-parallel all-reduce, the bootstrap
+//              by which the processes of a job meet;
 //   training   stages/: StageWork (your F/B/I/W callbacks), Executor (runs steps, returns
 //              the measured timeline), bubble analysis of measured steps, skew
 //              injection (SlowStageWork), partitioning, and the built-in MLP (model/,
@@ -25,6 +26,7 @@
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
 #include "pipesched/comm/all_reduce.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/comm/transport.h"
 #include "pipesched/model/chunk.h"
 #include "pipesched/model/math.h"
