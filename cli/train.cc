@@ -156,6 +156,12 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
                      "exist yet (process 0 creates it), the same for all"));
   }
   // Refused now rather than after the others have joined: one order must run everywhere.
+  if (absl::GetFlag(FLAGS_refine)) {
+    return absl::InvalidArgumentError(
+        "--refine keeps a refined order only where it fits this machine's memory, which may "
+        "differ between processes: refine once (`simulate --refine --schedule-json=F.json`) "
+        "and give every process --from=F.json");
+  }
   if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
     return absl::InvalidArgumentError(
         "--recompute-stages=auto plans for this machine's memory, which may differ between "

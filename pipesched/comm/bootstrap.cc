@@ -232,25 +232,14 @@ class FileBootstrap final : public Bootstrap {
     const std::string job = (dir_ / "job").string();
     const std::string expected = absl::StrCat("pipesched-bootstrap 1\nsize ", size_, "\n");
     if (rank_ == 0) {
-      int err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
-      if (err == EEXIST && IsFailedLeftover()) {
-        // A failed run's directory (its `job` and `failed` files say so): moved aside in
-        // one step, so that a rank arriving meanwhile finds either it (and waits: its
-        // `failed` is older than that rank) or nothing, then removed.
-        const std::string aside = absl::StrCat(dir_.string(), ".failed-", ::getpid(), "-",
-                                               Clock::now().time_since_epoch().count());
-        std::error_code ec;
-        if (::rename(dir_.c_str(), aside.c_str()) == 0) std::filesystem::remove_all(aside, ec);
-        err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
-      }
+      // An existing directory is refused, never reused or marked: it may be a live job's
+      // (the same path given twice), which must not be touched.
+      const int err = ::mkdir(dir_.c_str(), 0755) == 0 ? 0 : errno;
       if (err == EEXIST) {
-        const std::string message = absl::StrCat(
+        return absl::FailedPreconditionError(absl::StrCat(
             "rendezvous directory ", QuoteForMessage(dir_.string(), 200),
-            " exists (an earlier run that did not close left it?): remove it, or give every "
-            "run a new path");
-        // Ranks that joined it thinking it was this run's stop now, with the reason.
-        if (IsRendezvousDirectory()) Fail(message);
-        return absl::FailedPreconditionError(message);
+            " exists (an earlier run that did not close left it, or another job uses it?): "
+            "remove it, or give every run a new path"));
       }
       if (err != 0) {
         return absl::FailedPreconditionError(absl::StrCat("cannot create rendezvous directory ",
@@ -260,10 +249,8 @@ class FileBootstrap final : public Bootstrap {
       return WriteFileAtomic(job, expected);
     }
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
-    // A directory whose `failed` marker is older than this process is a failed earlier
-    // run's, which rank 0 will replace: not joined, waited for like no directory.
-    for (Backoff wait; !Exists(job) || StaleFailure();) {
-      if (!StaleFailure()) PS_RETURN_IF_ERROR(Failure());
+    for (Backoff wait; !Exists(job);) {
+      PS_RETURN_IF_ERROR(Failure());
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(
             absl::StrCat("file bootstrap rank ", rank_, ": aborted while waiting for rank 0"));
@@ -361,39 +348,32 @@ class FileBootstrap final : public Bootstrap {
 
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-  // True when the directory holds a `failed` marker written before this process joined:
-  // an earlier run's.
-  bool StaleFailure() const {
-    std::error_code ec;
-    const auto written = std::filesystem::last_write_time(dir_ / "failed", ec);
-    return !ec && written < started_;
-  }
-
-  // A directory with this format's `job` file.
-  bool IsRendezvousDirectory() const {
-    absl::StatusOr<std::string> job = ReadFile((dir_ / "job").string(), 4096);
-    return job.ok() && job->rfind("pipesched-bootstrap 1\n", 0) == 0;
-  }
-
  public:
-  // Aborted "process <r> failed: <reason>" once a rank has called Fail(), else OK.
+  // Aborted "process <r> failed: <reason>" once a rank has called Fail(), else OK. A
+  // marker much older than this process is an earlier run's (a rank that joined a
+  // directory rank 0 then refused): the message says so.
   absl::Status Failure() override {
     const std::string path = (dir_ / "failed").string();
     if (!Exists(path)) return absl::OkStatus();
     absl::StatusOr<std::string> text = ReadFile(path, 4096);
     if (!text.ok()) return absl::AbortedError("a process failed (its reason is unreadable)");
     const std::size_t nl = text->find('\n');
-    return absl::AbortedError(absl::StrCat("process ", text->substr(0, nl), " failed: ",
-                                           nl == std::string::npos ? "" : text->substr(nl + 1)));
+    std::string old;
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(path, ec);
+    if (!ec && written + std::chrono::seconds(10) < started_) {
+      old =
+          absl::StrCat(" (written ",
+                       std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count(),
+                       " s before this process started: ", QuoteForMessage(dir_.string(), 200),
+                       " is an earlier run's? remove it)");
+    }
+    return absl::AbortedError(
+        absl::StrCat("process ", text->substr(0, nl),
+                     " failed: ", nl == std::string::npos ? "" : text->substr(nl + 1), old));
   }
 
  private:
-  // A directory of a run that Fail() marked: `job` holds this format's header and
-  // `failed` exists.
-  bool IsFailedLeftover() const {
-    return Exists((dir_ / "failed").string()) && IsRendezvousDirectory();
-  }
-
   std::string FileOf(std::string_view channel, std::int64_t k, int rank) const {
     return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", rank)).string();
   }
@@ -486,7 +466,7 @@ class FileBootstrap final : public Bootstrap {
   const int rank_;
   const int size_;
   const BootstrapOptions options_;
-  // When this process joined, on the file system's clock (StaleFailure).
+  // When this process joined, on the file system's clock (Failure).
   const std::filesystem::file_time_type started_ = std::filesystem::file_time_type::clock::now();
   std::atomic<bool> aborted_{false};
   std::mutex seq_mu_;

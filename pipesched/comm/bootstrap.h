@@ -64,13 +64,14 @@ class Bootstrap {
   // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
   // with Aborted "process <rank> failed: <reason>" instead of waiting for their timeout.
   // The first rank to fail is the one named. Best effort; returns at once. The file
-  // kind leaves its directory behind, marked, and the next run's rank 0 replaces it.
+  // kind leaves its directory behind (the others may not have read the marker yet):
+  // remove it before the next run.
   virtual void Fail(std::string_view reason) = 0;
 
   // Leaves the job once every rank's exchanges are over: a barrier, then each rank's
   // files are removed (file: rank 0 removes the directory once every rank has left).
-  // Every rank calls it once, with no exchange in flight. Without it or Fail() (a
-  // process killed) the file kind leaves its directory behind, and the next run's rank 0
+  // Every rank calls it once, with no exchange in flight. Without it (a failed or
+  // killed run) the file kind leaves its directory behind, and the next run's rank 0
   // refuses it.
   virtual absl::Status Close() = 0;
 };
@@ -95,10 +96,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 
 // Rank `rank` of `size` meeting in directory `dir`. Rank 0 creates `dir` (its parent
 // must exist) and refuses one that exists already: "... exists (an earlier run that did
-// not close left it?): remove it, or give every run a new path", unless it is a
-// rendezvous directory that a failed run marked (Fail()), which it replaces (a rank
-// arriving before rank 0 waits while the directory's failure marker is older than
-// itself); refusing one, it marks it failed so that ranks that joined it stop. The other ranks wait
+// not close left it, or another job uses it?): remove it, or give every run a new path"
+// (it never touches a directory it did not create: it may be a live job's). A rank
+// started before rank 0 that finds an earlier run's directory joins it and fails at its
+// first exchange (its own earlier file is there), or at the earlier run's failure marker
+// (the message says how old it is), or waits out the timeout: never a silent mix-up that
+// finishes. The other ranks wait
 // for rank 0 (up to the timeout) and check that it was started with the same size. A
 // second process with the same rank is refused by the first exchange. Rank or size out
 // of range: InvalidArgument. Returns once rank 0's directory is there; the first

@@ -1951,6 +1951,9 @@ TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
       {{"--processes=2", "--rendezvous=" + dir, "--recompute-stages=auto"},
        "--recompute-stages=auto plans for this machine's memory, which may differ between "
        "processes"},
+      {{"--processes=2", "--rendezvous=" + dir, "--schedule=zb-1p", "--search-steps=0", "--refine"},
+       "--refine keeps a refined order only where it fits this machine's memory, which may "
+       "differ between processes: refine once"},
       {{"--processes=2", "--rendezvous=" + dir, "--schedule=zb-1p"},
        "zb-1p's order is searched for the costs each process measures, which differ, and every "
        "process must run one order: give --search-steps=0"},
@@ -1973,8 +1976,10 @@ TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
   std::filesystem::create_directory(dir);
   RunResult left = run({"--processes=2", "--rendezvous=" + dir});
   EXPECT_EQ(left.code, 2);
-  EXPECT_THAT(left.err, HasSubstr("exists (an earlier run that did not close left it?): remove "
-                                  "it, or give every run a new path"));
+  EXPECT_THAT(
+      left.err,
+      HasSubstr("exists (an earlier run that did not close left it, or another job uses it?): "
+                "remove it, or give every run a new path"));
   std::filesystem::remove_all(dir);
   // One process alone is a job too: --processes=1 is the default.
   EXPECT_EQ(run({"--processes=1"}).code, 0);

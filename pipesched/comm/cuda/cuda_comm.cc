@@ -226,6 +226,15 @@ class NcclAllReducer final : public AllReducer {
   // bootstrap, and each process inits its leaders' ranks in one group (several GPUs per
   // process need the group, or ncclCommInitRank would wait for the others one by one).
   absl::Status InitAcrossProcesses(Bootstrap& processes, std::string_view channel) {
+    // Every device is checked before the first exchange: a process that fails here has
+    // given nothing, so the others, waiting for its count, learn of its failure (Fail)
+    // instead of entering ncclCommInitRank, which waits for every rank without a
+    // timeout; and a failure inside the group after a first ncclCommInitRank would leave
+    // ncclGroupEnd waiting likewise.
+    for (int leader : leaders_) {
+      CudaDeviceGuard guard(devices_[leader]->index());
+      PS_RETURN_IF_ERROR(guard.status());
+    }
     PS_ASSIGN_OR_RETURN(const std::vector<std::string> counts,
                         processes.AllGather(channel, std::to_string(leaders_.size())));
     int offset = 0;
@@ -250,12 +259,6 @@ class NcclAllReducer final : public AllReducer {
                                               " bytes for an NCCL id of ", sizeof(id)));
     }
     std::memcpy(&id, sent.data(), sizeof(id));
-    // Every device is checked before the group: a failure inside it after a first
-    // ncclCommInitRank would leave ncclGroupEnd waiting for ranks that never join.
-    for (int leader : leaders_) {
-      CudaDeviceGuard guard(devices_[leader]->index());
-      PS_RETURN_IF_ERROR(guard.status());
-    }
     comms_.assign(leaders_.size(), nullptr);
     PS_NCCL_RETURN_IF_ERROR(ncclGroupStart());
     absl::Status issued = absl::OkStatus();
