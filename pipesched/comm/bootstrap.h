@@ -86,7 +86,8 @@ absl::Status Barrier(Bootstrap& bootstrap, std::string_view channel);
 
 // Every rank's `bytes` agree, or FailedPrecondition naming the first rank whose differ
 // from rank 0's, and `what` ("the configuration") with both values when they are short
-// printable text. For checking that every process was started with the same flags.
+// printable text: "process 2's configuration differs from process 0's (...)" (ranks
+// are processes). For checking that every process was started with the same flags.
 absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std::string_view what,
                             std::string_view bytes);
 

@@ -103,7 +103,7 @@ TEST(InProcessBootstrapTest, BroadcastAndAgreement) {
   for (int r = 0; r < 3; ++r) {
     PS_EXPECT_OK(agreed[r]);
     EXPECT_THAT(differ[r], StatusIs(absl::StatusCode::kFailedPrecondition,
-                                    HasSubstr("rank 2's configuration differs from rank 0's "
+                                    HasSubstr("process 2's configuration differs from process 0's "
                                               "(\"P=4 M=8\" against \"P=2 M=8\")")));
   }
   EXPECT_THAT(Broadcast(*ranks[0], "id", "", 3),

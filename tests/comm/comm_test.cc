@@ -288,7 +288,7 @@ TEST(HostAllReduceTest, AcrossProcessesRefusesUnequalParticipantsAndFailsWithout
   for (std::thread& t : threads) t.join();
   EXPECT_THAT(created[0],
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("rank 1's all-reduce participants differs from rank 0's "
+                       HasSubstr("process 1's all-reduce participants differs from process 0's "
                                  "(\"2 host devices\" against \"1 host devices\")")));
 
   // A process whose peer never comes: its streams fail once the bootstrap gives up, and
