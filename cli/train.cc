@@ -207,13 +207,14 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     return absl::InvalidArgumentError("--save-every needs --save=FILE to say where");
   }
   // Outputs are written during or after the run: a path that cannot be written is an
-  // error now, not after the training.
+  // error now, not after the training. Only the process that writes them checks (with
+  // --processes the others may run where process 0's paths do not exist).
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save", save},
                                    {"--save-costs", save_costs},
                                    {"--trace", absl::GetFlag(FLAGS_trace)},
                                    {"--svg", absl::GetFlag(FLAGS_svg)},
                                    {"--json", absl::GetFlag(FLAGS_json)}}) {
-    if (!path.empty()) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
+    if (!path.empty() && writes_files) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
   }
   // --save may be --resume or --init: a run that continues its own checkpoint or
   // parameters in place.
