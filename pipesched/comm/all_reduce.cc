@@ -161,16 +161,22 @@ class HostAllReducer final : public AllReducer {
     return absl::CancelledError(absl::StrCat(waited, "; aborted"));
   }
 
-  // Sums in participant order so that every replica ends with the same bits.
-  static absl::Status ReduceLocal(Rendezvous& r) {
-    const float scale = 1.0f / static_cast<float>(r.data.size());
+  // r.data[0..] := the mean of `parts` (global participant order, which may include
+  // r.data's own buffers), summed in that order so that every replica ends with the same
+  // bits: one process holding all participants and several holding some agree.
+  static void AverageInto(Rendezvous& r, const std::vector<const float*>& parts) {
+    const float scale = 1.0f / static_cast<float>(parts.size());
     float* first = r.data[0];
     for (std::size_t k = 0; k < r.count; ++k) {
-      float sum = first[k];
-      for (std::size_t p = 1; p < r.data.size(); ++p) sum += r.data[p][k];
-      first[k] = sum * scale;
+      float sum = parts[0][k];
+      for (std::size_t p = 1; p < parts.size(); ++p) sum += parts[p][k];
+      first[k] = sum * scale;  // every parts[p][k] is read above, before this write
     }
     for (std::size_t p = 1; p < r.data.size(); ++p) std::copy(first, first + r.count, r.data[p]);
+  }
+
+  static absl::Status ReduceLocal(Rendezvous& r) {
+    AverageInto(r, std::vector<const float*>(r.data.begin(), r.data.end()));
     return absl::OkStatus();
   }
 
@@ -206,14 +212,7 @@ class HostAllReducer final : public AllReducer {
         parts.push_back(q == own ? r.data[p] : theirs[q].data() + p * r.count);
       }
     }
-    const float scale = 1.0f / static_cast<float>(parts.size());
-    float* first = r.data[0];
-    for (std::size_t k = 0; k < r.count; ++k) {
-      float sum = parts[0][k];
-      for (std::size_t p = 1; p < parts.size(); ++p) sum += parts[p][k];
-      first[k] = sum * scale;  // parts[p][k] for every p is read above, before this write
-    }
-    for (std::size_t p = 1; p < local; ++p) std::copy(first, first + r.count, r.data[p]);
+    AverageInto(r, parts);
     return absl::OkStatus();
   }
 

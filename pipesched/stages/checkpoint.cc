@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "pipesched/base/hash.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
 #include "pipesched/model/chunk.h"
@@ -22,25 +23,6 @@ namespace {
 constexpr char kFormat[] = "pipesched-checkpoint";
 constexpr char kOptimizerPrefix[] = "optimizer.";
 constexpr char kChecksumPrefix[] = "fnv1a64:";
-
-// FNV-1a, 64 bits.
-class Fnv1a64 {
- public:
-  void Add(std::string_view bytes) {
-    for (unsigned char c : bytes) {
-      hash_ ^= c;
-      hash_ *= 0x100000001b3ULL;
-    }
-  }
-  void AddField(std::string_view bytes) {
-    Add(bytes);
-    Add(std::string_view("\0", 1));
-  }
-  std::uint64_t value() const { return hash_; }
-
- private:
-  std::uint64_t hash_ = 0xcbf29ce484222325ULL;
-};
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "pipesched/base/hash.h"
 #include "pipesched/base/host_memory.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -45,14 +46,10 @@ int JobReplicas(const TrainerConfig& config) {
 std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& schedule,
                            runtime::BackendKind kind) {
   // The order itself, not only its name: a searched or loaded schedule may differ.
-  std::uint64_t order = 1469598103934665603ull;  // FNV-1a over every rank's program
+  Fnv1a64 order;
   for (const std::vector<scheduler::Action>& program : schedule.programs) {
-    for (const scheduler::Action& a : program) {
-      for (char ch : scheduler::ToString(a) + ";") {
-        order = (order ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-      }
-    }
-    order = (order ^ '|') * 1099511628211ull;
+    for (const scheduler::Action& a : program) order.Add(scheduler::ToString(a) + ";");
+    order.Add("|");
   }
   std::vector<int> recompute = c.recompute_stages;
   std::sort(recompute.begin(), recompute.end());
@@ -75,17 +72,8 @@ std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& sc
       "\nbackend=", Absl(runtime::BackendName(kind)), "\nseed=", c.seed, "\ndata=", c.data_path,
       "\nsynthetic-samples=", c.synthetic_samples,
       // Last: a differing order with the same flags is a searched or loaded schedule.
-      "\nschedule order=", absl::Hex(order, absl::kZeroPad16));
+      "\nschedule order=", absl::Hex(order.value(), absl::kZeroPad16));
 }
-
-// FNV-1a, 64 bits: equal inputs give equal hashes on every process (absl::Hash is
-// seeded per process).
-std::uint64_t Fnv(std::uint64_t h, const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
 
 // Every process's fingerprint equals rank 0's, or FailedPrecondition naming the first
 // field that differs and both values.
@@ -402,8 +390,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .seed = config.seed}));
   }
   if (config.processes != nullptr && config.processes->size() > 1) {
-    t->data_hash_ = Fnv(Fnv(kFnvBasis, t->data_.x.data(), t->data_.x.size() * sizeof(float)),
-                        t->data_.y.data(), t->data_.y.size() * sizeof(std::int32_t));
+    Fnv1a64 data;
+    data.Add(t->data_.x.data(), t->data_.x.size() * sizeof(float));
+    data.Add(t->data_.y.data(), t->data_.y.size() * sizeof(std::int32_t));
+    t->data_hash_ = data.value();
   }
   if (t->data_.num_samples() < g) {
     const int N = t->num_processes();
@@ -421,14 +411,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
 absl::Status Trainer::CheckProcessesAgree() {
   if (num_processes() == 1) return absl::OkStatus();
   PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params, ExportParameters());
-  std::uint64_t h = kFnvBasis;
+  Fnv1a64 h;
   for (const model::HostTensor& tensor : params) {
-    h = Fnv(h, tensor.name.data(), tensor.name.size());
-    h = Fnv(h, tensor.bytes.data(), tensor.bytes.size());
+    h.Add(tensor.name);
+    h.Add(tensor.bytes);
   }
   return comm::CheckAgreement(*config_.processes, "state",
                               "state (parameters, data set and data position)",
-                              absl::StrCat(absl::Hex(h, absl::kZeroPad16), " ",
+                              absl::StrCat(absl::Hex(h.value(), absl::kZeroPad16), " ",
                                            absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
 }
 
