@@ -50,6 +50,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -466,7 +467,11 @@ void HostStream::Run(const std::shared_ptr<StreamCore>& core_ptr) {
       task = nullptr;  // destroy captures before the work counts as done
       std::lock_guard<std::mutex> lock(core.mu);
       if (core.detached) {
-        // The stream is gone: what is left of the batch may refer to its device.
+        // The stream is gone: what is left of the batch may refer to its device, so it
+        // never runs. It is kept, not dropped: it holds the frees that this worker took
+        // before the destructor detached it (the destructor only sees the queue), and
+        // dropping them would lose that memory (a leak ASan reports).
+        KeepUnrun({std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end())});
         batch.clear();
         break;
       }
