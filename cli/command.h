@@ -33,6 +33,9 @@ struct Command {
   std::string_view summary;  // one line
   std::vector<std::string_view> flags;  // flag names the command reads
   CommandFn run;
+  // Everything from the first argument that is not a flag on is a command line of its
+  // own (positional, not parsed, not searched for --help): `launch ... -- train ...`.
+  bool runs_a_command = false;
 };
 
 const std::vector<Command>& AllCommands();

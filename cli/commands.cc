@@ -158,8 +158,11 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
       PrintCommandHelp(*command, out);
       return kExitOk;
     }
+    // launch's command line is the launched program's: its --help is not launch's.
+    if (command->runs_a_command && (a == "--" || a.rfind("--", 0) != 0)) break;
   }
-  absl::StatusOr<ParsedArgs> parsed = ParseFlags(argc, argv, command->flags);
+  absl::StatusOr<ParsedArgs> parsed =
+      ParseFlags(argc, argv, command->flags, command->runs_a_command);
   if (!parsed.ok()) return ReportError(ctx, parsed.status());
   ctx.positional = parsed->positional;
   ctx.flags_set = parsed->flags_set;

@@ -10,6 +10,7 @@ int RunVersion(const CommandContext& ctx);
 int RunTrain(const CommandContext& ctx);
 int RunBench(const CommandContext& ctx);
 int RunCompare(const CommandContext& ctx);
+int RunLaunch(const CommandContext& ctx);
 
 namespace {
 constexpr std::string_view kCostFlags[] = {
@@ -106,6 +107,15 @@ const std::vector<Command>& AllCommands() {
                 {"warmup", "search_steps", "recompute_stages", "slow_stage", "csv", "json", "md",
                  "svg", "traces"}),
        &RunBench},
+      {"launch",
+       "launch --processes=N [--rendezvous=DIR] [--rendezvous-timeout=300]\n"
+       "       [--output=first|all] [--grace=10] -- train [train's flags]\n"
+       "       (or -- PROGRAM [ARGS...]: a program of yours that reads PIPESCHED_PROCESSES,\n"
+       "        PIPESCHED_PROCESS_RANK, PIPESCHED_RENDEZVOUS, PIPESCHED_RENDEZVOUS_TIMEOUT)",
+       "start the N processes of a training job on this host; stop them all when one fails",
+       {"processes", "rendezvous", "rendezvous_timeout", "output", "grace"},
+       &RunLaunch,
+       /*runs_a_command=*/true},
       {"version", "version", "print the version", {}, &RunVersion},
   };
   return *commands;

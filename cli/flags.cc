@@ -95,14 +95,15 @@ bool IsDecimalNumber(std::string_view text) {
 }  // namespace
 
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
-                                      const std::vector<std::string_view>& allowed) {
+                                      const std::vector<std::string_view>& allowed,
+                                      bool command_follows) {
   ParsedArgs parsed;
   if (argc >= 2) parsed.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0 || arg == "--") {
-      if (arg == "--") {
-        for (++i; i < argc; ++i) parsed.positional.emplace_back(argv[i]);
+      if (arg == "--" || command_follows) {
+        for (i += arg == "--" ? 1 : 0; i < argc; ++i) parsed.positional.emplace_back(argv[i]);
         break;
       }
       parsed.positional.push_back(arg);

@@ -52,8 +52,11 @@ struct ParsedArgs {
 // InvalidArgument naming the flag for unknown flags, flags the command does not take,
 // and values that do not parse.
 // argv[0] is the program and argv[1] the command; parsing starts at argv[2].
+// `command_follows` (launch): the first argument that is not a flag, and everything after
+// it, are positional (a command line of its own), as is everything after "--".
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
-                                      const std::vector<std::string_view>& allowed_for_command);
+                                      const std::vector<std::string_view>& allowed_for_command,
+                                      bool command_follows = false);
 
 // "12", "-3", "+40": an optional sign and digits only (whatever their size).
 bool IsIntegerLiteral(std::string_view text);

@@ -339,8 +339,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
                              result.step_micros / 1000)
           << (step == steps ? "\n" : "") << std::flush;
     } else {
+      // Flushed: a log or `pipesched launch` reading a pipe sees each step as it ends.
       out << absl::StrFormat("step %d/%d  loss %.4f  %.0f samples/s  %.2f ms\n", step, steps,
-                             result.loss, samples_per_s, result.step_micros / 1000);
+                             result.loss, samples_per_s, result.step_micros / 1000)
+          << std::flush;
     }
     last = std::move(result);
     if (writes_files && save_every > 0 && step % save_every == 0 && step < steps) {

@@ -23,8 +23,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -34,6 +36,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pipesched/base/file_util.h"
@@ -543,6 +546,54 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
   auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
   PS_RETURN_IF_ERROR(bootstrap->Join());
   return std::unique_ptr<Bootstrap>(std::move(bootstrap));
+}
+
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
+    const BootstrapOptions& options) {
+  const char* processes_text = std::getenv(kProcessesVariable);
+  if (processes_text == nullptr) return std::unique_ptr<Bootstrap>();
+  auto malformed = [](const char* name, std::string_view value, std::string_view expected) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "=", QuoteForMessage(value), " is not ",
+                                                   Absl(expected),
+                                                   " (`pipesched launch` sets it)"));
+  };
+  auto get = [](const char* name) -> std::optional<std::string_view> {
+    const char* value = std::getenv(name);
+    if (value == nullptr) return std::nullopt;
+    return std::string_view(value);
+  };
+  int size = 0, rank = 0;
+  if (!absl::SimpleAtoi(processes_text, &size) || size < 1) {
+    return malformed(kProcessesVariable, processes_text, "a number of processes (1 or more)");
+  }
+  const std::optional<std::string_view> rank_text = get(kProcessRankVariable);
+  if (!rank_text.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kProcessesVariable, " is set but ", kProcessRankVariable,
+                     " is not: a process of a job needs both (`pipesched launch` sets them)"));
+  }
+  if (!absl::SimpleAtoi(Absl(*rank_text), &rank) || rank < 0 || rank >= size) {
+    return malformed(
+        kProcessRankVariable, *rank_text,
+        absl::StrCat("a rank from 0 to ", size - 1, " (", kProcessesVariable, "=", size, ")"));
+  }
+  const std::optional<std::string_view> dir = get(kRendezvousVariable);
+  if (!dir.has_value() || dir->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kProcessesVariable, " is set but ", kRendezvousVariable,
+                     " is not: the processes meet in that directory (`pipesched launch` sets "
+                     "it)"));
+  }
+  BootstrapOptions resolved = options;
+  if (const std::optional<std::string_view> timeout = get(kRendezvousTimeoutVariable);
+      timeout.has_value()) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(Absl(*timeout), &seconds) || !std::isfinite(seconds) || seconds < 0) {
+      return malformed(kRendezvousTimeoutVariable, *timeout, "a number of seconds, 0 or more");
+    }
+    resolved.timeout_seconds = seconds;
+  }
+  return CreateFileBootstrap(std::string(*dir), rank, size, resolved);
 }
 
 }  // namespace pipesched::comm

@@ -110,4 +110,20 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
 
+// The environment `pipesched launch` gives each process it starts (docs/training.md):
+// the job's size, this process's rank, the rendezvous directory and the seconds an
+// exchange waits (BootstrapOptions::timeout_seconds).
+inline constexpr char kProcessesVariable[] = "PIPESCHED_PROCESSES";
+inline constexpr char kProcessRankVariable[] = "PIPESCHED_PROCESS_RANK";
+inline constexpr char kRendezvousVariable[] = "PIPESCHED_RENDEZVOUS";
+inline constexpr char kRendezvousTimeoutVariable[] = "PIPESCHED_RENDEZVOUS_TIMEOUT";
+
+// The file bootstrap those variables describe, for a program started by `pipesched
+// launch`: null (OK) when PIPESCHED_PROCESSES is not set (a process on its own); else
+// CreateFileBootstrap(PIPESCHED_RENDEZVOUS, PIPESCHED_PROCESS_RANK, PIPESCHED_PROCESSES)
+// with PIPESCHED_RENDEZVOUS_TIMEOUT, when set, for `options.timeout_seconds`. A missing
+// or malformed variable is InvalidArgument naming it and its value.
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
+    const BootstrapOptions& options = {});
+
 }  // namespace pipesched::comm

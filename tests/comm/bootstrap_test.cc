@@ -8,8 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -336,5 +339,92 @@ TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
 }
 
+// Sets the launch variables for its lifetime (unset: nullopt), then restores them.
+class LaunchEnvironment {
+ public:
+  explicit LaunchEnvironment(const std::map<std::string, std::optional<std::string>>& values) {
+    for (const char* name : {kProcessesVariable, kProcessRankVariable, kRendezvousVariable,
+                             kRendezvousTimeoutVariable}) {
+      const char* old = std::getenv(name);
+      saved_[name] = old == nullptr ? std::nullopt : std::optional<std::string>(old);
+      auto it = values.find(name);
+      Set(name, it == values.end() ? std::nullopt : it->second);
+    }
+  }
+  ~LaunchEnvironment() {
+    for (const auto& [name, value] : saved_) Set(name, value);
+  }
+
+ private:
+  static void Set(const std::string& name, const std::optional<std::string>& value) {
+    if (value.has_value()) {
+      ::setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
+  }
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// What `pipesched launch` tells a program it starts: no variables is a process on its
+// own (null), the variables make the file bootstrap they describe, and a malformed or
+// missing one is named with its value.
+TEST(BootstrapTest, TheEnvironmentOfALaunchedProcessMakesItsBootstrap) {
+  {
+    LaunchEnvironment env({});
+    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Bootstrap> none, CreateBootstrapFromEnvironment());
+    EXPECT_EQ(none, nullptr);
+  }
+  {
+    const std::string dir = FreshDir("environment");
+    LaunchEnvironment env(
+        {{kProcessesVariable, "1"}, {kProcessRankVariable, "0"}, {kRendezvousVariable, dir}});
+    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Bootstrap> one, CreateBootstrapFromEnvironment());
+    ASSERT_NE(one, nullptr);
+    EXPECT_EQ(one->kind(), "file");
+    EXPECT_EQ(one->rank(), 0);
+    EXPECT_EQ(one->size(), 1);
+    EXPECT_TRUE(std::filesystem::is_directory(dir));
+    PS_ASSERT_OK_AND_ASSIGN(auto all, one->AllGather("x", "mine"));
+    EXPECT_THAT(all, ElementsAre("mine"));
+    PS_EXPECT_OK(one->Close());
+    EXPECT_FALSE(std::filesystem::exists(dir));
+  }
+  {
+    // Rank 1 of 2, rank 0 never comes: the variable's timeout is the one waited.
+    const std::string dir = FreshDir("environment_timeout");
+    LaunchEnvironment env({{kProcessesVariable, "2"},
+                           {kProcessRankVariable, "1"},
+                           {kRendezvousVariable, dir},
+                           {kRendezvousTimeoutVariable, "0.2"}});
+    EXPECT_THAT(CreateBootstrapFromEnvironment({.timeout_seconds = 300}).status(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("within 0.2 s")));
+  }
+  const std::string dir = FreshDir("environment_bad");
+  const std::vector<std::pair<std::map<std::string, std::optional<std::string>>, std::string>> bad =
+      {
+          {{{kProcessesVariable, "two"}},
+           "PIPESCHED_PROCESSES=\"two\" is not a number of processes"},
+          {{{kProcessesVariable, "0"}}, "PIPESCHED_PROCESSES=\"0\" is not a number"},
+          {{{kProcessesVariable, "2"}, {kRendezvousVariable, dir}},
+           "PIPESCHED_PROCESSES is set but PIPESCHED_PROCESS_RANK is not"},
+          {{{kProcessesVariable, "2"}, {kProcessRankVariable, "2"}, {kRendezvousVariable, dir}},
+           "PIPESCHED_PROCESS_RANK=\"2\" is not a rank from 0 to 1 (PIPESCHED_PROCESSES=2)"},
+          {{{kProcessesVariable, "2"}, {kProcessRankVariable, "1"}},
+           "PIPESCHED_PROCESSES is set but PIPESCHED_RENDEZVOUS is not"},
+          {{{kProcessesVariable, "2"},
+            {kProcessRankVariable, "1"},
+            {kRendezvousVariable, dir},
+            {kRendezvousTimeoutVariable, "-1"}},
+           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"-1\" is not a number of seconds, 0 or more"},
+      };
+  for (const auto& [values, message] : bad) {
+    LaunchEnvironment env(values);
+    EXPECT_THAT(CreateBootstrapFromEnvironment().status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)))
+        << message;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
 }  // namespace
 }  // namespace pipesched::comm

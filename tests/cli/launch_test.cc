@@ -1,0 +1,193 @@
+// `pipesched launch`, driven in-process with small shell programs as its processes: each
+// is told its rank and the rendezvous through the environment, their output is relayed
+// line by line, one that fails stops the others (their own children too), and what the
+// launcher cannot start is one line and exit 2. Launching `train` itself needs the
+// pipesched program: CliMain.LaunchTrainsAsOneProcessWithBothReplicas (CMakeLists.txt).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli_runner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pipesched::cli {
+namespace {
+
+using ::pipesched::cli::testing::RunCli;
+using ::pipesched::cli::testing::RunResult;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+// A fresh directory that stands for $TMPDIR while the test runs (the launcher makes its
+// temporary rendezvous there), restored and removed afterwards.
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("launch_test_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(tmp_);
+    std::filesystem::create_directories(tmp_);
+    const char* old = std::getenv("TMPDIR");
+    if (old != nullptr) saved_tmpdir_ = old;
+    had_tmpdir_ = old != nullptr;
+    ::setenv("TMPDIR", tmp_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (had_tmpdir_) {
+      ::setenv("TMPDIR", saved_tmpdir_.c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+    std::filesystem::remove_all(tmp_);
+  }
+  // What the launcher left in $TMPDIR.
+  std::vector<std::string> Left() const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp_))
+      names.push_back(entry.path().filename().string());
+    return names;
+  }
+  std::filesystem::path tmp_;
+
+ private:
+  std::string saved_tmpdir_;
+  bool had_tmpdir_ = false;
+};
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  return lines;
+}
+
+TEST_F(LaunchTest, EachProcessIsToldItsRankAndItsOutputIsRelayed) {
+  const std::string program = absl::StrCat(
+      "echo rank $PIPESCHED_PROCESS_RANK of $PIPESCHED_PROCESSES timeout "
+      "$PIPESCHED_RENDEZVOUS_TIMEOUT; echo \"$PIPESCHED_RENDEZVOUS\" > ",
+      tmp_.string(),
+      "/rdv.$PIPESCHED_PROCESS_RANK; echo warning $PIPESCHED_PROCESS_RANK >&2; "
+      "printf 'no newline'");
+  // Process 0's standard output as it is, everyone's errors after [RANK].
+  RunResult first =
+      RunCli({"launch", "--processes=3", "--rendezvous-timeout=40", "--", "sh", "-c", program});
+  EXPECT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(first.out, "rank 0 of 3 timeout 40\nno newline\n");
+  EXPECT_THAT(Lines(first.err),
+              UnorderedElementsAre("[0] warning 0", "[1] warning 1", "[2] warning 2"));
+  // One rendezvous path for all, in a new directory of $TMPDIR that is gone afterwards.
+  const std::string rdv = testing::Slurp((tmp_ / "rdv.0").string());
+  EXPECT_THAT(rdv, HasSubstr((tmp_ / "pipesched-launch-").string()));
+  EXPECT_THAT(rdv, HasSubstr("/rendezvous\n"));
+  EXPECT_EQ(testing::Slurp((tmp_ / "rdv.2").string()), rdv);
+  std::vector<std::string> left = Left();
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"rdv.0", "rdv.1", "rdv.2"}));
+  // Everyone's output, each line after [RANK]; a given --rendezvous is passed as it is.
+  const std::string given = (tmp_ / "given").string();
+  RunResult all = RunCli(
+      {"launch", "--processes=2", "--output=all", "--rendezvous=" + given, "sh", "-c", program});
+  EXPECT_EQ(all.code, 0) << all.err;
+  EXPECT_THAT(Lines(all.out),
+              UnorderedElementsAre("[0] rank 0 of 2 timeout 300", "[1] rank 1 of 2 timeout 300",
+                                   "[0] no newline", "[1] no newline"));
+  EXPECT_EQ(testing::Slurp((tmp_ / "rdv.1").string()), given + "\n");
+}
+
+TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
+  // Rank 1 fails at once; the others would run a minute, and each started a child that
+  // writes a marker after a second unless it is stopped with its process.
+  const std::string marker = (tmp_ / "marker.").string();
+  const std::string program = absl::StrCat(
+      "if [ $PIPESCHED_PROCESS_RANK = 1 ]; then echo cannot go on >&2; exit 3; fi; "
+      "(sleep 1; touch ",
+      marker, "$PIPESCHED_PROCESS_RANK) & sleep 60");
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = RunCli({"launch", "--processes=3", "--grace=0.2", "--", "sh", "-c", program});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("[1] cannot go on\n"));
+  EXPECT_THAT(r.err, HasSubstr("pipesched launch: process 1 exited with code 3; the others get "
+                               "0.2 s to stop\n"));
+  EXPECT_THAT(r.err, HasSubstr("pipesched launch: stopping processes 0, 2: still running 0.2 s "
+                               "after process 1 exited with code 3\n"));
+  EXPECT_LT(seconds, 30) << "the others ran on";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(std::filesystem::exists(marker + "0")) << "process 0's child outlived it";
+  EXPECT_FALSE(std::filesystem::exists(marker + "2")) << "process 2's child outlived it";
+  EXPECT_TRUE(Left().empty());  // the temporary rendezvous is gone too
+
+  // A process killed by a signal: the launch's code is 128 + the signal, as a shell's.
+  RunResult killed = RunCli({"launch", "--processes=2", "--", "sh", "-c",
+                             "if [ $PIPESCHED_PROCESS_RANK = 0 ]; then kill -9 $$; fi"});
+  EXPECT_EQ(killed.code, 137);
+  EXPECT_THAT(killed.err, HasSubstr("pipesched launch: process 0 was killed by signal 9"));
+
+  // A rendezvous that the processes made and left behind is removed.
+  const std::string given = (tmp_ / "given").string();
+  RunResult left = RunCli({"launch", "--processes=2", "--rendezvous=" + given, "--", "sh", "-c",
+                           "mkdir -p \"$PIPESCHED_RENDEZVOUS\"; touch \"$PIPESCHED_RENDEZVOUS/x\"; "
+                           "exit 1"});
+  EXPECT_EQ(left.code, 1);
+  EXPECT_FALSE(std::filesystem::exists(given));
+}
+
+TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
+  const std::string existing = (tmp_ / "existing").string();
+  std::filesystem::create_directories(existing);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"launch", "--", "true"}, "launch needs --processes=N: how many processes to start"},
+      {{"launch", "--processes=1", "--", "true"},
+       "--processes=1 is out of range for launch: use 2 to 4096 (for one process, run the "
+       "command itself)"},
+      {{"launch", "--processes=2"}, "launch needs the command each process runs, after --"},
+      {{"launch", "--processes=2", "--output=some", "--", "true"},
+       "--output=\"some\" is not a choice: use first or all"},
+      {{"launch", "--processes=2", "--grace=-1", "--", "true"},
+       "--grace=-1 is out of range: give 0 to 86400 seconds"},
+      {{"launch", "--processes=2", "--rendezvous-timeout=0.5", "--", "true"},
+       "--rendezvous-timeout=0.5 must be at least 1 second"},
+      {{"launch", "--processes=2", "--", "bench", "--stages=2"},
+       "'bench' runs as one process; launch starts the processes of a training job"},
+      {{"launch", "--processes=2", "--", "train", "--process-rank=1"},
+       "train's --process-rank is launch's to set (each process gets its own --process-rank): "
+       "give --processes, --rendezvous and --rendezvous-timeout to launch, before --"},
+      {{"launch", "--processes=2", "train", "--rendezvous", "x"},
+       "train's --rendezvous is launch's"},
+      {{"launch", "--processes=2", "--rendezvous=" + existing, "--", "true"},
+       "exists already (an earlier run that did not end cleanly, or another job?): remove it, "
+       "give a new path, or leave --rendezvous out for a temporary one"},
+      {{"launch", "--processes=2", "--", "no-such-program-pipesched"},
+       "cannot start \"no-such-program-pipesched\": No such file or directory; give a program on "
+       "PATH or its path"},
+      {{"launch", "--processes=2", "--stages=2", "--", "true"}, "unknown flag --stages"},
+  };
+  for (const auto& [args, message] : refused) {
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << args[1];
+    EXPECT_THAT(r.err, HasSubstr(message)) << args[1];
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  EXPECT_EQ(Left(), std::vector<std::string>{"existing"});
+  // A --help after the command is the command's, not launch's.
+  RunResult help = RunCli({"launch", "--processes=2", "--", "sh", "-c", "echo $1", "sh", "--help"});
+  EXPECT_EQ(help.code, 0) << help.err;
+  EXPECT_EQ(help.out, "--help\n");
+  EXPECT_THAT(RunCli({"help", "launch"}).out, HasSubstr("usage: pipesched launch --processes=N"));
+}
+
+}  // namespace
+}  // namespace pipesched::cli
