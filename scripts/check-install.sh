@@ -120,13 +120,15 @@ cmake -S examples/embed -B "$tmp/embed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/embed" -j "$jobs"
 
-# Runs an embed_example binary and checks its output: 10 losses, each below the last, and
-# a Chrome trace with complete ("X") events.
+# Runs an embed_example binary (after the command that starts it, if given) and checks
+# its output: 10 losses, each below the last, and a Chrome trace with complete ("X")
+# events.
 check_embed() {
   local exe=$1 trace=$2
+  shift 2
   rm -f "$trace"
   local log
-  log=$("$exe" "$trace") || fail "$exe failed: $log"
+  log=$("$@" "$exe" "$trace") || fail "$* $exe failed: $log"
   echo "$log"
   echo "$log" | awk '
     /^step [0-9]+ loss / { n++; if (n > 1 && !($4 < prev)) bad = 1; if (n == 1) first = $4; prev = $4 }
@@ -137,6 +139,14 @@ check_embed() {
     fail "$trace is not a Chrome trace with spans"
 }
 check_embed "$tmp/embed/embed_example" "$tmp/embed_trace.json"
+
+echo "== check-install: examples/embed as a job of two processes (installed pipesched launch)"
+# Each process trains on its own share with the gradients averaged over both (found
+# through comm::CreateBootstrapFromEnvironment); process 0's output and trace.
+launch_log=$(check_embed "$tmp/embed/embed_example" "$tmp/embed_trace_launch.json" \
+  "$prefix/bin/pipesched" launch --processes=2 --) || exit 1
+echo "$launch_log"
+echo "$launch_log" | grep -qx "process 0 of 2" || fail "the launched embed_example is not process 0 of 2"
 
 echo "== check-install: examples/planner against the installed package (no CUDA)"
 cmake -S examples/planner -B "$tmp/planner" -G Ninja -DCMAKE_BUILD_TYPE=Release \

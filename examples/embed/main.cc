@@ -14,6 +14,11 @@
 // Usage: embed_example [trace.json]   (default: embed_trace.json)
 // Prints one line per step with the loss (it falls: the same global batch every step),
 // then writes the last step's measured timeline as a Chrome / Perfetto trace.
+//
+// Data parallel across processes: `pipesched launch --processes=2 -- embed_example`
+// starts two, each told its job in the environment (comm::CreateBootstrapFromEnvironment);
+// each trains on its own share of the data, the executor averages the stages' gradients
+// over both, and process 0 writes the trace.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -229,10 +234,11 @@ class DenseStage final : public pipesched::stages::StageWork {
 struct Data {
   std::vector<float> x, t;
 };
-Data MakeData(int num_microbatches) {
+// Process `share`'s samples: each process of a job trains on its own.
+Data MakeData(int num_microbatches, int share) {
   Data d;
   const int n = num_microbatches * kBatch;
-  for (int s = 0; s < n; ++s) {
+  for (int s = share * n; s < (share + 1) * n; ++s) {
     float f[kInputs];
     for (int i = 0; i < kInputs; ++i) f[i] = Uniform(7919u * s + i + 1);
     d.x.insert(d.x.end(), f, f + kInputs);
@@ -241,9 +247,10 @@ Data MakeData(int num_microbatches) {
   return d;
 }
 
-absl::Status Run(const std::string& trace_path) {
+absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* processes) {
   namespace ps = pipesched;
   constexpr int kStages = 2, kMicrobatches = 4, kSteps = 10;
+  const int rank = processes == nullptr ? 0 : processes->rank();
 
   // 1F1B over P = 2 ranks, M = 4 micro-batches; the executor validates it again.
   absl::StatusOr<ps::scheduler::Schedule> schedule = ps::scheduler::GenerateSchedule(
@@ -266,10 +273,10 @@ absl::Status Run(const std::string& trace_path) {
   };
   // Declared after the backend: destroyed first, as the runtime requires.
   absl::StatusOr<std::unique_ptr<ps::stages::Executor>> executor =
-      ps::stages::Executor::Create(*schedule, **backend, factory);
+      ps::stages::Executor::Create(*schedule, **backend, factory, {.processes = processes});
   if (!executor.ok()) return executor.status();
 
-  const Data data = MakeData(kMicrobatches);
+  const Data data = MakeData(kMicrobatches, rank);
   const ps::stages::StepInputs inputs{
       .inputs = std::as_bytes(std::span<const float>(data.x)),
       .targets = std::as_bytes(std::span<const float>(data.t)),
@@ -286,6 +293,7 @@ absl::Status Run(const std::string& trace_path) {
   const ps::trace::BubbleStats stats = ps::trace::ComputeBubbleStats(last_timeline, kStages);
   std::printf("last step: %zu spans, measured bubble fraction %.3f\n", last_timeline.spans.size(),
               stats.bubble_fraction);
+  if (rank != 0) return absl::OkStatus();  // process 0 writes the trace
   last_timeline.name = "embed example: 1f1b P=2 M=4 (measured)";
   if (absl::Status s = ps::WriteFileAtomic(trace_path, ps::trace::ToChromeTrace({&last_timeline}));
       !s.ok()) {
@@ -299,7 +307,23 @@ absl::Status Run(const std::string& trace_path) {
 
 int main(int argc, char** argv) {
   std::printf("pipesched %s embed example\n", pipesched::VersionString());
-  const absl::Status status = Run(argc > 1 ? argv[1] : "embed_trace.json");
+  // Null unless `pipesched launch` started this process as one of a job.
+  absl::StatusOr<std::unique_ptr<pipesched::comm::Bootstrap>> processes =
+      pipesched::comm::CreateBootstrapFromEnvironment();
+  absl::Status status = processes.status();
+  if (processes.ok()) {
+    if (*processes != nullptr) {
+      std::printf("process %d of %d\n", (*processes)->rank(), (*processes)->size());
+    }
+    status = Run(argc > 1 ? argv[1] : "embed_trace.json", processes->get());
+    if (*processes != nullptr) {
+      if (status.ok()) {
+        status = (*processes)->Close();  // process 0 removes the rendezvous directory
+      } else {
+        (*processes)->Fail(std::string(status.message()));  // the others stop now, with this reason
+      }
+    }
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "embed_example: %s\n", status.ToString().c_str());
     return 1;
