@@ -4,9 +4,11 @@
 // at run time.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -62,6 +64,13 @@ void SayWrote(std::ostream& out, const std::string& path, std::string_view what 
 
 // True when the user gave the flag (canonical name with underscores).
 bool FlagGiven(const CommandContext& ctx, std::string_view name);
+
+// Environment variables the pipesched program set for itself before RunMain (main.cc:
+// OPENBLAS_NUM_THREADS, CUDA_DEVICE_MAX_CONNECTIONS), each with the value it had before
+// (nullopt: unset), so that `launch` gives the programs it starts the environment it was
+// started with.
+void RecordOwnEnvironmentChange(std::string name, std::optional<std::string> original);
+const std::vector<std::pair<std::string, std::optional<std::string>>>& OwnEnvironmentChanges();
 
 // The main entry, separate from main() so tests can drive it in-process.
 int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool out_is_terminal);

@@ -43,6 +43,21 @@ std::string CapFirstLine(std::string_view message) {
 
 }  // namespace
 
+namespace {
+std::vector<std::pair<std::string, std::optional<std::string>>>& EnvironmentChanges() {
+  static auto* changes = new std::vector<std::pair<std::string, std::optional<std::string>>>;
+  return *changes;
+}
+}  // namespace
+
+void RecordOwnEnvironmentChange(std::string name, std::optional<std::string> original) {
+  EnvironmentChanges().emplace_back(std::move(name), std::move(original));
+}
+
+const std::vector<std::pair<std::string, std::optional<std::string>>>& OwnEnvironmentChanges() {
+  return EnvironmentChanges();
+}
+
 int ReportError(const CommandContext& ctx, const absl::Status& status) {
   *ctx.err << "pipesched: " << CapFirstLine(Std(status.message())) << "\n";
   switch (status.code()) {
@@ -159,7 +174,15 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
       return kExitOk;
     }
     // launch's command line is the launched program's: its --help is not launch's.
-    if (command->runs_a_command && (a == "--" || a.rfind("--", 0) != 0)) break;
+    // (launch's own flags all take a value: "--rendezvous DIR" is one flag, not the
+    // start of the command line.)
+    if (command->runs_a_command) {
+      if (a == "--" || a.rfind("--", 0) != 0) break;
+      if (a.find('=') == std::string::npos && i + 1 < argc &&
+          std::string_view(argv[i + 1]).rfind("--", 0) != 0) {
+        ++i;
+      }
+    }
   }
   absl::StatusOr<ParsedArgs> parsed =
       ParseFlags(argc, argv, command->flags, command->runs_a_command);

@@ -3,16 +3,17 @@
 // (after --grace seconds, for those that did not stop by themselves) and removes the
 // rendezvous directory. For `train` it passes --processes, --process-rank, --rendezvous
 // and --rendezvous-timeout; any other program reads the same from its environment
-// (comm::CreateBootstrapFromEnvironment). docs/training.md, "Several processes".
+// (comm::CreateBootstrapFromEnvironment). docs/training.md, "Launching".
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -20,10 +21,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -54,65 +59,96 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A line of a prefixed relay longer than this is relayed in pieces of this size.
+constexpr std::size_t kMaxLine = 64 << 10;
+
 // The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP), else 0.
 volatile std::sig_atomic_t g_stop_signal = 0;
 void OnStopSignal(int signal) { g_stop_signal = signal; }
 
-// Installs the stop handlers for its lifetime (the launcher forwards the signal to its
-// processes and cleans up instead of dying at once), then restores what was there.
-class StopSignals {
+// The launcher's signal dispositions for its lifetime, then what was there before:
+// SIGINT, SIGTERM and SIGHUP set a flag (the launcher stops its processes and cleans up)
+// unless they were ignored when it started (nohup, a shell's background job: they stay
+// ignored); SIGPIPE is ignored (a closed standard output is an error to handle, not the
+// end of the launcher with its processes left running); SIGCHLD is the default (ignored,
+// waitpid would lose every exit status).
+class Signals {
  public:
-  StopSignals() {
+  Signals() {
     g_stop_signal = 0;
-    struct sigaction action = {};
-    action.sa_handler = OnStopSignal;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &saved_[i]);
+    for (std::size_t i = 0; i < kStop.size(); ++i) {
+      sigaction(kStop[i], nullptr, &saved_[i]);
+      if (saved_[i].sa_handler == SIG_IGN) continue;
+      struct sigaction action = {};
+      action.sa_handler = OnStopSignal;
+      action.sa_flags = SA_RESTART;  // a write to a slow reader is not cut short
+      sigemptyset(&action.sa_mask);
+      sigaction(kStop[i], &action, nullptr);
+    }
+    struct sigaction ignore = {}, fallback = {};
+    ignore.sa_handler = SIG_IGN;
+    fallback.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &ignore, &saved_pipe_);
+    sigaction(SIGCHLD, &fallback, &saved_child_);
   }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+  ~Signals() {
+    for (std::size_t i = 0; i < kStop.size(); ++i) sigaction(kStop[i], &saved_[i], nullptr);
+    sigaction(SIGPIPE, &saved_pipe_, nullptr);
+    sigaction(SIGCHLD, &saved_child_, nullptr);
   }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
+  Signals(const Signals&) = delete;
+  Signals& operator=(const Signals&) = delete;
+
+  // The processes get SIGPIPE's default back, unless the launcher found it ignored.
+  bool pipe_was_default() const { return saved_pipe_.sa_handler == SIG_DFL; }
 
  private:
-  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  static constexpr std::array<int, 3> kStop = {SIGINT, SIGTERM, SIGHUP};
   std::array<struct sigaction, 3> saved_{};
+  struct sigaction saved_pipe_ = {};
+  struct sigaction saved_child_ = {};
 };
 
-// One output stream of one process, read through a pipe and relayed line by line.
+// How one output stream of one process reaches the launcher's.
+enum class RelayMode {
+  kHidden,       // read and dropped (the other processes' standard output by default)
+  kPassThrough,  // byte for byte (process 0's standard output by default)
+  kPrefixed,     // line by line, each after "[RANK] "
+};
+
 struct Relay {
   int fd = -1;
   int rank = 0;
   bool is_err = false;
-  bool shown = true;
-  bool prefixed = true;
+  RelayMode mode = RelayMode::kPrefixed;
   std::string partial;  // the start of a line whose end has not arrived
 };
 
 struct Process {
   int rank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  int wait_status = 0;
+  pid_t pid = -1;           // also its process group's id
+  bool running = false;     // not reaped yet
+  bool group_alive = true;  // its process group may still have members
+  bool stop_reported = false;
 };
 
-std::string DescribeExit(int rank, int wait_status) {
+// The first failure of a job: what is said about it and the launch's exit code.
+struct Failure {
+  std::string what;  // "process 1 exited with code 3"
+  int exit_code = 1;
+};
+
+Failure DescribeExit(int rank, int wait_status) {
   if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);
     const char* name = strsignal(sig);
-    return absl::StrCat("process ", rank, " was killed by signal ", sig,
-                        name != nullptr ? absl::StrCat(" (", name, ")") : "");
+    return {absl::StrCat("process ", rank, " was killed by signal ", sig,
+                         name != nullptr ? absl::StrCat(" (", name, ")") : ""),
+            128 + sig};
   }
-  return absl::StrCat("process ", rank, " exited with code ", WEXITSTATUS(wait_status));
+  return {absl::StrCat("process ", rank, " exited with code ", WEXITSTATUS(wait_status)),
+          WEXITSTATUS(wait_status)};
 }
-
-int ExitCodeOf(int wait_status) {
-  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
-  return WEXITSTATUS(wait_status);
-}
-
-bool Failed(int wait_status) { return !WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0; }
 
 // The path of this program, for `launch -- train`.
 absl::StatusOr<std::string> ThisProgram() {
@@ -125,24 +161,73 @@ absl::StatusOr<std::string> ThisProgram() {
   return self.string();
 }
 
-// A new directory for the rendezvous under $TMPDIR (or /tmp); the rendezvous itself is a
-// path inside it that does not exist yet (process 0 creates it).
-absl::StatusOr<std::string> MakeTemporaryParent() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/pipesched-launch-XXXXXX");
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot create a rendezvous directory like ",
-                                               QuoteForMessage(pattern, 200), ": ",
-                                               std::strerror(errno), "; give --rendezvous=DIR"));
+// `path` absolute, without a trailing slash (so that removing it never follows a link).
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) p = path;
+  std::string s = p.lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// The directory the launch creates and removes at the end: a new one under $TMPDIR (or
+// /tmp), or --rendezvous itself, which must not exist (mkdir: no other job's directory,
+// nor a link to one, is ever taken). The processes meet in "<it>/rendezvous".
+absl::StatusOr<std::string> MakeLaunchDirectory(const std::string& given) {
+  if (given.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        Absolute(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pipesched-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot create a rendezvous directory like ",
+                                                 QuoteForMessage(pattern, 200), ": ",
+                                                 std::strerror(errno), "; give --rendezvous=DIR"));
+    }
+    return pattern;
   }
-  return pattern;
+  const std::string dir = Absolute(given);
+  if (::mkdir(dir.c_str(), 0777) != 0) {
+    if (errno == EEXIST) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rendezvous=", QuoteForMessage(given, 200),
+          " exists already (an earlier run that did not end cleanly, or another job?): "
+          "remove it, give a new path, or leave --rendezvous out for a temporary one"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --rendezvous=", QuoteForMessage(given, 200), ": ",
+                     std::strerror(errno), "; give a new path in a directory that exists"));
+  }
+  return dir;
+}
+
+// Room for a pipe pair per process: the soft limit on open files is raised to what is
+// needed where the hard limit allows (the processes inherit it), else refused.
+absl::Status MakeRoomForPipes(int processes) {
+  const rlim_t needed = static_cast<rlim_t>(processes) * 2 + 64;
+  struct rlimit limit = {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) {
+    return absl::OkStatus();
+  }
+  if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max >= needed) {
+    limit.rlim_cur = needed;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--processes=", processes, " needs about ", needed,
+      " open files (two pipes per process), more than this process may open (ulimit -n: ",
+      limit.rlim_cur, ", at most ",
+      limit.rlim_max == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(limit.rlim_max),
+      "): raise the limit, or start fewer processes"));
 }
 
 class Launcher {
  public:
-  Launcher(const CommandContext& ctx, bool show_all, double grace_seconds)
-      : ctx_(ctx), show_all_(show_all), grace_seconds_(grace_seconds) {}
+  Launcher(const CommandContext& ctx, bool show_all, double grace_seconds, bool pipe_default)
+      : ctx_(ctx),
+        show_all_(show_all),
+        grace_seconds_(grace_seconds),
+        pipe_default_(pipe_default) {}
 
   ~Launcher() {
     for (Relay& relay : relays_) {
@@ -168,18 +253,23 @@ class Launcher {
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    // Each process leads a process group of its own, so that stopping it stops what it
+    // started too (a shell's children), and the launcher alone decides when to stop it
+    // (a Ctrl-C reaches the launcher, which stops every group). SIGPIPE, which the
+    // launcher ignores, is the default again in the process.
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    if (pipe_default_) sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&attributes, 0);
     std::vector<char*> args, vars;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     for (const std::string& v : env) vars.push_back(const_cast<char*>(v.c_str()));
     vars.push_back(nullptr);
-    // Each process leads a process group of its own, so that stopping it stops what it
-    // started too (a shell's children), and the launcher alone decides when to stop it
-    // (a Ctrl-C reaches the launcher, which stops every group).
-    posix_spawnattr_t attributes;
-    posix_spawnattr_init(&attributes);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attributes, 0);
     pid_t pid = -1;
     const int rc = ::posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), vars.data());
     posix_spawnattr_destroy(&attributes);
@@ -198,14 +288,11 @@ class Launcher {
       return absl::ResourceExhaustedError(what);
     }
     procs_.push_back({.rank = rank, .pid = pid, .running = true});
-    const bool first = rank == 0;
-    relays_.push_back({.fd = out[0],
-                       .rank = rank,
-                       .is_err = false,
-                       .shown = show_all_ || first,
-                       .prefixed = show_all_});
-    relays_.push_back(
-        {.fd = err[0], .rank = rank, .is_err = true, .shown = true, .prefixed = true});
+    const RelayMode out_mode = show_all_   ? RelayMode::kPrefixed
+                               : rank == 0 ? RelayMode::kPassThrough
+                                           : RelayMode::kHidden;
+    relays_.push_back({.fd = out[0], .rank = rank, .is_err = false, .mode = out_mode});
+    relays_.push_back({.fd = err[0], .rank = rank, .is_err = true, .mode = RelayMode::kPrefixed});
     return absl::OkStatus();
   }
 
@@ -213,58 +300,73 @@ class Launcher {
   // code of the launch (see RunLaunch).
   int Supervise() {
     std::optional<Clock::time_point> term_at, kill_at;
-    std::optional<int> first_failure;  // index into procs_
-    int forwarded_signal = 0;
+    int stop_signal = 0;  // why the launcher itself stops the job
     while (true) {
       Pump(/*timeout_ms=*/50);
-      Reap(first_failure, term_at);
+      const bool failed_before = failure_.has_value();
+      Reap();
       const auto now = Clock::now();
-      if (g_stop_signal != 0 && forwarded_signal == 0) {
-        forwarded_signal = g_stop_signal;
-        Say(absl::StrCat("stopping every process (the launcher got signal ", forwarded_signal,
-                         ")"));
-        SignalRunning(SIGTERM);
-        kill_at = now + std::chrono::seconds(5);
+      if (!failed_before && failure_.has_value() && stop_signal == 0) {
+        if (RunningRanks().empty()) {
+          Say(failure_->what);
+        } else {
+          Say(absl::StrCat(failure_->what, "; the others get ", ShortestNumber(grace_seconds_),
+                           " s to stop"));
+          term_at = now + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(grace_seconds_));
+        }
+      }
+      if (stop_signal == 0 && (g_stop_signal != 0 || output_lost_)) {
+        stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGPIPE;
+        quiet_ = true;  // what ends now, ends because the launcher stops it
+        Say(stop_signal == SIGPIPE
+                ? std::string("standard output is closed: stopping every process")
+                : absl::StrCat("stopping every process (the launcher got signal ", stop_signal,
+                               ")"));
+        SignalGroups(SIGTERM);
         term_at.reset();
+        kill_at = now + std::chrono::seconds(5);
       }
       if (term_at.has_value() && now >= *term_at) {
         term_at.reset();
         if (std::vector<int> running = RunningRanks(); !running.empty()) {
-          Say(absl::StrCat(
-              "stopping process", running.size() > 1 ? "es " : " ", absl::StrJoin(running, ", "),
-              ": still running ", ShortestNumber(grace_seconds_), " s after ",
-              DescribeExit(procs_[*first_failure].rank, procs_[*first_failure].wait_status)));
-          SignalRunning(SIGTERM);
+          Say(absl::StrCat("stopping process", running.size() > 1 ? "es " : " ",
+                           absl::StrJoin(running, ", "), ": still running ",
+                           ShortestNumber(grace_seconds_), " s after ", failure_->what));
+          SignalGroups(SIGTERM);
           kill_at = now + std::chrono::seconds(5);
         }
       }
       if (kill_at.has_value() && now >= *kill_at) {
         kill_at.reset();
-        SignalRunning(SIGKILL);
+        SignalGroups(SIGKILL);
       }
       if (RunningRanks().empty()) break;
     }
-    // Everyone has ended: what is left in the pipes (a process's own children may hold
-    // them open, so not past a second).
+    // A job that failed or was stopped: what its processes started goes too.
+    if (failure_.has_value() || stop_signal != 0) StopLeftovers();
+    // What is left in the pipes (a process's own children may hold them open, so not
+    // past a second).
     const auto drain_until = Clock::now() + std::chrono::seconds(1);
     while (AnyOpen() && Clock::now() < drain_until) Pump(/*timeout_ms=*/20);
     for (Relay& relay : relays_) Close(relay);
-    if (forwarded_signal != 0) return 128 + forwarded_signal;
-    if (first_failure.has_value()) return ExitCodeOf(procs_[*first_failure].wait_status);
+    if (stop_signal != 0) return 128 + stop_signal;
+    if (failure_.has_value()) return failure_->exit_code;
     return kExitOk;
   }
 
-  // Stops whatever was started (a later process could not be started) and waits for it.
+  // Stops whatever was started (a later process could not be started) and waits for it,
+  // without a word: the launch's error says why.
   void StopAll() {
-    SignalRunning(SIGTERM);
+    quiet_ = true;
+    SignalGroups(SIGTERM);
     const auto kill_at = Clock::now() + std::chrono::seconds(5);
-    std::optional<int> ignored;
-    std::optional<Clock::time_point> no_term;
     while (!RunningRanks().empty()) {
       Pump(/*timeout_ms=*/20);
-      Reap(ignored, no_term);
-      if (Clock::now() >= kill_at) SignalRunning(SIGKILL);
+      Reap();
+      if (Clock::now() >= kill_at) SignalGroups(SIGKILL);
     }
+    StopLeftovers();
     for (Relay& relay : relays_) Close(relay);
   }
 
@@ -281,9 +383,68 @@ class Launcher {
     return ranks;
   }
 
-  void SignalRunning(int signal) {
-    for (const Process& p : procs_) {
-      if (p.running) ::kill(-p.pid, signal);  // its process group
+  // `signal` to every process group that may still have members (a process that has
+  // ended may have left children running in it); a stopped process is continued, so
+  // that it can act on SIGTERM.
+  void SignalGroups(int signal) {
+    for (Process& p : procs_) {
+      if (!p.group_alive) continue;
+      if (::kill(-p.pid, signal) != 0 && errno == ESRCH) {
+        p.group_alive = false;
+        continue;
+      }
+      if (signal == SIGTERM) ::kill(-p.pid, SIGCONT);
+    }
+  }
+
+  // Whether a process group of the job still has a member that is not a zombie (kill(0)
+  // counts zombies, which stay until someone reaps them: in a container whose init does
+  // not, forever). Read from /proc; where it cannot be read, kill(0) decides.
+  bool AnyGroupAlive() {
+    std::set<pid_t> live;
+    std::error_code ec;
+    const bool have_proc = std::filesystem::is_directory("/proc/self", ec);
+    if (have_proc) {
+      for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream in(entry.path() / "stat");
+        std::string stat;
+        std::getline(in, stat);
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        const std::size_t close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 1));
+        char state = 0;
+        long ppid = 0, pgrp = 0;
+        if (!(rest >> state >> ppid >> pgrp)) continue;
+        if (state != 'Z' && state != 'X') live.insert(static_cast<pid_t>(pgrp));
+      }
+    }
+    bool any = false;
+    for (Process& p : procs_) {
+      if (!p.group_alive) continue;
+      if (::kill(-p.pid, 0) != 0 && errno == ESRCH) {
+        p.group_alive = false;
+      } else if (have_proc && !live.contains(p.pid)) {
+        p.group_alive = false;
+      }
+      any = any || p.group_alive;
+    }
+    return any;
+  }
+
+  // After every process has ended: SIGTERM to what they left in their groups, SIGKILL to
+  // what is still there 2 s later.
+  void StopLeftovers() {
+    SignalGroups(SIGTERM);
+    const auto kill_at = Clock::now() + std::chrono::seconds(2);
+    while (AnyGroupAlive()) {
+      if (Clock::now() >= kill_at) {
+        SignalGroups(SIGKILL);
+        break;
+      }
+      Pump(/*timeout_ms=*/20);
     }
   }
 
@@ -294,34 +455,42 @@ class Launcher {
     return false;
   }
 
-  void Reap(std::optional<int>& first_failure, std::optional<Clock::time_point>& term_at) {
-    std::optional<int> failed;  // the first failure among those that ended just now
-    for (std::size_t i = 0; i < procs_.size(); ++i) {
-      Process& p = procs_[i];
+  void Reap() {
+    for (Process& p : procs_) {
       if (!p.running) continue;
       int status = 0;
-      const pid_t got = ::waitpid(p.pid, &status, WNOHANG);
+      const pid_t got = ::waitpid(p.pid, &status, WNOHANG | WUNTRACED);
       if (got == 0 || (got < 0 && errno == EINTR)) continue;
-      p.running = false;
-      p.wait_status = got < 0 ? 0 : status;
-      if (got >= 0 && Failed(status) && !failed.has_value()) failed = static_cast<int>(i);
-    }
-    if (failed.has_value() && !first_failure.has_value()) {
-      first_failure = failed;
-      const Process& p = procs_[*failed];
-      const int status = p.wait_status;
-      if (!RunningRanks().empty()) {
-        Say(absl::StrCat(DescribeExit(p.rank, status), "; the others get ",
-                         ShortestNumber(grace_seconds_), " s to stop"));
-        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(grace_seconds_));
-      } else {
-        Say(DescribeExit(p.rank, status));
+      if (got > 0 && WIFSTOPPED(status)) {
+        // Stopped, most likely for reading the terminal (SIGTTIN) from a background
+        // process group: it would wait forever. A failure of the job.
+        if (!p.stop_reported) {
+          p.stop_reported = true;
+          const char* name = strsignal(WSTOPSIG(status));
+          Fail({absl::StrCat("process ", p.rank, " was stopped by signal ", WSTOPSIG(status),
+                             name != nullptr ? absl::StrCat(" (", name, ")") : "",
+                             ": launched processes have no terminal to read or write"),
+                1});
+        }
+        continue;
       }
+      p.running = false;
+      if (got < 0) {
+        Fail({absl::StrCat("process ", p.rank,
+                           "'s exit status is lost (waitpid: ", std::strerror(errno), ")"),
+              1});
+        continue;
+      }
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail(DescribeExit(p.rank, status));
     }
   }
 
-  // Waits up to `timeout_ms` for output and relays every complete line that arrived.
+  void Fail(Failure failure) {
+    if (quiet_ || failure_.has_value()) return;
+    failure_ = std::move(failure);
+  }
+
+  // Waits up to `timeout_ms` for output and relays what arrived.
   void Pump(int timeout_ms) {
     std::vector<pollfd> fds;
     std::vector<Relay*> owners;
@@ -345,56 +514,89 @@ class Launcher {
         Close(relay);
         continue;
       }
-      relay.partial.append(buffer.data(), static_cast<std::size_t>(n));
-      std::size_t start = 0;
-      for (std::size_t end; (end = relay.partial.find('\n', start)) != std::string::npos;
-           start = end + 1) {
-        Emit(relay, std::string_view(relay.partial).substr(start, end - start));
-      }
-      relay.partial.erase(0, start);
+      Take(relay, std::string_view(buffer.data(), static_cast<std::size_t>(n)));
     }
   }
 
-  void Emit(const Relay& relay, std::string_view line) {
-    if (!relay.shown) return;
+  void Take(Relay& relay, std::string_view bytes) {
+    switch (relay.mode) {
+      case RelayMode::kHidden:
+        return;
+      case RelayMode::kPassThrough:
+        Write(relay, bytes);
+        return;
+      case RelayMode::kPrefixed:
+        break;
+    }
+    std::size_t scan = relay.partial.size();  // what was there holds no newline
+    relay.partial.append(bytes);
+    std::size_t start = 0;
+    for (std::size_t end; (end = relay.partial.find('\n', scan)) != std::string::npos;) {
+      EmitLine(relay, std::string_view(relay.partial).substr(start, end - start));
+      start = scan = end + 1;
+    }
+    relay.partial.erase(0, start);
+    if (relay.partial.size() >= kMaxLine) {  // relayed in pieces rather than held
+      EmitLine(relay, relay.partial);
+      relay.partial.clear();
+    }
+  }
+
+  void EmitLine(const Relay& relay, std::string_view line) {
+    Write(relay, absl::StrCat("[", relay.rank, "] ", Absl(line), "\n"));
+  }
+
+  void Write(const Relay& relay, std::string_view bytes) {
     std::ostream& to = relay.is_err ? *ctx_.err : *ctx_.out;
-    if (relay.prefixed) to << "[" << relay.rank << "] ";
-    to << line << "\n" << std::flush;
+    if (!relay.is_err && output_lost_) return;
+    to.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    to.flush();
+    if (!relay.is_err && !to) output_lost_ = true;
   }
 
   void Close(Relay& relay) {
     if (relay.fd < 0) return;
     ::close(relay.fd);
     relay.fd = -1;
-    if (!relay.partial.empty()) Emit(relay, relay.partial);  // a last line without its end
+    // A last line without its end.
+    if (relay.mode == RelayMode::kPrefixed && !relay.partial.empty())
+      EmitLine(relay, relay.partial);
     relay.partial.clear();
   }
 
   const CommandContext& ctx_;
   const bool show_all_;
   const double grace_seconds_;
+  const bool pipe_default_;
   std::vector<Process> procs_;
   std::vector<Relay> relays_;
+  std::optional<Failure> failure_;
+  bool quiet_ = false;        // the launcher stops the job: exits are not failures
+  bool output_lost_ = false;  // writing standard output failed (a closed pipe)
 };
 
-// The environment of process `rank`: this one's, with the launch variables replaced.
+// The environment of process `rank`: the one this program was started with (its own
+// changes to it undone, OwnEnvironmentChanges), the launch variables replaced.
 std::vector<std::string> EnvironmentFor(int processes, int rank, const std::string& rendezvous,
                                         double timeout) {
-  const std::array<std::pair<std::string_view, std::string>, 4> ours = {{
+  std::vector<std::pair<std::string, std::optional<std::string>>> set = {
       {comm::kProcessesVariable, absl::StrCat(processes)},
       {comm::kProcessRankVariable, absl::StrCat(rank)},
       {comm::kRendezvousVariable, rendezvous},
       {comm::kRendezvousTimeoutVariable, ShortestNumber(timeout)},
-  }};
+  };
+  for (const auto& [name, original] : OwnEnvironmentChanges()) set.emplace_back(name, original);
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
     const std::string_view name = entry.substr(0, entry.find('='));
     bool replaced = false;
-    for (const auto& [ours_name, value] : ours) replaced = replaced || name == ours_name;
+    for (const auto& [set_name, value] : set) replaced = replaced || name == set_name;
     if (!replaced) env.emplace_back(entry);
   }
-  for (const auto& [name, value] : ours) env.push_back(absl::StrCat(Absl(name), "=", value));
+  for (const auto& [name, value] : set) {
+    if (value.has_value()) env.push_back(absl::StrCat(name, "=", *value));
+  }
   return env;
 }
 
@@ -444,7 +646,6 @@ int RunLaunch(const CommandContext& ctx) {
   const std::string output = absl::GetFlag(FLAGS_output);
   const double grace = absl::GetFlag(FLAGS_grace);
   const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
-  std::string rendezvous = absl::GetFlag(FLAGS_rendezvous);
   if (!FlagGiven(ctx, "processes")) {
     return ReportError(ctx, absl::InvalidArgumentError(
                                 "launch needs --processes=N: how many processes to start (2 to "
@@ -472,42 +673,30 @@ int RunLaunch(const CommandContext& ctx) {
                  "--rendezvous-timeout=", ShortestNumber(timeout), " must be at least 1 second")));
   }
   if (absl::Status s = CheckCommand(ctx.positional); !s.ok()) return ReportError(ctx, s);
-  std::string temporary_parent;
-  if (rendezvous.empty()) {
-    absl::StatusOr<std::string> parent = MakeTemporaryParent();
-    if (!parent.ok()) return ReportError(ctx, parent.status());
-    temporary_parent = *parent;
-    rendezvous = temporary_parent + "/rendezvous";
-  } else {
-    std::error_code ec;
-    if (std::filesystem::symlink_status(rendezvous, ec).type() !=
-        std::filesystem::file_type::not_found) {
-      return ReportError(
-          ctx, absl::InvalidArgumentError(absl::StrCat(
-                   "--rendezvous=", QuoteForMessage(rendezvous, 200),
-                   " exists already (an earlier run that did not end cleanly, or another job?): "
-                   "remove it, give a new path, or leave --rendezvous out for a temporary one")));
-    }
-  }
-  std::vector<std::string> base = ctx.positional;
-  const bool is_train = base[0] == "train";
+  if (absl::Status s = MakeRoomForPipes(processes); !s.ok()) return ReportError(ctx, s);
+  std::vector<std::string> program = ctx.positional;
+  const bool is_train = program[0] == "train";
   if (is_train) {
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
-    base.insert(base.begin(), *self);
+    program.insert(program.begin(), *self);
   }
+  absl::StatusOr<std::string> directory = MakeLaunchDirectory(absl::GetFlag(FLAGS_rendezvous));
+  if (!directory.ok()) return ReportError(ctx, directory.status());
+  const std::string rendezvous = *directory + "/rendezvous";
   int code = kExitOk;
   {
-    StopSignals stop_signals;
-    Launcher launcher(ctx, output == "all", grace);
+    Signals signals;
+    Launcher launcher(ctx, output == "all", grace, signals.pipe_was_default());
     absl::Status started = absl::OkStatus();
     for (int rank = 0; rank < processes && started.ok(); ++rank) {
-      std::vector<std::string> argv = base;
+      std::vector<std::string> argv = program;
       if (is_train) {
-        argv.push_back(absl::StrCat("--processes=", processes));
-        argv.push_back(absl::StrCat("--process-rank=", rank));
-        argv.push_back(absl::StrCat("--rendezvous=", rendezvous));
-        argv.push_back(absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout)));
+        // Right after the command name: before anything of the user's, a "--" included.
+        argv.insert(argv.begin() + 2,
+                    {absl::StrCat("--processes=", processes), absl::StrCat("--process-rank=", rank),
+                     absl::StrCat("--rendezvous=", rendezvous),
+                     absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
       }
       started = launcher.Start(rank, argv, EnvironmentFor(processes, rank, rendezvous, timeout));
     }
@@ -518,10 +707,10 @@ int RunLaunch(const CommandContext& ctx) {
       code = ReportError(ctx, started);
     }
   }
-  // Every process has ended: nobody uses the rendezvous any more (a clean job removed
-  // it; a failed one left it).
+  // Every process has ended: nobody uses the directory any more (a clean job removed
+  // the rendezvous in it; a failed one left it). The launch created it.
   std::error_code ec;
-  std::filesystem::remove_all(temporary_parent.empty() ? rendezvous : temporary_parent, ec);
+  std::filesystem::remove_all(*directory, ec);
   return code;
 }
 

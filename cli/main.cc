@@ -6,6 +6,8 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "cli/command.h"
@@ -25,21 +27,36 @@ namespace {
 // files still say pipesched), about 6 ms. Not when it was started through the dynamic
 // loader (ld.so PROGRAM: /proc/self/exe is the loader) or under valgrind (which cannot
 // follow it); where the exec fails the run goes on as before.
+// The value OPENBLAS_NUM_THREADS had before (`launch` passes that one on,
+// cli::OwnEnvironmentChanges) travels to the second start in kBefore: "u" when it was
+// unset, else "s" and the value.
 void StartWithoutOpenBlasThreadPool(char** argv) {
   constexpr const char* kMarker = "PIPESCHED_STARTED_AGAIN";
+  constexpr const char* kBefore = "PIPESCHED_OPENBLAS_NUM_THREADS_BEFORE";
   if (std::getenv(kMarker) != nullptr) {  // the second start: never a third
+    if (const char* before = std::getenv(kBefore); before != nullptr) {
+      const std::string_view b(before);
+      pipesched::cli::RecordOwnEnvironmentChange(
+          "OPENBLAS_NUM_THREADS",
+          b.empty() || b[0] != 's' ? std::nullopt : std::optional<std::string>(b.substr(1)));
+    }
     ::unsetenv(kMarker);
+    ::unsetenv(kBefore);
     return;
   }
   const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
   if (threads != nullptr && std::string_view(threads) == "1") return;
+  const std::optional<std::string> before =
+      threads == nullptr ? std::nullopt : std::optional<std::string>(threads);
   if (::getauxval(AT_BASE) == 0) return;  // run by ld.so, or statically linked
   if (const char* preload = std::getenv("LD_PRELOAD");
       preload != nullptr && std::string_view(preload).find("vgpreload") != std::string_view::npos) {
     return;  // valgrind: set OPENBLAS_NUM_THREADS=1 yourself
   }
-  if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0 ||
+  if (::setenv(kBefore, before.has_value() ? ("s" + *before).c_str() : "u", 1) != 0 ||
+      ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0 ||
       ::setenv(kMarker, "1", /*overwrite=*/1) != 0) {
+    ::unsetenv(kBefore);
     return;
   }
   char path[4096];
@@ -49,7 +66,9 @@ void StartWithoutOpenBlasThreadPool(char** argv) {
     ::execv(path, argv);  // fails for a binary deleted or replaced meanwhile
   }
   ::execv("/proc/self/exe", argv);
-  ::unsetenv(kMarker);  // no exec: this run goes on
+  ::unsetenv(kMarker);  // no exec: this run goes on, with the variable set
+  ::unsetenv(kBefore);
+  pipesched::cli::RecordOwnEnvironmentChange("OPENBLAS_NUM_THREADS", before);
 }
 
 }  // namespace
@@ -61,7 +80,10 @@ int main(int argc, char** argv) {
   // queues (8 by default), and streams sharing a queue can hold each other up behind a
   // wait. Read when the CUDA context is created, so set before any CUDA call; a value
   // the user set is kept.
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  if (std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr) {
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/1);
+    pipesched::cli::RecordOwnEnvironmentChange("CUDA_DEVICE_MAX_CONNECTIONS", std::nullopt);
+  }
   // Sizes are checked before they are allocated (flag ranges, the Trainer's memory check,
   // the runtime's allocators); should a host-side container still not get its memory,
   // say so in one line instead of aborting.

@@ -3,6 +3,7 @@
 // line by line, one that fails stops the others (their own children too), and what the
 // launcher cannot start is one line and exit 2. Launching `train` itself needs the
 // pipesched program: CliMain.LaunchTrainsAsOneProcessWithBothReplicas (CMakeLists.txt).
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,7 +83,7 @@ TEST_F(LaunchTest, EachProcessIsToldItsRankAndItsOutputIsRelayed) {
   RunResult first =
       RunCli({"launch", "--processes=3", "--rendezvous-timeout=40", "--", "sh", "-c", program});
   EXPECT_EQ(first.code, 0) << first.err;
-  EXPECT_EQ(first.out, "rank 0 of 3 timeout 40\nno newline\n");
+  EXPECT_EQ(first.out, "rank 0 of 3 timeout 40\nno newline");  // byte for byte
   EXPECT_THAT(Lines(first.err),
               UnorderedElementsAre("[0] warning 0", "[1] warning 1", "[2] warning 2"));
   // One rendezvous path for all, in a new directory of $TMPDIR that is gone afterwards.
@@ -101,7 +102,9 @@ TEST_F(LaunchTest, EachProcessIsToldItsRankAndItsOutputIsRelayed) {
   EXPECT_THAT(Lines(all.out),
               UnorderedElementsAre("[0] rank 0 of 2 timeout 300", "[1] rank 1 of 2 timeout 300",
                                    "[0] no newline", "[1] no newline"));
-  EXPECT_EQ(testing::Slurp((tmp_ / "rdv.1").string()), given + "\n");
+  // launch creates the given directory (it must not exist), and the processes meet in it.
+  EXPECT_EQ(testing::Slurp((tmp_ / "rdv.1").string()), given + "/rendezvous\n");
+  EXPECT_FALSE(std::filesystem::exists(given));
 }
 
 TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
@@ -134,6 +137,38 @@ TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
                              "if [ $PIPESCHED_PROCESS_RANK = 0 ]; then kill -9 $$; fi"});
   EXPECT_EQ(killed.code, 137);
   EXPECT_THAT(killed.err, HasSubstr("pipesched launch: process 0 was killed by signal 9"));
+
+  // A process that ended well but left a child running, and another that failed: the
+  // child is stopped with the job.
+  RunResult leftover =
+      RunCli({"launch", "--processes=2", "--grace=0.2", "--", "sh", "-c",
+              absl::StrCat("if [ $PIPESCHED_PROCESS_RANK = 0 ]; then (sleep 1; touch ", marker,
+                           "left) & exit 0; fi; sleep 0.3; exit 4")});
+  EXPECT_EQ(leftover.code, 4);
+  EXPECT_THAT(leftover.err, HasSubstr("pipesched launch: process 1 exited with code 4\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(std::filesystem::exists(marker + "left")) << "process 0's child outlived the job";
+
+  // A process that stops (SIGTTIN when it reads the terminal from its background process
+  // group; SIGSTOP here) would wait forever: a failure, and it is continued to be stopped.
+  RunResult stopped = RunCli({"launch", "--processes=2", "--grace=0.2", "--", "sh", "-c",
+                              "if [ $PIPESCHED_PROCESS_RANK = 1 ]; then kill -STOP $$; fi; "
+                              "sleep 60"});
+  EXPECT_EQ(stopped.code, 1);
+  EXPECT_THAT(stopped.err,
+              HasSubstr("pipesched launch: process 1 was stopped by signal 19 (Stopped (signal)): "
+                        "launched processes have no terminal to read or write; the others get "
+                        "0.2 s to stop\n"));
+  EXPECT_THAT(stopped.err, HasSubstr("stopping processes 0, 1: still running 0.2 s after"));
+
+  // Exit statuses are read even when the launcher was started with SIGCHLD ignored (which
+  // makes the kernel reap children itself): a failure stays a failure.
+  struct sigaction ignore = {}, old = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, &old);
+  RunResult unreaped = RunCli({"launch", "--processes=2", "--", "sh", "-c", "exit 5"});
+  sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_EQ(unreaped.code, 5) << unreaped.err;
 
   // A rendezvous that the processes made and left behind is removed.
   const std::string given = (tmp_ / "given").string();
@@ -182,6 +217,9 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
     EXPECT_EQ(r.out, "");
   }
   EXPECT_EQ(Left(), std::vector<std::string>{"existing"});
+  // A --help after launch's flags (one given as "--flag VALUE") is launch's.
+  EXPECT_THAT(RunCli({"launch", "--rendezvous", "x", "--help"}).out,
+              HasSubstr("usage: pipesched launch"));
   // A --help after the command is the command's, not launch's.
   RunResult help = RunCli({"launch", "--processes=2", "--", "sh", "-c", "echo $1", "sh", "--help"});
   EXPECT_EQ(help.code, 0) << help.err;
