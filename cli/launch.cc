@@ -62,12 +62,12 @@ using Clock = std::chrono::steady_clock;
 // A line of a prefixed relay longer than this is relayed in pieces of this size.
 constexpr std::size_t kMaxLine = 64 << 10;
 
-// The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP), else 0.
+// The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT), else 0.
 volatile std::sig_atomic_t g_stop_signal = 0;
 void OnStopSignal(int signal) { g_stop_signal = signal; }
 
 // The launcher's signal dispositions for its lifetime, then what was there before:
-// SIGINT, SIGTERM and SIGHUP set a flag (the launcher stops its processes and cleans up)
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT set a flag (the launcher stops its processes and cleans up)
 // unless they were ignored when it started (nohup, a shell's background job: they stay
 // ignored); SIGPIPE is ignored (a closed standard output is an error to handle, not the
 // end of the launcher with its processes left running); SIGCHLD is the default (ignored,
@@ -103,8 +103,8 @@ class Signals {
   bool pipe_was_default() const { return saved_pipe_.sa_handler == SIG_DFL; }
 
  private:
-  static constexpr std::array<int, 3> kStop = {SIGINT, SIGTERM, SIGHUP};
-  std::array<struct sigaction, 3> saved_{};
+  static constexpr std::array<int, 4> kStop = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  std::array<struct sigaction, 4> saved_{};
   struct sigaction saved_pipe_ = {};
   struct sigaction saved_child_ = {};
 };
@@ -166,7 +166,9 @@ std::string Absolute(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p = std::filesystem::absolute(path, ec);
   if (ec) p = path;
-  std::string s = p.lexically_normal().string();
+  // Not lexically_normal: "link/.." is the link target's parent, which the kernel
+  // resolves for mkdir and remove alike.
+  std::string s = p.string();
   while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;
 }
@@ -204,7 +206,17 @@ absl::StatusOr<std::string> MakeLaunchDirectory(const std::string& given) {
 // Room for a pipe pair per process: the soft limit on open files is raised to what is
 // needed where the hard limit allows (the processes inherit it), else refused.
 absl::Status MakeRoomForPipes(int processes) {
-  const rlim_t needed = static_cast<rlim_t>(processes) * 2 + 64;
+  // Two per process on top of what is open now, and a few for the launcher itself.
+  rlim_t open_now = 16;
+  std::error_code ec;
+  if (std::filesystem::is_directory("/proc/self/fd", ec)) {
+    open_now = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      ++open_now;
+    }
+  }
+  const rlim_t needed = static_cast<rlim_t>(processes) * 2 + open_now + 8;
   struct rlimit limit = {};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) {
     return absl::OkStatus();
@@ -300,27 +312,35 @@ class Launcher {
   // code of the launch (see RunLaunch).
   int Supervise() {
     std::optional<Clock::time_point> term_at, kill_at;
+    // The first failure is announced a moment after it is seen, so that processes that
+    // fail with it (the same bad flag) are counted out of "the others".
+    std::optional<Clock::time_point> failed_at;
+    bool announced = false;
     int stop_signal = 0;  // why the launcher itself stops the job
     while (true) {
-      Pump(/*timeout_ms=*/50);
-      const bool failed_before = failure_.has_value();
+      Pump(/*timeout_ms=*/failed_at.has_value() && !announced ? 10 : 50);
       Reap();
       const auto now = Clock::now();
-      if (!failed_before && failure_.has_value() && stop_signal == 0) {
+      if (failure_.has_value() && !failed_at.has_value()) failed_at = now;
+      if (failed_at.has_value() && !announced && stop_signal == 0 &&
+          (now >= *failed_at + std::chrono::milliseconds(100) || RunningRanks().empty())) {
+        announced = true;
         if (RunningRanks().empty()) {
           Say(failure_->what);
         } else {
           Say(absl::StrCat(failure_->what, "; the others get ", ShortestNumber(grace_seconds_),
                            " s to stop"));
-          term_at = now + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(grace_seconds_));
+          term_at = *failed_at + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(grace_seconds_));
         }
       }
-      if (stop_signal == 0 && (g_stop_signal != 0 || output_lost_)) {
+      if (stop_signal == 0 && (g_stop_signal != 0 || out_lost_ || err_lost_)) {
         stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGPIPE;
         quiet_ = true;  // what ends now, ends because the launcher stops it
         Say(stop_signal == SIGPIPE
-                ? std::string("standard output is closed: stopping every process")
+                ? absl::StrCat("standard ", out_lost_ ? "output" : "error",
+                               " cannot be written (a closed pipe, or a full disk): stopping "
+                               "every process")
                 : absl::StrCat("stopping every process (the launcher got signal ", stop_signal,
                                ")"));
         SignalGroups(SIGTERM);
@@ -383,10 +403,57 @@ class Launcher {
     return ranks;
   }
 
-  // `signal` to every process group that may still have members (a process that has
-  // ended may have left children running in it); a stopped process is continued, so
+  // The process groups of this session with a live member: a process that is not a
+  // zombie, or a zombie whose other threads still run (its main thread called
+  // pthread_exit). kill(0) counts zombies, which stay until someone reaps them (in a
+  // container whose init does not, forever). nullopt where /proc cannot be read.
+  static std::optional<std::set<pid_t>> LiveGroups() {
+    std::error_code ec;
+    if (!std::filesystem::is_directory("/proc/self", ec)) return std::nullopt;
+    const pid_t session = ::getsid(0);
+    std::set<pid_t> live;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(entry.path() / "stat");
+      std::string stat;
+      std::getline(in, stat);
+      // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+      // cmajflt utime stime cutime cstime priority nice num_threads ...": comm may hold
+      // spaces and parentheses.
+      const std::size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 1));
+      char state = 0;
+      long long ppid = 0, pgrp = 0, sid = 0, skipped = 0, threads = 0;
+      if (!(rest >> state >> ppid >> pgrp >> sid)) continue;
+      for (int k = 0; k < 13 && (rest >> skipped); ++k) {
+      }
+      if (!(rest >> threads)) threads = 1;
+      const bool alive = (state != 'Z' && state != 'X') || threads > 1;
+      if (alive && sid == session) live.insert(static_cast<pid_t>(pgrp));
+    }
+    return live;
+  }
+
+  // A reaped process's group with no live member left is forgotten: its id may be taken
+  // by another process group, which must never be signalled. (A process not reaped yet
+  // holds its id.)
+  void ForgetEmptyGroups() {
+    const std::optional<std::set<pid_t>> live = LiveGroups();
+    for (Process& p : procs_) {
+      if (!p.group_alive || p.running) continue;
+      const bool empty =
+          live.has_value() ? !live->contains(p.pid) : ::kill(-p.pid, 0) != 0 && errno == ESRCH;
+      if (empty) p.group_alive = false;
+    }
+  }
+
+  // `signal` to every process group of the job that still has members (a process that
+  // has ended may have left children running in it); a stopped process is continued, so
   // that it can act on SIGTERM.
   void SignalGroups(int signal) {
+    ForgetEmptyGroups();
     for (Process& p : procs_) {
       if (!p.group_alive) continue;
       if (::kill(-p.pid, signal) != 0 && errno == ESRCH) {
@@ -397,41 +464,12 @@ class Launcher {
     }
   }
 
-  // Whether a process group of the job still has a member that is not a zombie (kill(0)
-  // counts zombies, which stay until someone reaps them: in a container whose init does
-  // not, forever). Read from /proc; where it cannot be read, kill(0) decides.
   bool AnyGroupAlive() {
-    std::set<pid_t> live;
-    std::error_code ec;
-    const bool have_proc = std::filesystem::is_directory("/proc/self", ec);
-    if (have_proc) {
-      for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-        const std::string name = entry.path().filename().string();
-        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::ifstream in(entry.path() / "stat");
-        std::string stat;
-        std::getline(in, stat);
-        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        const std::size_t close = stat.rfind(')');
-        if (close == std::string::npos) continue;
-        std::istringstream rest(stat.substr(close + 1));
-        char state = 0;
-        long ppid = 0, pgrp = 0;
-        if (!(rest >> state >> ppid >> pgrp)) continue;
-        if (state != 'Z' && state != 'X') live.insert(static_cast<pid_t>(pgrp));
-      }
+    ForgetEmptyGroups();
+    for (const Process& p : procs_) {
+      if (p.group_alive) return true;
     }
-    bool any = false;
-    for (Process& p : procs_) {
-      if (!p.group_alive) continue;
-      if (::kill(-p.pid, 0) != 0 && errno == ESRCH) {
-        p.group_alive = false;
-      } else if (have_proc && !live.contains(p.pid)) {
-        p.group_alive = false;
-      }
-      any = any || p.group_alive;
-    }
-    return any;
+    return false;
   }
 
   // After every process has ended: SIGTERM to what they left in their groups, SIGKILL to
@@ -536,10 +574,12 @@ class Launcher {
       start = scan = end + 1;
     }
     relay.partial.erase(0, start);
-    if (relay.partial.size() >= kMaxLine) {  // relayed in pieces rather than held
-      EmitLine(relay, relay.partial);
-      relay.partial.clear();
+    // A line this long is relayed in pieces rather than held.
+    std::size_t cut = 0;
+    for (; relay.partial.size() - cut >= kMaxLine; cut += kMaxLine) {
+      EmitLine(relay, std::string_view(relay.partial).substr(cut, kMaxLine));
     }
+    relay.partial.erase(0, cut);
   }
 
   void EmitLine(const Relay& relay, std::string_view line) {
@@ -548,10 +588,11 @@ class Launcher {
 
   void Write(const Relay& relay, std::string_view bytes) {
     std::ostream& to = relay.is_err ? *ctx_.err : *ctx_.out;
-    if (!relay.is_err && output_lost_) return;
+    bool& lost = relay.is_err ? err_lost_ : out_lost_;
+    if (lost) return;
     to.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     to.flush();
-    if (!relay.is_err && !to) output_lost_ = true;
+    if (!to) lost = true;
   }
 
   void Close(Relay& relay) {
@@ -571,8 +612,9 @@ class Launcher {
   std::vector<Process> procs_;
   std::vector<Relay> relays_;
   std::optional<Failure> failure_;
-  bool quiet_ = false;        // the launcher stops the job: exits are not failures
-  bool output_lost_ = false;  // writing standard output failed (a closed pipe)
+  bool quiet_ = false;  // the launcher stops the job: exits are not failures
+  // Writing standard output (error) failed: a closed pipe, a full disk.
+  bool out_lost_ = false, err_lost_ = false;
 };
 
 // The environment of process `rank`: the one this program was started with (its own

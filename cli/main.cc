@@ -2,6 +2,7 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
     // Output that never arrived (a full disk, a closed pipe or descriptor) is a failure,
     // not a success with nothing to show.
     std::cout.flush();
-    if (!std::cout) {
+    // (`launch` said so already, and exits 141, as a program killed by SIGPIPE.)
+    if (!std::cout && code != 128 + SIGPIPE) {
       std::cerr << "pipesched: cannot write to standard output (disk full, or the pipe or "
                    "file closed); the command's output is lost\n";
       return code == 0 ? 1 : code;

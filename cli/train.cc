@@ -2,6 +2,7 @@
 // throughput, then the measured bubble next to the simulator's plan for the same costs.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/flags/flag.h"
@@ -136,7 +137,11 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
     return absl::InvalidArgumentError(absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout),
                                                    " must be at least 1 second"));
   }
-  if (processes == 1) {
+  // Started by `pipesched launch -- PROGRAM` (PROGRAM this pipesched, by its path) or a
+  // script of such a process: the job is in the environment, as for any launched program.
+  const bool from_environment =
+      !FlagGiven(ctx, "processes") && std::getenv(comm::kProcessesVariable) != nullptr;
+  if (processes == 1 && !from_environment) {
     for (const auto& [flag, name] :
          {std::pair<std::string_view, std::string_view>{"process_rank", "--process-rank"},
           {"rendezvous", "--rendezvous"},
@@ -149,7 +154,16 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
     }
     return std::unique_ptr<comm::Bootstrap>();
   }
-  if (dir.empty()) {
+  if (from_environment) {
+    for (std::string_view flag : {"process_rank", "rendezvous", "rendezvous_timeout"}) {
+      if (FlagGiven(ctx, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", Absl(flag), " is given without --processes while ", comm::kProcessesVariable,
+            " is set (this process was started by `pipesched launch`, which gives the job in "
+            "the environment): give every process flag, or none"));
+      }
+    }
+  } else if (dir.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--processes=", processes,
                      " needs --rendezvous=DIR: a path every process can see and that does not "
@@ -178,7 +192,17 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
           "a schedule file (`simulate --schedule-json` writes one)"));
     }
   }
+  if (from_environment) return comm::CreateBootstrapFromEnvironment({.timeout_seconds = timeout});
   return comm::CreateFileBootstrap(dir, rank, processes, {.timeout_seconds = timeout});
+}
+
+// Where the processes meet: --rendezvous, or the launch's environment.
+std::string RendezvousPath() {
+  std::string dir = absl::GetFlag(FLAGS_rendezvous);
+  if (const char* env = std::getenv(comm::kRendezvousVariable); dir.empty() && env != nullptr) {
+    dir = env;
+  }
+  return dir;
 }
 
 absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
@@ -284,10 +308,9 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     out << absl::StrFormat(
         "process %d of %d (rendezvous %s): replicas %d to %d of the job's %d x %d = %d; job "
         "batch %d; gradients averaged over every process's replicas\n",
-        processes->rank(), processes->size(), absl::GetFlag(FLAGS_rendezvous),
-        processes->rank() * config.replicas, (processes->rank() + 1) * config.replicas - 1,
-        processes->size(), config.replicas, processes->size() * config.replicas,
-        trainer->job_batch());
+        processes->rank(), processes->size(), RendezvousPath(), processes->rank() * config.replicas,
+        (processes->rank() + 1) * config.replicas - 1, processes->size(), config.replicas,
+        processes->size() * config.replicas, trainer->job_batch());
     if (!writes_files && !unwritten.empty()) {
       out << "process 0 writes " << absl::StrJoin(unwritten, ", ")
           << "; the measured figures below are this process's replicas'\n";

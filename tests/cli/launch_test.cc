@@ -94,6 +94,13 @@ TEST_F(LaunchTest, EachProcessIsToldItsRankAndItsOutputIsRelayed) {
   std::vector<std::string> left = Left();
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"rdv.0", "rdv.1", "rdv.2"}));
+  // A line longer than 64 KiB arrives in pieces of 64 KiB, each after its prefix.
+  RunResult long_line = RunCli({"launch", "--processes=2", "--output=all", "--", "sh", "-c",
+                                "if [ $PIPESCHED_PROCESS_RANK = 1 ]; then head -c 150000 "
+                                "/dev/zero | tr '\\0' a; echo; fi"});
+  EXPECT_EQ(long_line.code, 0) << long_line.err;
+  const std::string piece = "[1] " + std::string(65536, 'a') + "\n";
+  EXPECT_EQ(long_line.out, piece + piece + "[1] " + std::string(150000 - 2 * 65536, 'a') + "\n");
   // Everyone's output, each line after [RANK]; a given --rendezvous is passed as it is.
   const std::string given = (tmp_ / "given").string();
   RunResult all = RunCli(
@@ -177,6 +184,24 @@ TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
                            "exit 1"});
   EXPECT_EQ(left.code, 1);
   EXPECT_FALSE(std::filesystem::exists(given));
+}
+
+// A pipesched train started by launch as a program (by its path, or from a script) finds
+// its job in the environment, as any launched program does; process flags given to it
+// there, without --processes, are refused rather than half used.
+TEST_F(LaunchTest, TrainStartedByLaunchAsAProgramTakesItsJobFromTheEnvironment) {
+  const char* old = std::getenv("PIPESCHED_PROCESSES");
+  ASSERT_EQ(old, nullptr) << "this test sets PIPESCHED_PROCESSES itself";
+  ::setenv("PIPESCHED_PROCESSES", "2", 1);
+  RunResult r = RunCli({"train", "--stages=2", "--microbatches=2", "--layers=2", "--hidden=8",
+                        "--steps=1", "--backend=host", "--rendezvous=" + (tmp_ / "x").string()});
+  ::unsetenv("PIPESCHED_PROCESSES");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("pipesched: --rendezvous is given without --processes while "
+                               "PIPESCHED_PROCESSES is set (this process was started by "
+                               "`pipesched launch`, which gives the job in the environment): "
+                               "give every process flag, or none"));
+  EXPECT_TRUE(Left().empty());
 }
 
 TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
