@@ -138,13 +138,16 @@ struct Failure {
   int exit_code = 1;
 };
 
+// "9 (Killed)": the signal's number and, where the C library has one, its description.
+std::string SignalText(int sig) {
+  const char* name = strsignal(sig);
+  return name != nullptr ? absl::StrCat(sig, " (", name, ")") : absl::StrCat(sig);
+}
+
 Failure DescribeExit(int rank, int wait_status) {
   if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);
-    const char* name = strsignal(sig);
-    return {absl::StrCat("process ", rank, " was killed by signal ", sig,
-                         name != nullptr ? absl::StrCat(" (", name, ")") : ""),
-            128 + sig};
+    return {absl::StrCat("process ", rank, " was killed by signal ", SignalText(sig)), 128 + sig};
   }
   return {absl::StrCat("process ", rank, " exited with code ", WEXITSTATUS(wait_status)),
           WEXITSTATUS(wait_status)};
@@ -504,9 +507,8 @@ class Launcher {
         // process group: it would wait forever. A failure of the job.
         if (!p.stop_reported) {
           p.stop_reported = true;
-          const char* name = strsignal(WSTOPSIG(status));
-          Fail({absl::StrCat("process ", p.rank, " was stopped by signal ", WSTOPSIG(status),
-                             name != nullptr ? absl::StrCat(" (", name, ")") : "",
+          Fail({absl::StrCat("process ", p.rank, " was stopped by signal ",
+                             SignalText(WSTOPSIG(status)),
                              ": launched processes have no terminal to read or write"),
                 1});
         }

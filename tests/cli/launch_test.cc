@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "cli_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scoped_environment.h"
 
 namespace pipesched::cli {
 namespace {
@@ -40,17 +43,10 @@ class LaunchTest : public ::testing::Test {
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(tmp_);
     std::filesystem::create_directories(tmp_);
-    const char* old = std::getenv("TMPDIR");
-    if (old != nullptr) saved_tmpdir_ = old;
-    had_tmpdir_ = old != nullptr;
-    ::setenv("TMPDIR", tmp_.c_str(), 1);
+    tmpdir_.emplace(std::map<std::string, std::optional<std::string>>{{"TMPDIR", tmp_.string()}});
   }
   void TearDown() override {
-    if (had_tmpdir_) {
-      ::setenv("TMPDIR", saved_tmpdir_.c_str(), 1);
-    } else {
-      ::unsetenv("TMPDIR");
-    }
+    tmpdir_.reset();
     std::filesystem::remove_all(tmp_);
   }
   // What the launcher left in $TMPDIR.
@@ -63,8 +59,7 @@ class LaunchTest : public ::testing::Test {
   std::filesystem::path tmp_;
 
  private:
-  std::string saved_tmpdir_;
-  bool had_tmpdir_ = false;
+  std::optional<pipesched::testing::ScopedEnvironment> tmpdir_;
 };
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -190,12 +185,13 @@ TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
 // its job in the environment, as any launched program does; process flags given to it
 // there, without --processes, are refused rather than half used.
 TEST_F(LaunchTest, TrainStartedByLaunchAsAProgramTakesItsJobFromTheEnvironment) {
-  const char* old = std::getenv("PIPESCHED_PROCESSES");
-  ASSERT_EQ(old, nullptr) << "this test sets PIPESCHED_PROCESSES itself";
-  ::setenv("PIPESCHED_PROCESSES", "2", 1);
-  RunResult r = RunCli({"train", "--stages=2", "--microbatches=2", "--layers=2", "--hidden=8",
-                        "--steps=1", "--backend=host", "--rendezvous=" + (tmp_ / "x").string()});
-  ::unsetenv("PIPESCHED_PROCESSES");
+  RunResult r;
+  {
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"PIPESCHED_PROCESSES", "2"}});
+    r = RunCli({"train", "--stages=2", "--microbatches=2", "--layers=2", "--hidden=8", "--steps=1",
+                "--backend=host", "--rendezvous=" + (tmp_ / "x").string()});
+  }
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("pipesched: --rendezvous is given without --processes while "
                                "PIPESCHED_PROCESSES is set (this process was started by "

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scoped_environment.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::comm {
@@ -339,31 +340,21 @@ TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted")));
 }
 
-// Sets the launch variables for its lifetime (unset: nullopt), then restores them.
-class LaunchEnvironment {
+// The launch variables as `values` gives them, the others unset, for its lifetime.
+class LaunchEnvironment : public pipesched::testing::ScopedEnvironment {
  public:
-  explicit LaunchEnvironment(const std::map<std::string, std::optional<std::string>>& values) {
-    for (const char* name : {kProcessesVariable, kProcessRankVariable, kRendezvousVariable,
-                             kRendezvousTimeoutVariable}) {
-      const char* old = std::getenv(name);
-      saved_[name] = old == nullptr ? std::nullopt : std::optional<std::string>(old);
-      auto it = values.find(name);
-      Set(name, it == values.end() ? std::nullopt : it->second);
-    }
-  }
-  ~LaunchEnvironment() {
-    for (const auto& [name, value] : saved_) Set(name, value);
-  }
+  explicit LaunchEnvironment(std::map<std::string, std::optional<std::string>> values)
+      : ScopedEnvironment(WithTheOthersUnset(std::move(values))) {}
 
  private:
-  static void Set(const std::string& name, const std::optional<std::string>& value) {
-    if (value.has_value()) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
+  static std::map<std::string, std::optional<std::string>> WithTheOthersUnset(
+      std::map<std::string, std::optional<std::string>> values) {
+    for (const char* name : {kProcessesVariable, kProcessRankVariable, kRendezvousVariable,
+                             kRendezvousTimeoutVariable}) {
+      values.try_emplace(name, std::nullopt);
     }
+    return values;
   }
-  std::map<std::string, std::optional<std::string>> saved_;
 };
 
 // What `pipesched launch` tells a program it starts: no variables is a process on its
