@@ -584,8 +584,14 @@ class Launcher {
     relay.partial.erase(0, cut);
   }
 
+  // One line after its prefix, in pieces of kMaxLine: a long line whose end came in the
+  // same read as its start is cut as one that came in many.
   void EmitLine(const Relay& relay, std::string_view line) {
-    Write(relay, absl::StrCat("[", relay.rank, "] ", Absl(line), "\n"));
+    do {
+      const std::string_view piece = line.substr(0, kMaxLine);
+      Write(relay, absl::StrCat("[", relay.rank, "] ", Absl(piece), "\n"));
+      line.remove_prefix(piece.size());
+    } while (!line.empty());
   }
 
   void Write(const Relay& relay, std::string_view bytes) {
