@@ -8,6 +8,13 @@
 //                           reader never sees it half written and a second process with
 //                           the same rank fails to link (EEXIST)
 //   gone.<rank>             written by Close() once `rank` has removed its files
+//   alive.<rank>            "<pid>\n", flock()ed (exclusive) by `rank` from joining until
+//                           the process ends: made beside and locked before it is
+//                           renamed into place, so a rank whose file is there but not
+//                           locked has ended -- without Close() when it has no gone
+//                           file (killed, crashed, exited early). The kernel drops the
+//                           lock of a process however it ends; a file system without
+//                           flock gets no file, and a dead rank is then a timeout
 //   failed                  "<rank>\n<reason>", written by Fail() of the first rank to
 //                           fail (linked into place: one writer wins); every wait checks
 //                           for it
@@ -16,6 +23,7 @@
 #include "pipesched/comm/bootstrap.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -249,7 +257,8 @@ class FileBootstrap final : public Bootstrap {
                                                           QuoteForMessage(dir_.string(), 200), ": ",
                                                           ErrnoText(err)));
       }
-      return WriteFileAtomic(job, expected);
+      PS_RETURN_IF_ERROR(WriteFileAtomic(job, expected));
+      return HoldAliveLock();
     }
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
     for (Backoff wait; !Exists(job);) {
@@ -280,7 +289,7 @@ class FileBootstrap final : public Bootstrap {
       Fail(message);  // rank 0 and the others stop now
       return absl::InvalidArgumentError(message);
     }
-    return absl::OkStatus();
+    return HoldAliveLock();
   }
 
   absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
@@ -352,16 +361,33 @@ class FileBootstrap final : public Bootstrap {
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
  public:
-  // Aborted "process <r> failed: <reason>" once a rank has called Fail(), else OK. A
-  // marker much older than this process is an earlier run's (a rank that joined a
-  // directory rank 0 then refused): the message says so.
+  // Aborted "process <r> failed: <reason>" once a rank has called Fail() (a marker much
+  // older than this process is an earlier run's, a rank that joined a directory rank 0
+  // then refused: the message says so); else Aborted "process <r> (pid <p>) ended
+  // without leaving the job ..." once a rank's process has ended without Close()
+  // (LookForEndedRanks); else OK.
   absl::Status Failure() override {
-    // A watchdog may ask every few microseconds: one look per millisecond is enough.
-    const std::int64_t now =
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
-            .count();
+    {
+      std::lock_guard<std::mutex> lock(ended_mu_);
+      if (ended_.has_value()) return absl::AbortedError(*ended_);
+    }
+    PS_RETURN_IF_ERROR(FailedMarker());
+    return LookForEndedRanks(NowMicros());
+  }
+
+ private:
+  static std::int64_t NowMicros() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The `failed` marker's part of Failure(). `throttled`: a watchdog may ask every few
+  // microseconds; one look per millisecond is enough.
+  absl::Status FailedMarker(bool throttled = true) {
+    const std::int64_t now = NowMicros();
     const std::int64_t last = last_failure_look_.load(std::memory_order_relaxed);
-    if (!failed_seen_.load(std::memory_order_acquire) && last != 0 && now - last < 1000) {
+    if (throttled && !failed_seen_.load(std::memory_order_acquire) && last != 0 &&
+        now - last < 1000) {
       return absl::OkStatus();
     }
     last_failure_look_.store(now, std::memory_order_relaxed);
@@ -386,7 +412,99 @@ class FileBootstrap final : public Bootstrap {
                      " failed: ", nl == std::string::npos ? "" : text->substr(nl + 1), old));
   }
 
- private:
+  std::string AliveFile(int rank) const { return (dir_ / absl::StrCat("alive.", rank)).string(); }
+
+  enum class Liveness { kUnknown, kAlive, kEnded };
+  // Whether `rank`'s process holds its alive file's lock. kUnknown: no file (not joined
+  // yet, a file system without flock, or the directory is gone). `pid` gets the file's
+  // pid for kEnded.
+  Liveness Probe(int rank, std::string* pid) const {
+    ScopedFd fd(::open(AliveFile(rank).c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return Liveness::kUnknown;
+    // Closing `fd` drops the shared lock this takes from an ended rank's file.
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
+      return errno == EWOULDBLOCK ? Liveness::kAlive : Liveness::kUnknown;
+    }
+    char text[32] = {};
+    const ssize_t n = ::read(fd.get(), text, sizeof(text) - 1);
+    *pid = std::string(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (const std::size_t nl = pid->find('\n'); nl != std::string::npos) pid->resize(nl);
+    return Liveness::kEnded;
+  }
+
+  // Takes this rank's alive file (the file layout above) for as long as the bootstrap
+  // lives; the kernel drops it however the process ends. Refuses a rank whose file a
+  // live process holds. On a file system without flock there is no file, and a rank
+  // that ends without Close() is found by the others' timeout only.
+  absl::Status HoldAliveLock() {
+    std::string pid;
+    if (Probe(rank_, &pid) == Liveness::kAlive) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "file bootstrap ", QuoteForMessage(dir_.string(), 200), ": another live process is rank ",
+          rank_, " (it holds ", QuoteForMessage(AliveFile(rank_), 200),
+          "): give each process its own rank"));
+    }
+    const std::string tmp =
+        (dir_ / absl::StrCat(".tmp.alive.", rank_, ".", ::getpid(), ".", tmp_counter_++)).string();
+    ScopedFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
+      return absl::InternalError(absl::StrCat("file bootstrap: cannot create ",
+                                              QuoteForMessage(tmp, 200), ": ", ErrnoText(errno)));
+    }
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {  // no flock on this file system
+      (void)::unlink(tmp.c_str());
+      return absl::OkStatus();
+    }
+    const std::string text = absl::StrCat(::getpid(), "\n");
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        ::rename(tmp.c_str(), AliveFile(rank_).c_str()) != 0) {
+      const int err = errno;
+      (void)::unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("file bootstrap: cannot write ",
+                                              QuoteForMessage(AliveFile(rank_), 200), ": ",
+                                              ErrnoText(err)));
+    }
+    alive_fd_ = std::move(fd);
+    return absl::OkStatus();
+  }
+
+  // Aborted naming the first rank whose process ended without Close(), once found; OK
+  // otherwise. Looks every 50 ms at most (an open and a flock per rank). A rank is
+  // ended when its alive file is unlocked and, looked at afterwards, it has no gone
+  // file: a rank that closed wrote that file before its lock was dropped.
+  absl::Status LookForEndedRanks(std::int64_t now_micros) {
+    const std::int64_t last = last_alive_look_.load(std::memory_order_relaxed);
+    if (last != 0 && now_micros - last < 50'000) return absl::OkStatus();
+    last_alive_look_.store(now_micros, std::memory_order_relaxed);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      std::string pid;
+      if (Probe(r, &pid) != Liveness::kEnded) continue;
+      if (Exists((dir_ / absl::StrCat("gone.", r)).string())) continue;
+      // A rank that said why before it ended is reported with its reason.
+      PS_RETURN_IF_ERROR(FailedMarker(/*throttled=*/false));
+      std::string old;
+      std::error_code ec;
+      const auto written = std::filesystem::last_write_time(AliveFile(r), ec);
+      if (!ec && written + std::chrono::seconds(10) < started_) {
+        old = absl::StrCat(
+            "; it joined ",
+            std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count(),
+            " s before this process started: is ", QuoteForMessage(dir_.string(), 200),
+            " an earlier run's? remove it");
+      }
+      std::lock_guard<std::mutex> lock(ended_mu_);
+      if (!ended_.has_value()) {
+        ended_ = absl::StrCat("process ", r, pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
+                              " ended without leaving the job (killed, crashed, or exited "
+                              "early?)",
+                              old);
+      }
+      return absl::AbortedError(*ended_);
+    }
+    return absl::OkStatus();
+  }
+
   std::string FileOf(std::string_view channel, std::int64_t k, int rank) const {
     return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", rank)).string();
   }
@@ -420,7 +538,7 @@ class FileBootstrap final : public Bootstrap {
     (void)::unlink(tmp.c_str());
     if (linked == 0) return absl::OkStatus();
     if (err == EEXIST) {
-      PS_RETURN_IF_ERROR(Failure());  // the run failed already: say why
+      PS_RETURN_IF_ERROR(FailedMarker());  // the run failed already: say why
       return absl::FailedPreconditionError(absl::StrCat(
           "file bootstrap: ", QuoteForMessage(path, 200), " exists: another process is rank ",
           rank_,
@@ -489,6 +607,12 @@ class FileBootstrap final : public Bootstrap {
   // whether it found one (then it always reads it).
   std::atomic<std::int64_t> last_failure_look_{0};
   std::atomic<bool> failed_seen_{false};
+  // LookForEndedRanks: when it last looked, and what it found (then Failure() says so).
+  std::atomic<std::int64_t> last_alive_look_{0};
+  std::mutex ended_mu_;
+  std::optional<std::string> ended_;
+  // This rank's alive file, locked (HoldAliveLock); -1 on a file system without flock.
+  ScopedFd alive_fd_;
   bool closed_ = false;
 };
 

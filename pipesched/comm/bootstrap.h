@@ -56,9 +56,12 @@ class Bootstrap {
   // Thread-safe; returns at once.
   virtual void Abort() = 0;
 
-  // OK, or Aborted "process <rank> failed: <reason>" once a rank has called Fail(): for
-  // a watchdog that does not exchange (an NCCL collective waiting for a failed peer).
-  // Non-blocking (file: one stat); thread-safe.
+  // OK, or Aborted "process <rank> failed: <reason>" once a rank has called Fail(); the
+  // file kind also Aborted "process <rank> (pid <pid>) ended without leaving the job
+  // ..." once a rank's process has ended without Close() (its alive file's lock, see
+  // CreateFileBootstrap). For a watchdog that does not exchange (an NCCL collective
+  // waiting for a failed peer); every exchange checks it while it waits. Non-blocking
+  // (file: a stat, and every 50 ms an open and a flock per rank); thread-safe.
   virtual absl::Status Failure() = 0;
 
   // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
@@ -101,12 +104,19 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 // (it never touches a directory it did not create: it may be a live job's). A rank
 // started before rank 0 that finds an earlier run's directory joins it and fails at its
 // first exchange (its own earlier file is there), or at the earlier run's failure marker
-// (the message says how old it is), or waits out the timeout: never a silent mix-up that
-// finishes. The other ranks wait
+// (the message says how old it is), or at a rank of that run that ended without closing,
+// or waits out the timeout: never a silent mix-up that finishes. The other ranks wait
 // for rank 0 (up to the timeout) and check that it was started with the same size. A
-// second process with the same rank is refused by the first exchange. Rank or size out
-// of range: InvalidArgument. Returns once rank 0's directory is there; the first
-// AllGather is where every rank meets.
+// second process with the same rank started at the same moment (both pass the liveness
+// look below) is refused by the first exchange. Rank or size out of range:
+// InvalidArgument. Returns once rank 0's directory is there; the first AllGather is
+// where every rank meets.
+// Liveness: each rank holds a flock on DIR/alive.<rank> from joining until its process
+// ends (the kernel drops it however the process ends), so the others' waits end at once
+// with Aborted naming a rank that was killed, crashed or exited without Close(), instead
+// of at the timeout (Failure()); a second live process with the same rank is refused
+// here (FailedPrecondition "another live process is rank ..."). On a file system
+// without flock there is no alive file, and a dead rank is a timeout.
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
 

@@ -4,10 +4,12 @@
 // different size, a directory left behind, an abort) is an error naming the problem.
 #include "pipesched/comm/bootstrap.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -220,11 +222,18 @@ TEST(FileBootstrapTest, ASecondProcessWithOneRankIsRefused) {
   const std::string dir = FreshDir("duplicate");
   PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 0.3}));
   PS_ASSERT_OK_AND_ASSIGN(auto one, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}));
-  PS_ASSERT_OK_AND_ASSIGN(auto again, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}));
-  // `one` writes its part of the first exchange and waits for rank 0, which never comes.
+  // The second rank 1 is refused when it joins: the first holds rank 1's alive file.
+  EXPECT_THAT(CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("another live process is rank 1 (it holds")));
+  // `one` writes its part of the first exchange and waits for rank 0, which is alive
+  // but never comes.
   EXPECT_THAT(one->AllGather("join", "a"),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("rank 1 waited 0.3 s on channel 'join' (exchange 0) for rank 0")));
+  // Two started at once both pass that look; the second's first exchange is refused.
+  std::filesystem::remove(std::filesystem::path(dir) / "alive.1");
+  PS_ASSERT_OK_AND_ASSIGN(auto again, CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 0.3}));
   EXPECT_THAT(again->AllGather("join", "b"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("exists: another process is rank 1 too (give each process its "
@@ -328,6 +337,77 @@ TEST(FileBootstrapTest, LeftoversAndSizeMismatchesStopTheRanks) {
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("process 1 failed: rank 1 was started for 3 processes")));
   std::filesystem::remove_all(dir);
+}
+
+// Forks a process that joins `dir` as rank 1 of 2 and runs body(bootstrap); it exits
+// with body()'s value (3 when it cannot join). The parent has no other thread then.
+template <typename Body>
+pid_t ForkRankOne(const std::string& dir, Body body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto one = CreateFileBootstrap(dir, 1, 2, {.timeout_seconds = 30});
+    std::_Exit(one.ok() ? body(**one) : 3);
+  }
+  return child;
+}
+
+// What a hand-started job needs of its bootstrap: a process that is killed, or exits
+// without leaving the job, releases the others at once with an error naming it (its
+// alive file's lock is dropped by the kernel), not after their timeout; one that says
+// why first (Fail) is reported with its reason; one that closes is no failure.
+TEST(FileBootstrapTest, AProcessThatEndsWithoutClosingReleasesTheOthers) {
+  const std::string dir = FreshDir("ended");
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
+  const pid_t killed = ForkRankOne(dir, [](Bootstrap& one) {
+    if (!one.AllGather("hello", "1").ok()) return 4;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 waits by now
+    ::raise(SIGKILL);
+    return 5;
+  });
+  ASSERT_GT(killed, 0);
+  PS_ASSERT_OK_AND_ASSIGN(auto hello, zero->AllGather("hello", "0"));
+  EXPECT_THAT(hello, ElementsAre("0", "1"));
+  EXPECT_THAT(zero->AllGather("step", "0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr(absl::StrCat("process 1 (pid ", killed,
+                                              ") ended without leaving the job (killed, "
+                                              "crashed, or exited early?)"))));
+  EXPECT_THAT(zero->Failure(), StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 (pid")));
+  int status = 0;
+  ASSERT_EQ(::waitpid(killed, &status, 0), killed);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // Fail() then exit: the reason, not "ended".
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
+  const pid_t failing = ForkRankOne(dir, [](Bootstrap& one) {
+    one.Fail("--data has 10 samples, a step needs 16");
+    return 1;
+  });
+  ASSERT_GT(failing, 0);
+  ASSERT_EQ(::waitpid(failing, &status, 0), failing);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_THAT(zero->AllGather("step", "0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 1 failed: --data has 10 samples, a step needs 16")));
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // Exchange, close and exit: rank 0 exchanges and closes after it has gone.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
+  const pid_t closing = ForkRankOne(dir, [](Bootstrap& one) {
+    if (!one.AllGather("step", "1").ok()) return 4;
+    return one.Close().ok() ? 0 : 6;
+  });
+  ASSERT_GT(closing, 0);
+  PS_ASSERT_OK_AND_ASSIGN(auto all, zero->AllGather("step", "0"));
+  EXPECT_THAT(all, ElementsAre("0", "1"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 closes meanwhile
+  PS_EXPECT_OK(zero->Close());
+  ASSERT_EQ(::waitpid(closing, &status, 0), closing);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
