@@ -416,9 +416,22 @@ absl::Status Trainer::CheckProcessesAgree() {
     h.Add(tensor.name);
     h.Add(tensor.bytes);
   }
+  // The optimizer's state and step count (AdamW's bias correction): a checkpoint's, after
+  // --resume; replica 0's, as the parameters (the replicas are identical).
+  Fnv1a64 optimizer;
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    const model::Chunk& c = chunk(0, s);
+    PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> state, c.ExportOptimizerState());
+    for (const model::HostTensor& tensor : state) {
+      optimizer.Add(tensor.name);
+      optimizer.Add(tensor.bytes);
+    }
+    optimizer.Add(absl::StrCat(c.step_count(), ";"));
+  }
   return comm::CheckAgreement(*config_.processes, "state",
-                              "state (parameters, data set and data position)",
+                              "state (parameters, optimizer state, data set and data position)",
                               absl::StrCat(absl::Hex(h.value(), absl::kZeroPad16), " ",
+                                           absl::Hex(optimizer.value(), absl::kZeroPad16), " ",
                                            absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
 }
 

@@ -123,7 +123,8 @@ class Trainer {
   absl::Status SaveParameters(const std::string& path) const;
 
   // Across processes (config().processes): FailedPrecondition unless every process holds
-  // the same parameters, data set and data position (compared by a 64-bit hash of each):
+  // the same parameters, optimizer state (with its step count), data set and data position
+  // (compared by a 64-bit hash of each):
   // Create checks it once the data is made; call it again after loading parameters or a
   // checkpoint (LoadParameters, LoadCheckpoint) on every process, since each process
   // reads its own copy of the file. OK at once within one process.

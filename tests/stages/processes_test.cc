@@ -172,5 +172,54 @@ TEST(ProcessesTest, AProcessThatFailsStopsTheOthers) {
                        HasSubstr("process 1 failed: the micro-batch size must be at least 1")));
 }
 
+// After --resume each process has loaded its own copy of a checkpoint: one whose
+// optimizer state (AdamW's moments, or its step count, which sets the bias correction)
+// differs is refused even when the parameters agree, as its updates would drift apart.
+TEST(ProcessesTest, ProcessesWhoseOptimizerStatesDifferAreRefused) {
+  for (const bool only_the_step_count : {false, true}) {
+    SCOPED_TRACE(only_the_step_count ? "step count" : "moments");
+    PS_ASSERT_OK_AND_ASSIGN(auto processes,
+                            comm::CreateInProcessBootstraps(2, {.timeout_seconds = 10}));
+    std::vector<absl::Status> agreed(2);
+    std::vector<std::thread> threads;
+    for (int q = 0; q < 2; ++q) {
+      threads.emplace_back([&, q] {
+        TrainerConfig config = Config("1f1b", 1);
+        config.processes = processes[q].get();
+        absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+        if (!trainer.ok()) {
+          agreed[q] = trainer.status();
+          processes[q]->Fail(std::string(trainer.status().message()));
+          return;
+        }
+        if (q == 1) {
+          model::Chunk& chunk = (*trainer)->chunk(0, 1);
+          absl::StatusOr<std::vector<model::HostTensor>> state = chunk.ExportOptimizerState();
+          if (!state.ok() || state->empty() || state->front().bytes.empty()) {
+            agreed[q] = absl::InternalError("no optimizer state to change");
+            processes[q]->Fail(std::string(agreed[q].message()));
+            return;
+          }
+          if (!only_the_step_count) state->front().bytes[0] ^= 1;
+          agreed[q] = chunk.ImportOptimizerState(*state, only_the_step_count ? 5 : 0);
+          if (!agreed[q].ok()) {
+            processes[q]->Fail(std::string(agreed[q].message()));
+            return;
+          }
+        }
+        agreed[q] = (*trainer)->CheckProcessesAgree();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int q = 0; q < 2; ++q) {
+      EXPECT_THAT(agreed[q], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      HasSubstr("process 1's state (parameters, optimizer state, "
+                                                "data set and data position) differs from "
+                                                "process 0's")))
+          << "process " << q;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipesched::stages
