@@ -192,9 +192,17 @@ std::int64_t Trainer::global_batch() const {
 
 std::int64_t Trainer::job_batch() const { return global_batch() * num_processes(); }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
-  auto t = std::unique_ptr<Trainer>(new Trainer());
-  t->config_ = config;
+namespace {
+
+// What Trainer::CheckConfig finds, for Create to go on with.
+struct CheckedConfig {
+  scheduler::Schedule schedule;
+  runtime::BackendKind kind = runtime::BackendKind::kHost;
+  std::vector<LayerRange> partition;
+  std::vector<bool> recomputes;  // [stage]
+};
+
+absl::StatusOr<CheckedConfig> CheckAndPlan(const TrainerConfig& config) {
   if (config.microbatch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("the micro-batch size must be at least 1, not ", config.microbatch_size));
@@ -230,8 +238,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return absl::InvalidArgumentError(
         absl::StrCat("the slow-down factor must be at least 1, not ", config.slow_factor));
   }
+  if (config.device_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the device memory cap must be positive (or 0 for none), not ",
+                     config.device_memory_bytes));
+  }
 
-  scheduler::Schedule schedule;
+  CheckedConfig checked;
+  scheduler::Schedule& schedule = checked.schedule;
   if (config.schedule_override) {
     schedule = *config.schedule_override;
     // Before its shape is used: a hand-made schedule's P x V may not even fit an int.
@@ -244,8 +258,50 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .max_activations = config.max_activations,
                                                         .refine = config.refine}));
   }
-  const int P = schedule.num_ranks(), S = schedule.num_stages(), D = config.replicas;
-  PS_ASSIGN_OR_RETURN(runtime::BackendKind kind, runtime::ResolveBackend(config.backend));
+  const int P = schedule.num_ranks(), S = schedule.num_stages();
+  PS_ASSIGN_OR_RETURN(checked.kind, runtime::ResolveBackend(config.backend));
+  PS_ASSIGN_OR_RETURN(checked.partition, PartitionMlp(config.model, S, config.partition));
+  if (config.slow_rank >= 0 && config.slow_factor != 1 &&
+      checked.kind == runtime::BackendKind::kCuda) {
+    // SlowStageWork holds the stream in a host function; CUDA may run the host functions
+    // of all streams one at a time, so every rank (and every stream-ordered free, which
+    // also uses one) would wait for the slow rank's holds.
+    return absl::InvalidArgumentError(
+        "slowing a stage down needs the host backend (on CUDA its hold would stall every "
+        "stream of the GPU); use --backend=host");
+  }
+  if (config.slow_rank >= P) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot slow down rank ", config.slow_rank,
+                                                   ": the pipeline has ranks 0 to ", P - 1));
+  }
+  checked.recomputes.assign(S, config.recompute);
+  for (int s : config.recompute_stages) {
+    if (s < 0 || s >= S) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot recompute stage ", s, ": the pipeline has stages 0 to ", S - 1, " (P x V)"));
+    }
+    if (checked.recomputes[s] && !config.recompute) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, " is listed twice for recomputation"));
+    }
+    checked.recomputes[s] = true;
+  }
+  return checked;
+}
+
+}  // namespace
+
+absl::Status Trainer::CheckConfig(const TrainerConfig& config) {
+  return CheckAndPlan(config).status();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  t->config_ = config;
+  PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckAndPlan(config));
+  const scheduler::Schedule& schedule = checked.schedule;
+  const runtime::BackendKind kind = checked.kind;
+  const int P = schedule.num_ranks(), D = config.replicas;
   if (config.processes != nullptr && config.processes->size() > 1) {
     // First, before anything is allocated: a process started with other flags fails here
     // for every process, not in a collective that never matches.
@@ -254,23 +310,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   t->config_.stages = P;
   t->config_.virtual_stages = schedule.num_chunks();
   t->config_.microbatches = schedule.num_microbatches;
-  PS_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(config.model, S, config.partition));
-
-  if (config.slow_rank >= 0 && config.slow_factor != 1 && kind == runtime::BackendKind::kCuda) {
-    // SlowStageWork holds the stream in a host function; CUDA may run the host functions
-    // of all streams one at a time, so every rank (and every stream-ordered free, which
-    // also uses one) would wait for the slow rank's holds.
-    return absl::InvalidArgumentError(
-        "slowing a stage down needs the host backend (on CUDA its hold would stall every "
-        "stream of the GPU); use --backend=host");
-  }
+  t->partition_ = checked.partition;
   if (kind == runtime::BackendKind::kHost) {
     PS_RETURN_IF_ERROR(CheckHostMemory(t->config_, t->partition_));
-  }
-  if (config.device_memory_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the device memory cap must be positive (or 0 for none), not ",
-                     config.device_memory_bytes));
   }
   runtime::BackendOptions options{
       .kind = kind, .strict = config.strict, .memory_capacity_bytes = config.device_memory_bytes};
@@ -279,23 +321,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   PS_ASSIGN_OR_RETURN(t->backend_, runtime::CreateBackend(options));
 
   const TrainerConfig& c = t->config_;
-  if (c.slow_rank >= P) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot slow down rank ", c.slow_rank,
-                                                   ": the pipeline has ranks 0 to ", P - 1));
-  }
-  std::vector<bool> recomputes(schedule.num_stages(), c.recompute);
-  for (int s : c.recompute_stages) {
-    if (s < 0 || s >= schedule.num_stages()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot recompute stage ", s,
-                                                     ": the pipeline has stages 0 to ",
-                                                     schedule.num_stages() - 1, " (P x V)"));
-    }
-    if (recomputes[s] && !c.recompute) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage ", s, " is listed twice for recomputation"));
-    }
-    recomputes[s] = true;
-  }
+  const std::vector<bool> recomputes = checked.recomputes;
   const std::vector<LayerRange> partition = t->partition_;
   const scheduler::Placement placement = schedule.placement;
   StageWorkFactory factory =

@@ -107,6 +107,12 @@ class Trainer {
   // passes may still exhaust memory during a step when the host runs ahead of the
   // streams (the check is a floor) unless device_memory_bytes is set.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
+  // The checks of Create that need no backend, memory, data or other process: the sizes,
+  // the model, the schedule (generated or validated), the backend's name, the partition,
+  // the skew injection and the recomputed stages, with Create's errors for them (not
+  // whether a GPU is there, nor the memory: each machine's own). For a launcher that
+  // refuses a bad configuration once, before it starts the processes of a job.
+  static absl::Status CheckConfig(const TrainerConfig& config);
   ~Trainer();
 
   // Sets every parameter from a safetensors file with the model's PyTorch-style names
