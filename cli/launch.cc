@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/command.h"
+#include "cli/training.h"
 #include "pipesched/base/strings.h"
 #include "pipesched/comm/bootstrap.h"
 
@@ -696,6 +697,7 @@ int RunLaunch(const CommandContext& ctx) {
   const std::string output = absl::GetFlag(FLAGS_output);
   const double grace = absl::GetFlag(FLAGS_grace);
   const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  const std::string rendezvous_flag = absl::GetFlag(FLAGS_rendezvous);
   if (!FlagGiven(ctx, "processes")) {
     return ReportError(ctx, absl::InvalidArgumentError(
                                 "launch needs --processes=N: how many processes to start (2 to "
@@ -727,11 +729,20 @@ int RunLaunch(const CommandContext& ctx) {
   std::vector<std::string> program = ctx.positional;
   const bool is_train = program[0] == "train";
   if (is_train) {
+    // What every process would refuse is said once, before any starts (process 0's
+    // command line: the others' differ only in --process-rank). This sets train's flags:
+    // launch's own were read above.
+    std::vector<std::string> first = program;
+    first.insert(
+        first.begin() + 1,
+        {absl::StrCat("--processes=", processes), "--process-rank=0", "--rendezvous=launch-check",
+         absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
+    if (absl::Status s = CheckTrainCommandLine(first); !s.ok()) return ReportError(ctx, s);
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
     program.insert(program.begin(), *self);
   }
-  absl::StatusOr<std::string> directory = MakeLaunchDirectory(absl::GetFlag(FLAGS_rendezvous));
+  absl::StatusOr<std::string> directory = MakeLaunchDirectory(rendezvous_flag);
   if (!directory.ok()) return ReportError(ctx, directory.status());
   const std::string rendezvous = *directory + "/rendezvous";
   int code = kExitOk;

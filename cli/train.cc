@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -119,7 +122,11 @@ struct StepRecord {
 // --processes, --process-rank, --rendezvous and --rendezvous-timeout: the bootstrap of a
 // job of several processes (null for one), created first so that this process's later
 // errors reach the others (Bootstrap::Fail) instead of leaving them to wait.
-absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
+// How this process learns its job.
+enum class Job { kAlone, kFromFlags, kFromEnvironment };
+
+// The checks of JoinFromFlags, without joining.
+absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
   const int processes = absl::GetFlag(FLAGS_processes);
   const int rank = absl::GetFlag(FLAGS_process_rank);
   const std::string dir = absl::GetFlag(FLAGS_rendezvous);
@@ -152,7 +159,7 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
             " is for a job of several processes: give --processes=N (N > 1) too, or drop it"));
       }
     }
-    return std::unique_ptr<comm::Bootstrap>();
+    return Job::kAlone;
   }
   if (from_environment) {
     for (std::string_view flag : {"process_rank", "rendezvous", "rendezvous_timeout"}) {
@@ -192,8 +199,19 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
           "a schedule file (`simulate --schedule-json` writes one)"));
     }
   }
-  if (from_environment) return comm::CreateBootstrapFromEnvironment({.timeout_seconds = timeout});
-  return comm::CreateFileBootstrap(dir, rank, processes, {.timeout_seconds = timeout});
+  return from_environment ? Job::kFromEnvironment : Job::kFromFlags;
+}
+
+absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
+  PS_ASSIGN_OR_RETURN(const Job job, CheckProcessFlags(ctx));
+  if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
+  const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  if (job == Job::kFromEnvironment) {
+    return comm::CreateBootstrapFromEnvironment({.timeout_seconds = timeout});
+  }
+  return comm::CreateFileBootstrap(absl::GetFlag(FLAGS_rendezvous),
+                                   absl::GetFlag(FLAGS_process_rank),
+                                   absl::GetFlag(FLAGS_processes), {.timeout_seconds = timeout});
 }
 
 // Where the processes meet: --rendezvous, or the launch's environment.
@@ -205,16 +223,13 @@ std::string RendezvousPath() {
   return dir;
 }
 
-absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
-  std::ostream& out = *ctx.out;
-  PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
-  config.processes = processes;
-  // Process 0 writes the job's files; the others' parameters are the same, and their
-  // timelines are their own replicas' only.
-  const bool writes_files = processes == nullptr || processes->rank() == 0;
+// train's checks of its own flags (beyond the trainer's configuration), made before the
+// trainer is created; `writes_files`: this process writes the outputs (process 0).
+absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfig& config,
+                           bool writes_files) {
   PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value(),
                                            /*refines_any_order=*/false, SearchStepsGiven(ctx)));
-  int steps = absl::GetFlag(FLAGS_steps);
+  const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 1 || steps > 10'000'000) {
     return absl::InvalidArgumentError(
         absl::StrCat("--steps=", steps, " is out of range: use 1 to 10000000"));
@@ -256,6 +271,27 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     return absl::InvalidArgumentError(
         "--resume restores the parameters already; drop --init (or --resume)");
   }
+  return SearchStepsFromFlags().status();
+}
+
+absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
+  std::ostream& out = *ctx.out;
+  PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
+  config.processes = processes;
+  // Process 0 writes the job's files; the others' parameters are the same, and their
+  // timelines are their own replicas' only.
+  const bool writes_files = processes == nullptr || processes->rank() == 0;
+  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, writes_files));
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const std::string save = absl::GetFlag(FLAGS_save);
+  const int save_every = absl::GetFlag(FLAGS_save_every);
+  const std::string resume = absl::GetFlag(FLAGS_resume);
+  const std::string save_costs = absl::GetFlag(FLAGS_save_costs);
+  const std::vector<FlagPath> outputs = {{"--save", save},
+                                         {"--trace", absl::GetFlag(FLAGS_trace)},
+                                         {"--svg", absl::GetFlag(FLAGS_svg)},
+                                         {"--json", absl::GetFlag(FLAGS_json)},
+                                         {"--save-costs", save_costs}};
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
   // --recompute-stages=auto: the stages whose recomputation makes the planned activations
   // fit where they live, chosen before anything runs.
@@ -611,6 +647,34 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
 }
 
 }  // namespace
+
+absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
+  const Command* train = nullptr;
+  for (const Command& c : AllCommands()) {
+    if (c.name == "train") train = &c;
+  }
+  if (train == nullptr || command.empty() || command[0] != "train") {
+    return absl::InternalError("CheckTrainCommandLine takes a train command line");
+  }
+  std::vector<std::string> args = {"pipesched"};
+  args.insert(args.end(), command.begin(), command.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  PS_ASSIGN_OR_RETURN(const ParsedArgs parsed,
+                      ParseFlags(static_cast<int>(argv.size()), argv.data(), train->flags));
+  std::ostringstream ignored;
+  CommandContext ctx{.positional = parsed.positional,
+                     .flags_set = parsed.flags_set,
+                     .out = &ignored,
+                     .err = &ignored};
+  if (!ctx.positional.empty()) {
+    return UnexpectedArgument(ctx.positional[0], "train takes only --flags");
+  }
+  PS_RETURN_IF_ERROR(CheckProcessFlags(ctx).status());
+  PS_ASSIGN_OR_RETURN(const stages::TrainerConfig config, ConfigFromFlags(ctx));
+  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, /*writes_files=*/true));
+  return stages::Trainer::CheckConfig(config);
+}
 
 int RunTrain(const CommandContext& ctx) {
   if (int code; RejectArguments(ctx, "train", code)) return code;

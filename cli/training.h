@@ -36,6 +36,15 @@ inline int SpreadDraws(const scheduler::Schedule& schedule) {
   return static_cast<int>(std::clamp<std::int64_t>(4'000'000 / actions, 20, kSpreadDraws));
 }
 
+// For `launch -- train ...`: the checks train makes before it joins the job and creates
+// its trainer -- its flags parse, their ranges and combinations, the files it reads
+// (--from) and writes (process 0's outputs), and stages::Trainer::CheckConfig -- made in
+// the launcher on `command` ("train" and its flags, with the process flags launch adds),
+// so that a mistake is one line before any process starts rather than one per process.
+// It parses `command` into the program's flags and leaves them so (absl::FlagSaver's
+// restore logs every flag it restores): the caller reads its own flags first.
+absl::Status CheckTrainCommandLine(const std::vector<std::string>& command);
+
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
 
