@@ -8,13 +8,16 @@
 //                           reader never sees it half written and a second process with
 //                           the same rank fails to link (EEXIST)
 //   gone.<rank>             written by Close() once `rank` has removed its files
-//   alive.<rank>            "<pid>\n", flock()ed (exclusive) by `rank` from joining until
-//                           the process ends: made beside and locked before it is
-//                           renamed into place, so a rank whose file is there but not
-//                           locked has ended -- without Close() when it has no gone
+//   alive.<rank>            "<pid> <boot id>\n", flock()ed (exclusive) by `rank` from
+//                           joining until Close() has written its gone file: made
+//                           beside and locked before it is renamed into place, so a
+//                           rank of this host (same boot id) whose file is there but
+//                           not locked has ended -- without Close() when it has no gone
 //                           file (killed, crashed, exited early). The kernel drops the
-//                           lock of a process however it ends; a file system without
-//                           flock gets no file, and a dead rank is then a timeout
+//                           lock of a process however it ends. Other hosts' files are
+//                           not judged (locks may be per machine on a shared file
+//                           system); a file system without flock gets no file: a dead
+//                           rank is then a timeout
 //   failed                  "<rank>\n<reason>", written by Fail() of the first rank to
 //                           fail (linked into place: one writer wins); every wait checks
 //                           for it
@@ -310,7 +313,7 @@ class FileBootstrap final : public Bootstrap {
   absl::Status Close() override {
     if (closed_) return absl::OkStatus();
     PS_RETURN_IF_ERROR(Exchange(kCloseChannel, "").status());
-    closed_ = true;
+    closed_.store(true, std::memory_order_release);
     // Every rank has reached Close, so every other exchange has been read by everyone.
     {
       std::lock_guard<std::mutex> lock(seq_mu_);
@@ -319,7 +322,15 @@ class FileBootstrap final : public Bootstrap {
       }
     }
     PS_RETURN_IF_ERROR(PutFile((dir_ / absl::StrCat("gone.", rank_)).string(), ""));
-    if (rank_ != 0) return absl::OkStatus();
+    // The gone file says this rank left; its lock is not needed any more, and an open
+    // file would keep rank 0 from removing the directory on NFS (it stays as .nfsXXXX).
+    alive_fd_ = ScopedFd();
+    // From here on rank 0 may remove the files in any order: looking for ended ranks
+    // among them could find an alive file whose gone file went first.
+    if (rank_ != 0) {
+      left_.store(true, std::memory_order_release);
+      return absl::OkStatus();
+    }
     // Rank 0 waits until every rank has read the close exchange, then removes the rest.
     std::vector<bool> gone(size_, false);
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
@@ -337,6 +348,7 @@ class FileBootstrap final : public Bootstrap {
       }
       wait.Sleep();
     }
+    left_.store(true, std::memory_order_release);
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
     if (ec) {
@@ -416,8 +428,10 @@ class FileBootstrap final : public Bootstrap {
 
   enum class Liveness { kUnknown, kAlive, kEnded };
   // Whether `rank`'s process holds its alive file's lock. kUnknown: no file (not joined
-  // yet, a file system without flock, or the directory is gone). `pid` gets the file's
-  // pid for kEnded.
+  // yet, a file system without flock, or the directory is gone), or a rank on another
+  // host (another boot id): a shared file system may keep locks per machine, so that
+  // only on this host does a lock that can be taken mean its holder has gone. `pid`
+  // gets the file's pid for kEnded.
   Liveness Probe(int rank, std::string* pid) const {
     ScopedFd fd(::open(AliveFile(rank).c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) return Liveness::kUnknown;
@@ -425,11 +439,28 @@ class FileBootstrap final : public Bootstrap {
     if (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
       return errno == EWOULDBLOCK ? Liveness::kAlive : Liveness::kUnknown;
     }
-    char text[32] = {};
+    char text[128] = {};
     const ssize_t n = ::read(fd.get(), text, sizeof(text) - 1);
-    *pid = std::string(text, n > 0 ? static_cast<std::size_t>(n) : 0);
-    if (const std::size_t nl = pid->find('\n'); nl != std::string::npos) pid->resize(nl);
+    const std::string_view content(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+    const std::size_t space = content.find(' ');
+    if (space == std::string_view::npos || BootId().empty()) return Liveness::kUnknown;
+    std::string_view boot = content.substr(space + 1);
+    if (!boot.empty() && boot.back() == '\n') boot.remove_suffix(1);
+    if (boot != BootId()) return Liveness::kUnknown;
+    *pid = std::string(content.substr(0, space));
     return Liveness::kEnded;
+  }
+
+  // This machine's boot id (Linux: /proc/sys/kernel/random/boot_id), which tells the
+  // ranks on this host from the others; empty when it cannot be read.
+  static const std::string& BootId() {
+    static const std::string id = [] {
+      absl::StatusOr<std::string> text = ReadFile("/proc/sys/kernel/random/boot_id", 128);
+      std::string out = text.ok() ? *text : std::string();
+      while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+      return out.find_first_of(" \n") == std::string::npos ? out : std::string();
+    }();
+    return id;
   }
 
   // Takes this rank's alive file (the file layout above) for as long as the bootstrap
@@ -455,7 +486,7 @@ class FileBootstrap final : public Bootstrap {
       (void)::unlink(tmp.c_str());
       return absl::OkStatus();
     }
-    const std::string text = absl::StrCat(::getpid(), "\n");
+    const std::string text = absl::StrCat(::getpid(), " ", BootId(), "\n");
     if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
         ::rename(tmp.c_str(), AliveFile(rank_).c_str()) != 0) {
       const int err = errno;
@@ -469,24 +500,35 @@ class FileBootstrap final : public Bootstrap {
   }
 
   // Aborted naming the first rank whose process ended without Close(), once found; OK
-  // otherwise. Looks every 50 ms at most (an open and a flock per rank). A rank is
+  // otherwise. Looks every 50 ms at most, at up to kProbesPerLook ranks each time, in
+  // turn (an open and a flock each), and not at all once this rank has left. A rank is
   // ended when its alive file is unlocked and, looked at afterwards, it has no gone
   // file: a rank that closed wrote that file before its lock was dropped.
   absl::Status LookForEndedRanks(std::int64_t now_micros) {
+    constexpr int kProbesPerLook = 16;
+    if (left_.load(std::memory_order_acquire) || size_ == 1) return absl::OkStatus();
     const std::int64_t last = last_alive_look_.load(std::memory_order_relaxed);
     if (last != 0 && now_micros - last < 50'000) return absl::OkStatus();
+    std::unique_lock<std::mutex> probing(probe_mu_, std::try_to_lock);
+    if (!probing.owns_lock()) return absl::OkStatus();  // another thread is looking
     last_alive_look_.store(now_micros, std::memory_order_relaxed);
-    for (int r = 0; r < size_; ++r) {
+    for (int i = 0; i < std::min(kProbesPerLook, size_ - 1); ++i) {
+      const int r = next_probe_;
+      next_probe_ = (next_probe_ + 1) % size_;
+      if (next_probe_ == rank_) next_probe_ = (next_probe_ + 1) % size_;
       if (r == rank_) continue;
       std::string pid;
       if (Probe(r, &pid) != Liveness::kEnded) continue;
       if (Exists((dir_ / absl::StrCat("gone.", r)).string())) continue;
       // A rank that said why before it ended is reported with its reason.
       PS_RETURN_IF_ERROR(FailedMarker(/*throttled=*/false));
+      // Before this rank's first exchange, a rank that joined long before it may be an
+      // earlier run's (a directory left behind, which a rank started before rank 0 joins).
       std::string old;
       std::error_code ec;
       const auto written = std::filesystem::last_write_time(AliveFile(r), ec);
-      if (!ec && written + std::chrono::seconds(10) < started_) {
+      if (!exchanged_.load(std::memory_order_acquire) && !ec &&
+          written + std::chrono::seconds(10) < started_) {
         old = absl::StrCat(
             "; it joined ",
             std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count(),
@@ -495,8 +537,8 @@ class FileBootstrap final : public Bootstrap {
       }
       std::lock_guard<std::mutex> lock(ended_mu_);
       if (!ended_.has_value()) {
-        ended_ = absl::StrCat("process ", r, pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
-                              " ended without leaving the job (killed, crashed, or exited "
+        ended_ = absl::StrCat("process ", r, " (pid ", pid,
+                              ") ended without leaving the job (killed, crashed, or exited "
                               "early?)",
                               old);
       }
@@ -590,6 +632,7 @@ class FileBootstrap final : public Bootstrap {
       wait.Sleep();
     }
     if (k > 0) (void)::unlink(FileOf(channel, k - 1, rank_).c_str());
+    exchanged_.store(true, std::memory_order_release);
     return out;
   }
 
@@ -607,13 +650,19 @@ class FileBootstrap final : public Bootstrap {
   // whether it found one (then it always reads it).
   std::atomic<std::int64_t> last_failure_look_{0};
   std::atomic<bool> failed_seen_{false};
-  // LookForEndedRanks: when it last looked, and what it found (then Failure() says so).
+  // LookForEndedRanks: when it last looked, the next rank to look at (under probe_mu_),
+  // and what it found (then Failure() says so).
   std::atomic<std::int64_t> last_alive_look_{0};
+  std::mutex probe_mu_;
+  int next_probe_ = 0;
   std::mutex ended_mu_;
   std::optional<std::string> ended_;
-  // This rank's alive file, locked (HoldAliveLock); -1 on a file system without flock.
+  // This rank's alive file, locked (HoldAliveLock) until Close() has written its gone
+  // file; -1 on a file system without flock.
   ScopedFd alive_fd_;
-  bool closed_ = false;
+  std::atomic<bool> exchanged_{false};  // an exchange has completed
+  std::atomic<bool> closed_{false};     // the close exchange is done: no more exchanges
+  std::atomic<bool> left_{false};       // Close() is done with the others' files
 };
 
 }  // namespace

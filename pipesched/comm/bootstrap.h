@@ -58,10 +58,11 @@ class Bootstrap {
 
   // OK, or Aborted "process <rank> failed: <reason>" once a rank has called Fail(); the
   // file kind also Aborted "process <rank> (pid <pid>) ended without leaving the job
-  // ..." once a rank's process has ended without Close() (its alive file's lock, see
-  // CreateFileBootstrap). For a watchdog that does not exchange (an NCCL collective
+  // ..." once a rank's process on this host has ended without Close() (its alive file's
+  // lock, see CreateFileBootstrap). For a watchdog that does not exchange (an NCCL collective
   // waiting for a failed peer); every exchange checks it while it waits. Non-blocking
-  // (file: a stat, and every 50 ms an open and a flock per rank); thread-safe.
+  // (file: a stat, and every 50 ms an open and a flock for each of up to 16 ranks);
+  // thread-safe.
   virtual absl::Status Failure() = 0;
 
   // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
@@ -111,12 +112,13 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 // look below) is refused by the first exchange. Rank or size out of range:
 // InvalidArgument. Returns once rank 0's directory is there; the first AllGather is
 // where every rank meets.
-// Liveness: each rank holds a flock on DIR/alive.<rank> from joining until its process
-// ends (the kernel drops it however the process ends), so the others' waits end at once
-// with Aborted naming a rank that was killed, crashed or exited without Close(), instead
-// of at the timeout (Failure()); a second live process with the same rank is refused
-// here (FailedPrecondition "another live process is rank ..."). On a file system
-// without flock there is no alive file, and a dead rank is a timeout.
+// Liveness: each rank holds a flock on DIR/alive.<rank> from joining until Close() (the
+// kernel drops it however the process ends), so the others' waits end at once with
+// Aborted naming a rank on this host that was killed, crashed or exited without Close(),
+// instead of at the timeout (Failure()); a second live process with the same rank is
+// refused here (FailedPrecondition "another live process is rank ..."). A rank on
+// another host (a shared file system may keep locks per machine), or any on a file
+// system without flock, is found dead by the timeout only.
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
 

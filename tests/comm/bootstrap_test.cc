@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -394,7 +395,41 @@ TEST(FileBootstrapTest, AProcessThatEndsWithoutClosingReleasesTheOthers) {
   zero.reset();
   std::filesystem::remove_all(dir);
 
-  // Exchange, close and exit: rank 0 exchanges and closes after it has gone.
+  // A rank that left (its gone file written, as Close() writes it before its lock
+  // drops) and then exited is not a failure.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
+  const pid_t left = ForkRankOne(dir, [&dir](Bootstrap&) {
+    return std::ofstream(std::filesystem::path(dir) / "gone.1") ? 0 : 6;
+  });
+  ASSERT_GT(left, 0);
+  ASSERT_EQ(::waitpid(left, &status, 0), left);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int look = 0; look < 3; ++look) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past the 50 ms throttle
+    PS_EXPECT_OK(zero->Failure());
+  }
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // A rank on another host (another boot id in its alive file): a shared file system may
+  // keep locks per machine, so its free lock says nothing, and it is not called ended.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
+  const pid_t elsewhere = ForkRankOne(dir, [&dir](Bootstrap&) {
+    std::ofstream alive(std::filesystem::path(dir) / "alive.1", std::ios::trunc);
+    alive << ::getpid() << " 00000000-0000-0000-0000-000000000000\n";
+    return alive ? 0 : 6;
+  });
+  ASSERT_GT(elsewhere, 0);
+  ASSERT_EQ(::waitpid(elsewhere, &status, 0), elsewhere);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int look = 0; look < 3; ++look) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    PS_EXPECT_OK(zero->Failure());
+  }
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // Exchange, close and exit: a job that ends well, its directory removed.
   PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 60}));
   const pid_t closing = ForkRankOne(dir, [](Bootstrap& one) {
     if (!one.AllGather("step", "1").ok()) return 4;
@@ -403,7 +438,6 @@ TEST(FileBootstrapTest, AProcessThatEndsWithoutClosingReleasesTheOthers) {
   ASSERT_GT(closing, 0);
   PS_ASSERT_OK_AND_ASSIGN(auto all, zero->AllGather("step", "0"));
   EXPECT_THAT(all, ElementsAre("0", "1"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 closes meanwhile
   PS_EXPECT_OK(zero->Close());
   ASSERT_EQ(::waitpid(closing, &status, 0), closing);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
