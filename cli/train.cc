@@ -223,10 +223,15 @@ std::string RendezvousPath() {
   return dir;
 }
 
+// Where to check train's output paths: in the process that writes them, or in the
+// launcher, which checks files and directories but leaves devices and descriptors
+// (/dev/stdout, /dev/fd/N, /proc/self/fd/N) to the processes: theirs are not its own.
+enum class Outputs { kNotOurs, kOurs, kLauncher };
+
 // train's checks of its own flags (beyond the trainer's configuration), made before the
-// trainer is created; `writes_files`: this process writes the outputs (process 0).
+// trainer is created; `where`: whether (and how) its output paths are checked here.
 absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfig& config,
-                           bool writes_files) {
+                           Outputs where) {
   PS_RETURN_IF_ERROR(CheckSearchFlagsApply(config.schedule, config.schedule_override.has_value(),
                                            /*refines_any_order=*/false, SearchStepsGiven(ctx)));
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -253,7 +258,12 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
                                    {"--trace", absl::GetFlag(FLAGS_trace)},
                                    {"--svg", absl::GetFlag(FLAGS_svg)},
                                    {"--json", absl::GetFlag(FLAGS_json)}}) {
-    if (!path.empty() && writes_files) PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
+    if (path.empty() || where == Outputs::kNotOurs) continue;
+    if (where == Outputs::kLauncher &&
+        (path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0)) {
+      continue;
+    }
+    PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
   }
   // --save may be --resume or --init: a run that continues its own checkpoint or
   // parameters in place.
@@ -281,7 +291,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   // Process 0 writes the job's files; the others' parameters are the same, and their
   // timelines are their own replicas' only.
   const bool writes_files = processes == nullptr || processes->rank() == 0;
-  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, writes_files));
+  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, writes_files ? Outputs::kOurs : Outputs::kNotOurs));
   const int steps = absl::GetFlag(FLAGS_steps);
   const std::string save = absl::GetFlag(FLAGS_save);
   const int save_every = absl::GetFlag(FLAGS_save_every);
@@ -656,6 +666,10 @@ absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
   if (train == nullptr || command.empty() || command[0] != "train") {
     return absl::InternalError("CheckTrainCommandLine takes a train command line");
   }
+  // `-- train --help`: each process prints train's help (process 0's is shown).
+  for (std::size_t i = 1; i < command.size() && command[i] != "--"; ++i) {
+    if (command[i] == "--help" || command[i] == "-h") return absl::OkStatus();
+  }
   std::vector<std::string> args = {"pipesched"};
   args.insert(args.end(), command.begin(), command.end());
   std::vector<char*> argv;
@@ -672,7 +686,7 @@ absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
   }
   PS_RETURN_IF_ERROR(CheckProcessFlags(ctx).status());
   PS_ASSIGN_OR_RETURN(const stages::TrainerConfig config, ConfigFromFlags(ctx));
-  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, /*writes_files=*/true));
+  PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, Outputs::kLauncher));
   return stages::Trainer::CheckConfig(config);
 }
 

@@ -197,12 +197,17 @@ namespace {
 // What Trainer::CheckConfig finds, for Create to go on with.
 struct CheckedConfig {
   scheduler::Schedule schedule;
-  runtime::BackendKind kind = runtime::BackendKind::kHost;
+  // The backend: nullopt for "auto" when not resolved (CheckConfig does not look for a GPU).
+  std::optional<runtime::BackendKind> kind;
   std::vector<LayerRange> partition;
   std::vector<bool> recomputes;  // [stage]
 };
 
-absl::StatusOr<CheckedConfig> CheckAndPlan(const TrainerConfig& config) {
+// The configuration's own checks, first part: sizes, the model, the schedule and the
+// backend's name (resolving "auto" only when `resolve_auto`). Create compares the job
+// across processes after this part, so that a process started with other flags is named
+// rather than failing on its own in the second part.
+absl::StatusOr<CheckedConfig> CheckShape(const TrainerConfig& config, bool resolve_auto) {
   if (config.microbatch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("the micro-batch size must be at least 1, not ", config.microbatch_size));
@@ -258,8 +263,14 @@ absl::StatusOr<CheckedConfig> CheckAndPlan(const TrainerConfig& config) {
                                                         .max_activations = config.max_activations,
                                                         .refine = config.refine}));
   }
-  const int P = schedule.num_ranks(), S = schedule.num_stages();
+  if (config.backend == "auto" && !resolve_auto) return checked;
   PS_ASSIGN_OR_RETURN(checked.kind, runtime::ResolveBackend(config.backend));
+  return checked;
+}
+
+// The second part: the partition, the skew injection and the recomputed stages.
+absl::Status CheckStages(const TrainerConfig& config, CheckedConfig& checked) {
+  const int P = checked.schedule.num_ranks(), S = checked.schedule.num_stages();
   PS_ASSIGN_OR_RETURN(checked.partition, PartitionMlp(config.model, S, config.partition));
   if (config.slow_rank >= 0 && config.slow_factor != 1 &&
       checked.kind == runtime::BackendKind::kCuda) {
@@ -286,27 +297,29 @@ absl::StatusOr<CheckedConfig> CheckAndPlan(const TrainerConfig& config) {
     }
     checked.recomputes[s] = true;
   }
-  return checked;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status Trainer::CheckConfig(const TrainerConfig& config) {
-  return CheckAndPlan(config).status();
+  PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckShape(config, /*resolve_auto=*/false));
+  return CheckStages(config, checked);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
-  PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckAndPlan(config));
+  PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckShape(config, /*resolve_auto=*/true));
   const scheduler::Schedule& schedule = checked.schedule;
-  const runtime::BackendKind kind = checked.kind;
+  const runtime::BackendKind kind = *checked.kind;
   const int P = schedule.num_ranks(), D = config.replicas;
   if (config.processes != nullptr && config.processes->size() > 1) {
     // First, before anything is allocated: a process started with other flags fails here
     // for every process, not in a collective that never matches.
     PS_RETURN_IF_ERROR(CheckSameJob(*config.processes, JobFingerprint(config, schedule, kind)));
   }
+  PS_RETURN_IF_ERROR(CheckStages(config, checked));
   t->config_.stages = P;
   t->config_.virtual_stages = schedule.num_chunks();
   t->config_.microbatches = schedule.num_microbatches;
