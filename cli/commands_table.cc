@@ -109,11 +109,12 @@ const std::vector<Command>& AllCommands() {
        &RunBench},
       {"launch",
        "launch --processes=N [--rendezvous=DIR] [--rendezvous-timeout=300]\n"
-       "       [--output=first|all] [--grace=10] -- train [train's flags]\n"
+       "       [--output=first|all] [--grace=10] [--nodes=K --node-rank=R]\n"
+       "       -- train [train's flags]\n"
        "       (or -- PROGRAM [ARGS...]: a program of yours that reads PIPESCHED_PROCESSES,\n"
        "        PIPESCHED_PROCESS_RANK, PIPESCHED_RENDEZVOUS, PIPESCHED_RENDEZVOUS_TIMEOUT)",
        "start the N processes of a training job on this host; stop them all when one fails",
-       {"processes", "rendezvous", "rendezvous_timeout", "output", "grace"},
+       {"processes", "rendezvous", "rendezvous_timeout", "output", "grace", "nodes", "node_rank"},
        &RunLaunch,
        /*runs_a_command=*/true},
       {"version", "version", "print the version", {}, &RunVersion},

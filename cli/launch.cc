@@ -48,6 +48,12 @@ ABSL_FLAG(std::string, output, "first",
           "launch: whose output is shown: 'first' = process 0's standard output as it is and "
           "every process's errors, each line after \"[RANK] \"; 'all' = every line of every "
           "process after \"[RANK] \"");
+ABSL_FLAG(int32_t, nodes, 1,
+          "launch: hosts of the job, each running its own launch with the same flags but "
+          "--node-rank; the job has nodes x processes processes");
+ABSL_FLAG(int32_t, node_rank, 0,
+          "launch: this host's place among --nodes: its processes are ranks node-rank x "
+          "processes to (node-rank + 1) x processes - 1");
 ABSL_FLAG(double, grace, 10,
           "launch: seconds the other processes get to end by themselves once one has failed "
           "(a failure that reaches them through the rendezvous stops them at once), before "
@@ -137,6 +143,7 @@ struct Process {
 struct Failure {
   std::string what;  // "process 1 exited with code 3"
   int exit_code = 1;
+  int rank = -1;  // the failed process, if it was one
 };
 
 // "9 (Killed)": the signal's number and, where the C library has one, its description.
@@ -148,10 +155,11 @@ std::string SignalText(int sig) {
 Failure DescribeExit(int rank, int wait_status) {
   if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);
-    return {absl::StrCat("process ", rank, " was killed by signal ", SignalText(sig)), 128 + sig};
+    return {absl::StrCat("process ", rank, " was killed by signal ", SignalText(sig)), 128 + sig,
+            rank};
   }
   return {absl::StrCat("process ", rank, " exited with code ", WEXITSTATUS(wait_status)),
-          WEXITSTATUS(wait_status)};
+          WEXITSTATUS(wait_status), rank};
 }
 
 // The path of this program, for `launch -- train`.
@@ -239,11 +247,14 @@ absl::Status MakeRoomForPipes(int processes) {
 
 class Launcher {
  public:
-  Launcher(const CommandContext& ctx, bool show_all, double grace_seconds, bool pipe_default)
+  // `rendezvous`: the job's rendezvous directory, where a failure is marked (Fail).
+  Launcher(const CommandContext& ctx, bool show_all, double grace_seconds, bool pipe_default,
+           std::string rendezvous)
       : ctx_(ctx),
         show_all_(show_all),
         grace_seconds_(grace_seconds),
-        pipe_default_(pipe_default) {}
+        pipe_default_(pipe_default),
+        rendezvous_(std::move(rendezvous)) {}
 
   ~Launcher() {
     for (Relay& relay : relays_) {
@@ -511,7 +522,7 @@ class Launcher {
           Fail({absl::StrCat("process ", p.rank, " was stopped by signal ",
                              SignalText(WSTOPSIG(status)),
                              ": launched processes have no terminal to read or write"),
-                1});
+                1, p.rank});
         }
         continue;
       }
@@ -519,7 +530,7 @@ class Launcher {
       if (got < 0) {
         Fail({absl::StrCat("process ", p.rank,
                            "'s exit status is lost (waitpid: ", std::strerror(errno), ")"),
-              1});
+              1, p.rank});
         continue;
       }
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail(DescribeExit(p.rank, status));
@@ -528,6 +539,14 @@ class Launcher {
 
   void Fail(Failure failure) {
     if (quiet_ || failure_.has_value()) return;
+    // The processes of the job that wait in the rendezvous, on this host and on the
+    // others, stop now rather than at their timeouts (one that failed by itself has said
+    // why already: the first marker stays).
+    if (failure.rank >= 0 && !rendezvous_.empty()) {
+      (void)comm::MarkFileBootstrapFailed(
+          rendezvous_, failure.rank,
+          absl::StrCat(Absl(failure.what), " (said by pipesched launch)"));
+    }
     failure_ = std::move(failure);
   }
 
@@ -618,6 +637,7 @@ class Launcher {
   const bool show_all_;
   const double grace_seconds_;
   const bool pipe_default_;
+  const std::string rendezvous_;
   std::vector<Process> procs_;
   std::vector<Relay> relays_;
   std::optional<Failure> failure_;
@@ -693,7 +713,9 @@ absl::Status CheckCommand(const std::vector<std::string>& command) {
 }  // namespace
 
 int RunLaunch(const CommandContext& ctx) {
-  const int processes = absl::GetFlag(FLAGS_processes);
+  const int processes = absl::GetFlag(FLAGS_processes);  // on this host
+  const int nodes = absl::GetFlag(FLAGS_nodes);
+  const int node_rank = absl::GetFlag(FLAGS_node_rank);
   const std::string output = absl::GetFlag(FLAGS_output);
   const double grace = absl::GetFlag(FLAGS_grace);
   const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
@@ -703,12 +725,40 @@ int RunLaunch(const CommandContext& ctx) {
                                 "launch needs --processes=N: how many processes to start (2 to "
                                 "4096), one per rank of the job"));
   }
-  if (processes < 2 || processes > 4096) {
+  if (nodes < 1 || nodes > 4096) {
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "--nodes=", nodes, " is out of range: use 1 to 4096 hosts")));
+  }
+  if (nodes == 1 && FlagGiven(ctx, "node_rank")) {
+    return ReportError(ctx, absl::InvalidArgumentError(
+                                "--node-rank is for a job on several hosts: give --nodes=K (K > "
+                                "1) too, or drop it"));
+  }
+  if (node_rank < 0 || node_rank >= nodes) {
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "--node-rank=", node_rank, " is out of range for --nodes=", nodes,
+                                ": use 0 to ", nodes - 1)));
+  }
+  if (nodes == 1 && (processes < 2 || processes > 4096)) {
     return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
                                 "--processes=", processes,
                                 " is out of range for launch: use 2 to 4096 (for one process, "
                                 "run the command itself)")));
   }
+  if (nodes > 1 && (processes < 1 || static_cast<std::int64_t>(processes) * nodes > 4096)) {
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "--processes=", processes, " on each of --nodes=", nodes,
+                                " is out of range: use 1 or more per host, at most 4096 in all")));
+  }
+  if (nodes > 1 && rendezvous_flag.empty()) {
+    return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "--nodes=", nodes,
+                                " needs --rendezvous=DIR: a path every host sees (a shared file "
+                                "system), the same on all, that does not exist yet (node 0 "
+                                "creates it)")));
+  }
+  const int total = processes * nodes;  // the job's processes
+  const int first_rank = node_rank * processes;
   if (output != "first" && output != "all") {
     return ReportError(
         ctx, absl::InvalidArgumentError(absl::StrCat("--output=", QuoteForMessage(output),
@@ -735,31 +785,34 @@ int RunLaunch(const CommandContext& ctx) {
     std::vector<std::string> first = program;
     first.insert(
         first.begin() + 1,
-        {absl::StrCat("--processes=", processes), "--process-rank=0", "--rendezvous=launch-check",
+        {absl::StrCat("--processes=", total), "--process-rank=0", "--rendezvous=launch-check",
          absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
     if (absl::Status s = CheckTrainCommandLine(first); !s.ok()) return ReportError(ctx, s);
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
     program.insert(program.begin(), *self);
   }
-  absl::StatusOr<std::string> directory = MakeLaunchDirectory(rendezvous_flag);
+  // Node 0 makes the directory (and removes it at the end); the other nodes' processes
+  // wait for process 0 to make the rendezvous in it, as hand-started ones do.
+  absl::StatusOr<std::string> directory =
+      node_rank == 0 ? MakeLaunchDirectory(rendezvous_flag) : Absolute(rendezvous_flag);
   if (!directory.ok()) return ReportError(ctx, directory.status());
   const std::string rendezvous = *directory + "/rendezvous";
   int code = kExitOk;
   {
     Signals signals;
-    Launcher launcher(ctx, output == "all", grace, signals.pipe_was_default());
+    Launcher launcher(ctx, output == "all", grace, signals.pipe_was_default(), rendezvous);
     absl::Status started = absl::OkStatus();
-    for (int rank = 0; rank < processes && started.ok(); ++rank) {
+    for (int rank = first_rank; rank < first_rank + processes && started.ok(); ++rank) {
       std::vector<std::string> argv = program;
       if (is_train) {
         // Right after the command name: before anything of the user's, a "--" included.
         argv.insert(argv.begin() + 2,
-                    {absl::StrCat("--processes=", processes), absl::StrCat("--process-rank=", rank),
+                    {absl::StrCat("--processes=", total), absl::StrCat("--process-rank=", rank),
                      absl::StrCat("--rendezvous=", rendezvous),
                      absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
       }
-      started = launcher.Start(rank, argv, EnvironmentFor(processes, rank, rendezvous, timeout));
+      started = launcher.Start(rank, argv, EnvironmentFor(total, rank, rendezvous, timeout));
     }
     if (started.ok()) {
       code = launcher.Supervise();
@@ -769,9 +822,11 @@ int RunLaunch(const CommandContext& ctx) {
     }
   }
   // Every process has ended: nobody uses the directory any more (a clean job removed
-  // the rendezvous in it; a failed one left it). The launch created it.
-  std::error_code ec;
-  std::filesystem::remove_all(*directory, ec);
+  // the rendezvous in it; a failed one left it). The launch created it (node 0's).
+  if (node_rank == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(*directory, ec);
+  }
   return code;
 }
 

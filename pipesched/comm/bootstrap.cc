@@ -233,6 +233,47 @@ class InProcessBootstrap final : public Bootstrap {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
+// Writes `content` to `tmp` and links it to `path`, so that readers see all of it or
+// nothing; `tmp` is removed either way. False when `path` exists already (it is left as
+// it is).
+absl::StatusOr<bool> LinkNewFile(const std::string& tmp, const std::string& path,
+                                 std::string_view content) {
+  {
+    ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
+      return absl::InternalError(absl::StrCat("file bootstrap: cannot create ",
+                                              QuoteForMessage(tmp, 200), ": ", ErrnoText(errno)));
+    }
+    std::size_t done = 0;
+    while (done < content.size()) {
+      const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = errno;
+        (void)::unlink(tmp.c_str());
+        return absl::InternalError(absl::StrCat("file bootstrap: cannot write ",
+                                                QuoteForMessage(tmp, 200), ": ", ErrnoText(err)));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  const int linked = ::link(tmp.c_str(), path.c_str());
+  const int err = errno;
+  (void)::unlink(tmp.c_str());
+  if (linked == 0) return true;
+  if (err == EEXIST) return false;
+  return absl::InternalError(absl::StrCat("file bootstrap: cannot link ",
+                                          QuoteForMessage(path, 200), ": ", ErrnoText(err)));
+}
+
+// The `failed` marker's content: "<rank>\n<reason on one line of at most 1000 bytes>"
+// (it is quoted in the others' errors).
+std::string FailureMarker(int rank, std::string_view reason) {
+  std::string line(reason.substr(0, std::min<std::size_t>(reason.size(), 1000)));
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return absl::StrCat(rank, "\n", line);
+}
+
 class FileBootstrap final : public Bootstrap {
  public:
   FileBootstrap(std::filesystem::path dir, int rank, int size, BootstrapOptions options)
@@ -304,10 +345,7 @@ class FileBootstrap final : public Bootstrap {
   void Abort() override { aborted_.store(true, std::memory_order_release); }
 
   void Fail(std::string_view reason) override {
-    // One line of at most 1000 bytes: it is quoted in the others' errors.
-    std::string line(reason.substr(0, std::min<std::size_t>(reason.size(), 1000)));
-    std::replace(line.begin(), line.end(), '\n', ' ');
-    (void)PutFile((dir_ / "failed").string(), absl::StrCat(rank_, "\n", line));
+    (void)PutFile((dir_ / "failed").string(), FailureMarker(rank_, reason));
   }
 
   absl::Status Close() override {
@@ -556,39 +594,13 @@ class FileBootstrap final : public Bootstrap {
   absl::Status PutFile(const std::string& path, std::string_view content) {
     const std::string tmp =
         (dir_ / absl::StrCat(".tmp.", rank_, ".", ::getpid(), ".", tmp_counter_++)).string();
-    {
-      ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (fd.get() < 0) {
-        return absl::InternalError(absl::StrCat("file bootstrap: cannot create ",
-                                                QuoteForMessage(tmp, 200), ": ", ErrnoText(errno)));
-      }
-      std::size_t done = 0;
-      while (done < content.size()) {
-        const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          const int err = errno;
-          (void)::unlink(tmp.c_str());
-          return absl::InternalError(absl::StrCat("file bootstrap: cannot write ",
-                                                  QuoteForMessage(tmp, 200), ": ", ErrnoText(err)));
-        }
-        done += static_cast<std::size_t>(n);
-      }
-    }
-    const int linked = ::link(tmp.c_str(), path.c_str());
-    const int err = errno;
-    (void)::unlink(tmp.c_str());
-    if (linked == 0) return absl::OkStatus();
-    if (err == EEXIST) {
-      PS_RETURN_IF_ERROR(FailedMarker());  // the run failed already: say why
-      return absl::FailedPreconditionError(absl::StrCat(
-          "file bootstrap: ", QuoteForMessage(path, 200), " exists: another process is rank ",
-          rank_,
-          " too (give each process its own rank), or the directory is an earlier run's "
-          "(remove it)"));
-    }
-    return absl::InternalError(absl::StrCat("file bootstrap: cannot link ",
-                                            QuoteForMessage(path, 200), ": ", ErrnoText(err)));
+    PS_ASSIGN_OR_RETURN(const bool linked, LinkNewFile(tmp, path, content));
+    if (linked) return absl::OkStatus();
+    PS_RETURN_IF_ERROR(FailedMarker());  // the run failed already: say why
+    return absl::FailedPreconditionError(absl::StrCat(
+        "file bootstrap: ", QuoteForMessage(path, 200), " exists: another process is rank ", rank_,
+        " too (give each process its own rank), or the directory is an earlier run's "
+        "(remove it)"));
   }
 
   absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
@@ -719,6 +731,14 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
   auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
   PS_RETURN_IF_ERROR(bootstrap->Join());
   return std::unique_ptr<Bootstrap>(std::move(bootstrap));
+}
+
+absl::Status MarkFileBootstrapFailed(const std::string& dir, int rank, std::string_view reason) {
+  const std::filesystem::path path(dir);
+  if (::access((path / "job").c_str(), F_OK) != 0) return absl::OkStatus();  // no job (yet)
+  static std::atomic<std::int64_t> counter{0};
+  const std::string tmp = (path / absl::StrCat(".tmp.mark.", ::getpid(), ".", counter++)).string();
+  return LinkNewFile(tmp, (path / "failed").string(), FailureMarker(rank, reason)).status();
 }
 
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(

@@ -122,6 +122,13 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
 
+// For a launcher whose process `rank` of the job meeting in `dir` (a file bootstrap's
+// directory) ended without a word, killed or crashed: marks the job failed as that rank's
+// Fail(reason) would, so that the other processes, on this host or on others, stop at
+// once with "process <rank> failed: <reason>". OK, doing nothing, when `dir` holds no job
+// (yet, or any more) or the job is marked failed already (the first marker stays).
+absl::Status MarkFileBootstrapFailed(const std::string& dir, int rank, std::string_view reason);
+
 // The environment `pipesched launch` gives each process it starts (docs/training.md):
 // the job's size, this process's rank, the rendezvous directory and the seconds an
 // exchange waits (BootstrapOptions::timeout_seconds).

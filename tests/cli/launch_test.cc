@@ -246,6 +246,15 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
        "cannot start \"no-such-program-pipesched\": No such file or directory; give a program on "
        "PATH or its path"},
       {{"launch", "--processes=2", "--stages=2", "--", "true"}, "unknown flag --stages"},
+      {{"launch", "--processes=2", "--nodes=2", "--", "true"},
+       "--nodes=2 needs --rendezvous=DIR: a path every host sees"},
+      {{"launch", "--processes=2", "--node-rank=1", "--", "true"},
+       "--node-rank is for a job on several hosts: give --nodes=K (K > 1) too, or drop it"},
+      {{"launch", "--processes=2", "--nodes=2", "--node-rank=2", "--rendezvous=x", "--", "true"},
+       "--node-rank=2 is out of range for --nodes=2: use 0 to 1"},
+      {{"launch", "--processes=0", "--nodes=2", "--rendezvous=x", "--", "true"},
+       "--processes=0 on each of --nodes=2 is out of range"},
+      {{"launch", "--processes=2", "--nodes=0", "--", "true"}, "--nodes=0 is out of range"},
       // What every train process would refuse is refused once, by launch, before any
       // starts: its flags, their values and combinations, the schedule, the partition.
       {{"launch", "--processes=3", "--", "train", "--lr=-1"}, "--lr=-1 must be a positive number"},
