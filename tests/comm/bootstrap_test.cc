@@ -444,6 +444,25 @@ TEST(FileBootstrapTest, AProcessThatEndsWithoutClosingReleasesTheOthers) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+// A launcher marks the job failed for a process that could not say so itself: the
+// others stop with that reason; the first marker stays; no job, no marker.
+TEST(FileBootstrapTest, ALauncherMarksTheJobFailedForAProcess) {
+  const std::string dir = FreshDir("marked");
+  PS_EXPECT_OK(MarkFileBootstrapFailed(dir, 1, "killed"));
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a mark made a directory that had no job";
+  std::vector<std::unique_ptr<Bootstrap>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    PS_ASSERT_OK_AND_ASSIGN(ranks[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 60}));
+  }
+  PS_EXPECT_OK(MarkFileBootstrapFailed(dir, 1, "process 1 was killed by signal 9 (Killed)"));
+  PS_EXPECT_OK(MarkFileBootstrapFailed(dir, 0, "a later failure"));
+  EXPECT_THAT(ranks[0]->AllGather("step", "x"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 1 failed: process 1 was killed by signal 9 (Killed)")));
+  ranks.clear();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
   PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(2, {.timeout_seconds = 1e10}));
   absl::Status waited;
