@@ -247,14 +247,17 @@ absl::Status MakeRoomForPipes(int processes) {
 
 class Launcher {
  public:
-  // `rendezvous`: the job's rendezvous directory, where a failure is marked (Fail).
+  // `rendezvous`: the job's rendezvous directory, where a failure is marked (Fail);
+  // `stop_marks_as`: the rank a stop of this launch is marked as (MarkStopped), -1 for
+  // none (one host: the launch stops every process itself).
   Launcher(const CommandContext& ctx, bool show_all, double grace_seconds, bool pipe_default,
-           std::string rendezvous)
+           std::string rendezvous, int stop_marks_as)
       : ctx_(ctx),
         show_all_(show_all),
         grace_seconds_(grace_seconds),
         pipe_default_(pipe_default),
-        rendezvous_(std::move(rendezvous)) {}
+        rendezvous_(std::move(rendezvous)),
+        stop_marks_as_(stop_marks_as) {}
 
   ~Launcher() {
     for (Relay& relay : relays_) {
@@ -358,6 +361,9 @@ class Launcher {
                                "every process")
                 : absl::StrCat("stopping every process (the launcher got signal ", stop_signal,
                                ")"));
+        MarkStopped(stop_signal == SIGPIPE
+                        ? std::string("its output cannot be written")
+                        : absl::StrCat("it got signal ", SignalText(stop_signal)));
         SignalGroups(SIGTERM);
         term_at.reset();
         kill_at = now + std::chrono::seconds(5);
@@ -392,7 +398,17 @@ class Launcher {
 
   // Stops whatever was started (a later process could not be started) and waits for it,
   // without a word: the launch's error says why.
+  // When this launch stops its processes by itself (nodes > 1), the processes on the
+  // other hosts are told through the rendezvous, as for a failed process.
+  void MarkStopped(std::string_view why) {
+    if (stop_marks_as_ < 0 || rendezvous_.empty()) return;
+    (void)comm::MarkFileBootstrapFailed(
+        rendezvous_, stop_marks_as_,
+        absl::StrCat("its host's pipesched launch stopped it: ", Absl(why)));
+  }
+
   void StopAll() {
+    MarkStopped("a process could not be started");
     quiet_ = true;
     SignalGroups(SIGTERM);
     const auto kill_at = Clock::now() + std::chrono::seconds(5);
@@ -638,6 +654,7 @@ class Launcher {
   const double grace_seconds_;
   const bool pipe_default_;
   const std::string rendezvous_;
+  const int stop_marks_as_;
   std::vector<Process> procs_;
   std::vector<Relay> relays_;
   std::optional<Failure> failure_;
@@ -722,14 +739,15 @@ int RunLaunch(const CommandContext& ctx) {
   const std::string rendezvous_flag = absl::GetFlag(FLAGS_rendezvous);
   if (!FlagGiven(ctx, "processes")) {
     return ReportError(ctx, absl::InvalidArgumentError(
-                                "launch needs --processes=N: how many processes to start (2 to "
-                                "4096), one per rank of the job"));
+                                "launch needs --processes=N: how many processes to start here "
+                                "(2 to 4096; with --nodes, 1 or more per host), one per rank "
+                                "of the job"));
   }
   if (nodes < 1 || nodes > 4096) {
     return ReportError(ctx, absl::InvalidArgumentError(absl::StrCat(
                                 "--nodes=", nodes, " is out of range: use 1 to 4096 hosts")));
   }
-  if (nodes == 1 && FlagGiven(ctx, "node_rank")) {
+  if (nodes == 1 && node_rank != 0) {
     return ReportError(ctx, absl::InvalidArgumentError(
                                 "--node-rank is for a job on several hosts: give --nodes=K (K > "
                                 "1) too, or drop it"));
@@ -801,7 +819,8 @@ int RunLaunch(const CommandContext& ctx) {
   int code = kExitOk;
   {
     Signals signals;
-    Launcher launcher(ctx, output == "all", grace, signals.pipe_was_default(), rendezvous);
+    Launcher launcher(ctx, output == "all", grace, signals.pipe_was_default(), rendezvous,
+                      nodes > 1 ? first_rank : -1);
     absl::Status started = absl::OkStatus();
     for (int rank = first_rank; rank < first_rank + processes && started.ok(); ++rank) {
       std::vector<std::string> argv = program;
@@ -823,7 +842,12 @@ int RunLaunch(const CommandContext& ctx) {
   }
   // Every process has ended: nobody uses the directory any more (a clean job removed
   // the rendezvous in it; a failed one left it). The launch created it (node 0's).
-  if (node_rank == 0) {
+  // Across hosts, after a failure, the other hosts' processes may not have read the
+  // failure yet (on NFS a new file can take seconds to show): the directory stays.
+  if (node_rank == 0 && nodes > 1 && code != kExitOk) {
+    *ctx.err << "pipesched launch: left " << *directory
+             << " for the other hosts' processes: remove it once they have ended\n";
+  } else if (node_rank == 0) {
     std::error_code ec;
     std::filesystem::remove_all(*directory, ec);
   }

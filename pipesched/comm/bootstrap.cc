@@ -736,8 +736,13 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
 absl::Status MarkFileBootstrapFailed(const std::string& dir, int rank, std::string_view reason) {
   const std::filesystem::path path(dir);
   if (::access((path / "job").c_str(), F_OK) != 0) return absl::OkStatus();  // no job (yet)
+  // A rank that left (Close() wrote its gone file) and failed afterwards failed the job no
+  // more: the others may be closing it.
+  if (::access((path / absl::StrCat("gone.", rank)).c_str(), F_OK) == 0) return absl::OkStatus();
   static std::atomic<std::int64_t> counter{0};
-  const std::string tmp = (path / absl::StrCat(".tmp.mark.", ::getpid(), ".", counter++)).string();
+  // The rank in the name: launchers on other hosts may have the same pid.
+  const std::string tmp =
+      (path / absl::StrCat(".tmp.mark.", rank, ".", ::getpid(), ".", counter++)).string();
   return LinkNewFile(tmp, (path / "failed").string(), FailureMarker(rank, reason)).status();
 }
 

@@ -126,7 +126,9 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
 // directory) ended without a word, killed or crashed: marks the job failed as that rank's
 // Fail(reason) would, so that the other processes, on this host or on others, stop at
 // once with "process <rank> failed: <reason>". OK, doing nothing, when `dir` holds no job
-// (yet, or any more) or the job is marked failed already (the first marker stays).
+// (yet, or any more), when `rank` has left the job (Close() wrote its gone file: a
+// failure after that is not the job's), or when the job is marked failed already (the
+// first marker stays).
 absl::Status MarkFileBootstrapFailed(const std::string& dir, int rank, std::string_view reason);
 
 // The environment `pipesched launch` gives each process it starts (docs/training.md):

@@ -461,6 +461,17 @@ TEST(FileBootstrapTest, ALauncherMarksTheJobFailedForAProcess) {
                        HasSubstr("process 1 failed: process 1 was killed by signal 9 (Killed)")));
   ranks.clear();
   std::filesystem::remove_all(dir);
+  // A process that failed after it left the job (its gone file written) fails it no more.
+  ranks.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    PS_ASSERT_OK_AND_ASSIGN(ranks[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 60}));
+  }
+  ASSERT_TRUE(std::ofstream(std::filesystem::path(dir) / "gone.1"));
+  PS_EXPECT_OK(MarkFileBootstrapFailed(dir, 1, "exited with code 1 after it closed"));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "failed"));
+  PS_EXPECT_OK(ranks[0]->Failure());
+  ranks.clear();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BootstrapTest, AHugeTimeoutIsNoDeadline) {
