@@ -396,8 +396,6 @@ class Launcher {
     return kExitOk;
   }
 
-  // Stops whatever was started (a later process could not be started) and waits for it,
-  // without a word: the launch's error says why.
   // When this launch stops its processes by itself (nodes > 1), the processes on the
   // other hosts are told through the rendezvous, as for a failed process.
   void MarkStopped(std::string_view why) {
@@ -407,6 +405,8 @@ class Launcher {
         absl::StrCat("its host's pipesched launch stopped it: ", Absl(why)));
   }
 
+  // Stops whatever was started (a later process could not be started) and waits for it,
+  // without a word: the launch's error says why.
   void StopAll() {
     MarkStopped("a process could not be started");
     quiet_ = true;

@@ -119,9 +119,6 @@ struct StepRecord {
   double measured_bubble;
 };
 
-// --processes, --process-rank, --rendezvous and --rendezvous-timeout: the bootstrap of a
-// job of several processes (null for one), created first so that this process's later
-// errors reach the others (Bootstrap::Fail) instead of leaving them to wait.
 // How this process learns its job.
 enum class Job { kAlone, kFromFlags, kFromEnvironment };
 
@@ -202,6 +199,9 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
   return from_environment ? Job::kFromEnvironment : Job::kFromFlags;
 }
 
+// --processes, --process-rank, --rendezvous and --rendezvous-timeout: the bootstrap of a
+// job of several processes (null for one), created first so that this process's later
+// errors reach the others (Bootstrap::Fail) instead of leaving them to wait.
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Job job, CheckProcessFlags(ctx));
   if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
