@@ -88,7 +88,9 @@ class Signals {
       if (saved_[i].sa_handler == SIG_IGN) continue;
       struct sigaction action = {};
       action.sa_handler = OnStopSignal;
-      action.sa_flags = SA_RESTART;  // a write to a slow reader is not cut short
+      // No SA_RESTART: a write blocked on a reader that does not read (a full pipe) is
+      // cut short by the signal, and the launcher goes on to stop the job.
+      action.sa_flags = 0;
       sigemptyset(&action.sa_mask);
       sigaction(kStop[i], &action, nullptr);
     }

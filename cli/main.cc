@@ -2,7 +2,6 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -94,8 +93,10 @@ int main(int argc, char** argv) {
     // Output that never arrived (a full disk, a closed pipe or descriptor) is a failure,
     // not a success with nothing to show.
     std::cout.flush();
-    // (`launch` said so already, and exits 141, as a program killed by SIGPIPE.)
-    if (!std::cout && code != 128 + SIGPIPE) {
+    // (Not after `launch` ended by a signal, 128 + its number: it said so already, for
+    // a closed output too, 141 as a program killed by SIGPIPE; a signal that stopped it
+    // also cuts short a write it was blocked in.)
+    if (!std::cout && code <= 128) {
       std::cerr << "pipesched: cannot write to standard output (disk full, or the pipe or "
                    "file closed); the command's output is lost\n";
       return code == 0 ? 1 : code;
