@@ -574,8 +574,8 @@ TEST(Runtime, AbandonedHostFunctionHoldsNeitherFreesNorTheBackend) {
 // now and then, when the frees were in the worker's batch rather than in the queue).
 TEST(Runtime, WorkADetachedWorkerHadTakenIsKeptNotDropped) {
   struct Shared {
-    std::atomic<bool> gate{false}, started{false}, release{false}, returned{false};
-    std::atomic<bool> capture_destroyed{false};
+    std::atomic<bool> holding{false}, gate{false}, started{false}, release{false};
+    std::atomic<bool> returned{false}, capture_destroyed{false};
   };
   auto shared = std::make_shared<Shared>();
   struct Capture {
@@ -595,12 +595,16 @@ TEST(Runtime, WorkADetachedWorkerHadTakenIsKeptNotDropped) {
   {
     PS_ASSERT_OK_AND_ASSIGN(auto stream, device.CreateStream("stuck"));
     PS_ASSERT_OK_AND_ASSIGN(Buffer buffer, device.Allocate(256, *stream));
-    // The gate holds the worker until everything below is queued: whether it took the
-    // gate alone or all of it, the rest is in its batch once the gate opens.
+    // The gate holds the worker, which has taken it alone, until everything below is
+    // queued: the rest is then its next batch, all of it. (Queued before the worker had
+    // taken the gate, some of it could share the gate's batch and leave the rest in the
+    // queue, which the destructor handles itself: host functions there are dropped.)
     PS_ASSERT_OK(stream->EnqueueHost([shared] {
+      shared->holding = true;
       while (!shared->gate) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return absl::OkStatus();
     }));
+    ASSERT_TRUE(wait_for(shared->holding));
     PS_ASSERT_OK(stream->EnqueueHost([shared] {
       shared->started = true;
       const auto start = std::chrono::steady_clock::now();
