@@ -690,6 +690,14 @@ std::vector<std::string> EnvironmentFor(int processes, int rank, const std::stri
   return env;
 }
 
+// What launch gives train of process `rank`, right after "train".
+std::vector<std::string> TrainProcessFlags(int processes, int rank, const std::string& rendezvous,
+                                           double timeout) {
+  return {absl::StrCat("--processes=", processes), absl::StrCat("--process-rank=", rank),
+          absl::StrCat("--rendezvous=", rendezvous),
+          absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))};
+}
+
 // The flags of train that launch sets for each process.
 constexpr std::string_view kLaunchSets[] = {"processes",          "process-rank",
                                             "process_rank",       "rendezvous",
@@ -803,10 +811,8 @@ int RunLaunch(const CommandContext& ctx) {
     // command line: the others' differ only in --process-rank). This sets train's flags:
     // launch's own were read above.
     std::vector<std::string> first = program;
-    first.insert(
-        first.begin() + 1,
-        {absl::StrCat("--processes=", total), "--process-rank=0", "--rendezvous=launch-check",
-         absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
+    const std::vector<std::string> flags = TrainProcessFlags(total, 0, "launch-check", timeout);
+    first.insert(first.begin() + 1, flags.begin(), flags.end());
     if (absl::Status s = CheckTrainCommandLine(first); !s.ok()) return ReportError(ctx, s);
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
@@ -828,10 +834,8 @@ int RunLaunch(const CommandContext& ctx) {
       std::vector<std::string> argv = program;
       if (is_train) {
         // Right after the command name: before anything of the user's, a "--" included.
-        argv.insert(argv.begin() + 2,
-                    {absl::StrCat("--processes=", total), absl::StrCat("--process-rank=", rank),
-                     absl::StrCat("--rendezvous=", rendezvous),
-                     absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))});
+        const std::vector<std::string> flags = TrainProcessFlags(total, rank, rendezvous, timeout);
+        argv.insert(argv.begin() + 2, flags.begin(), flags.end());
       }
       started = launcher.Start(rank, argv, EnvironmentFor(total, rank, rendezvous, timeout));
     }

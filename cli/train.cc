@@ -223,6 +223,15 @@ std::string RendezvousPath() {
   return dir;
 }
 
+// The files train writes: --save first, then the reports.
+std::vector<FlagPath> OutputFlags() {
+  return {{"--save", absl::GetFlag(FLAGS_save)},
+          {"--trace", absl::GetFlag(FLAGS_trace)},
+          {"--svg", absl::GetFlag(FLAGS_svg)},
+          {"--json", absl::GetFlag(FLAGS_json)},
+          {"--save-costs", absl::GetFlag(FLAGS_save_costs)}};
+}
+
 // Where to check train's output paths: in the process that writes them, or in the
 // launcher, which checks files and directories but leaves devices and descriptors
 // (/dev/stdout, /dev/fd/N, /proc/self/fd/N) to the processes: theirs are not its own.
@@ -267,12 +276,8 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
   }
   // --save may be --resume or --init: a run that continues its own checkpoint or
   // parameters in place.
-  const std::vector<FlagPath> reports = {{"--trace", absl::GetFlag(FLAGS_trace)},
-                                         {"--svg", absl::GetFlag(FLAGS_svg)},
-                                         {"--json", absl::GetFlag(FLAGS_json)},
-                                         {"--save-costs", save_costs}};
-  std::vector<FlagPath> outputs = reports;
-  outputs.insert(outputs.begin(), {"--save", save});
+  const std::vector<FlagPath> outputs = OutputFlags();
+  const std::vector<FlagPath> reports(outputs.begin() + 1, outputs.end());  // all but --save
   PS_RETURN_IF_ERROR(CheckFilesDistinct(
       {{"--data", absl::GetFlag(FLAGS_data)}, {"--from", absl::GetFlag(FLAGS_from)}}, outputs));
   PS_RETURN_IF_ERROR(
@@ -297,11 +302,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   const int save_every = absl::GetFlag(FLAGS_save_every);
   const std::string resume = absl::GetFlag(FLAGS_resume);
   const std::string save_costs = absl::GetFlag(FLAGS_save_costs);
-  const std::vector<FlagPath> outputs = {{"--save", save},
-                                         {"--trace", absl::GetFlag(FLAGS_trace)},
-                                         {"--svg", absl::GetFlag(FLAGS_svg)},
-                                         {"--json", absl::GetFlag(FLAGS_json)},
-                                         {"--save-costs", save_costs}};
+  const std::vector<FlagPath> outputs = OutputFlags();
   PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
   // --recompute-stages=auto: the stages whose recomputation makes the planned activations
   // fit where they live, chosen before anything runs.

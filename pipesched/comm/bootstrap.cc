@@ -448,18 +448,23 @@ class FileBootstrap final : public Bootstrap {
     if (!text.ok()) return absl::AbortedError("a process failed (its reason is unreadable)");
     const std::size_t nl = text->find('\n');
     std::string old;
-    std::error_code ec;
-    const auto written = std::filesystem::last_write_time(path, ec);
-    if (!ec && written + std::chrono::seconds(10) < started_) {
-      old =
-          absl::StrCat(" (written ",
-                       std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count(),
-                       " s before this process started: ", QuoteForMessage(dir_.string(), 200),
-                       " is an earlier run's? remove it)");
+    if (const std::optional<std::int64_t> age = SecondsBeforeThisProcess(path)) {
+      old = absl::StrCat(" (written ", *age,
+                         " s before this process started: ", QuoteForMessage(dir_.string(), 200),
+                         " is an earlier run's? remove it)");
     }
     return absl::AbortedError(
         absl::StrCat("process ", text->substr(0, nl),
                      " failed: ", nl == std::string::npos ? "" : text->substr(nl + 1), old));
+  }
+
+  // How long before this process joined `path` was written, when that is more than 10 s
+  // (a file of an earlier run's directory, most likely); nullopt otherwise.
+  std::optional<std::int64_t> SecondsBeforeThisProcess(const std::string& path) const {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(path, ec);
+    if (ec || written + std::chrono::seconds(10) >= started_) return std::nullopt;
+    return std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count();
   }
 
   std::string AliveFile(int rank) const { return (dir_ / absl::StrCat("alive.", rank)).string(); }
@@ -563,15 +568,11 @@ class FileBootstrap final : public Bootstrap {
       // Before this rank's first exchange, a rank that joined long before it may be an
       // earlier run's (a directory left behind, which a rank started before rank 0 joins).
       std::string old;
-      std::error_code ec;
-      const auto written = std::filesystem::last_write_time(AliveFile(r), ec);
-      if (!exchanged_.load(std::memory_order_acquire) && !ec &&
-          written + std::chrono::seconds(10) < started_) {
-        old = absl::StrCat(
-            "; it joined ",
-            std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count(),
-            " s before this process started: is ", QuoteForMessage(dir_.string(), 200),
-            " an earlier run's? remove it");
+      if (!exchanged_.load(std::memory_order_acquire)) {
+        if (const std::optional<std::int64_t> age = SecondsBeforeThisProcess(AliveFile(r))) {
+          old = absl::StrCat("; it joined ", *age, " s before this process started: is ",
+                             QuoteForMessage(dir_.string(), 200), " an earlier run's? remove it");
+        }
       }
       std::lock_guard<std::mutex> lock(ended_mu_);
       if (!ended_.has_value()) {
