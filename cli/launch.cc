@@ -13,15 +13,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -72,6 +75,30 @@ constexpr std::size_t kMaxLine = 64 << 10;
 // The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT), else 0.
 volatile std::sig_atomic_t g_stop_signal = 0;
 void OnStopSignal(int signal) { g_stop_signal = signal; }
+
+// Writes all of `bytes` to `fd`, or returns false: on an error, or once a stop signal
+// has come while `fd` takes nothing. A write through stdio is not enough: interrupted
+// after part of its bytes, it writes the rest and blocks again, so that a reader that
+// never reads (a FIFO held open) would keep the launcher from its processes for good.
+// Each write waits for room first (poll, 0.1 s at a time: a signal that comes just
+// before a blocking write is not missed) and then writes at most PIPE_BUF bytes, which
+// a pipe that has room takes without blocking.
+bool WriteGivingWayToStop(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    pollfd room = {.fd = fd, .events = POLLOUT, .revents = 0};
+    const int ready = ::poll(&room, 1, 100);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) {
+      if (g_stop_signal != 0) return false;
+      continue;
+    }
+    if (ready < 0) return false;
+    const ssize_t n = ::write(fd, bytes.data(), std::min<std::size_t>(bytes.size(), PIPE_BUF));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
 
 // The launcher's signal dispositions for its lifetime, then what was there before:
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT set a flag (the launcher stops its processes and cleans up)
@@ -425,7 +452,7 @@ class Launcher {
 
  private:
   void Say(const std::string& line) {
-    *ctx_.err << "pipesched launch: " << line << "\n" << std::flush;
+    Send(/*is_err=*/true, absl::StrCat("pipesched launch: ", line, "\n"));
   }
 
   std::vector<int> RunningRanks() const {
@@ -632,10 +659,21 @@ class Launcher {
     } while (!line.empty());
   }
 
-  void Write(const Relay& relay, std::string_view bytes) {
-    std::ostream& to = relay.is_err ? *ctx_.err : *ctx_.out;
-    bool& lost = relay.is_err ? err_lost_ : out_lost_;
+  void Write(const Relay& relay, std::string_view bytes) { Send(relay.is_err, bytes); }
+
+  // Writes to the launcher's standard output (error), or marks it lost. The program's
+  // own streams are written through their file descriptors (WriteGivingWayToStop): a
+  // write blocked on a reader that does not read gives way to a stop signal.
+  void Send(bool is_err, std::string_view bytes) {
+    std::ostream& to = is_err ? *ctx_.err : *ctx_.out;
+    bool& lost = is_err ? err_lost_ : out_lost_;
     if (lost) return;
+    const int fd = &to == &std::cout ? STDOUT_FILENO : &to == &std::cerr ? STDERR_FILENO : -1;
+    if (fd >= 0) {
+      to.flush();  // (empty: everything the launcher writes there goes through here)
+      if (!to || !WriteGivingWayToStop(fd, bytes)) lost = true;
+      return;
+    }
     to.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     to.flush();
     if (!to) lost = true;
