@@ -56,7 +56,8 @@ ABSL_FLAG(double, rendezvous_timeout, 300,
           "exchange) before it fails");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
-          "waits for; 0 = never");
+          "waits for; 0 = never (and, with --processes, no process is judged gone when its "
+          "heartbeat stops for 10 s)");
 
 namespace pipesched::cli {
 namespace {
@@ -205,13 +206,16 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Job job, CheckProcessFlags(ctx));
   if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
-  const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
-  if (job == Job::kFromEnvironment) {
-    return comm::CreateBootstrapFromEnvironment({.timeout_seconds = timeout});
-  }
+  // --step-timeout=0 (wait for ever: a debugger, say) judges no heartbeat either.
+  const comm::BootstrapOptions options = {
+      .timeout_seconds = absl::GetFlag(FLAGS_rendezvous_timeout),
+      .heartbeat_timeout_seconds = absl::GetFlag(FLAGS_step_timeout) == 0
+                                       ? 0
+                                       : comm::BootstrapOptions{}.heartbeat_timeout_seconds};
+  if (job == Job::kFromEnvironment) return comm::CreateBootstrapFromEnvironment(options);
   return comm::CreateFileBootstrap(absl::GetFlag(FLAGS_rendezvous),
                                    absl::GetFlag(FLAGS_process_rank),
-                                   absl::GetFlag(FLAGS_processes), {.timeout_seconds = timeout});
+                                   absl::GetFlag(FLAGS_processes), options);
 }
 
 // Where the processes meet: --rendezvous, or the launch's environment.

@@ -18,6 +18,13 @@
 //                           not judged (locks may be per machine on a shared file
 //                           system); a file system without flock gets no file: a dead
 //                           rank is then a timeout
+//   beat.<rank>             "<20-digit count> <pid> <host>\n", rewritten in place every
+//                           second by `rank`'s heartbeat thread from its first exchange
+//                           until it leaves (opened, written and closed each time, so that
+//                           a shared file system's server has it); a rank whose count
+//                           another has watched stand still for the heartbeat timeout is
+//                           judged gone (host down, process stopped) unless its gone file
+//                           is there
 //   failed                  "<rank>\n<reason>", written by Fail() of the first rank to
 //                           fail (linked into place: one writer wins); every wait checks
 //                           for it
@@ -47,9 +54,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "pipesched/base/file_util.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -277,7 +287,10 @@ std::string FailureMarker(int rank, std::string_view reason) {
 class FileBootstrap final : public Bootstrap {
  public:
   FileBootstrap(std::filesystem::path dir, int rank, int size, BootstrapOptions options)
-      : dir_(std::move(dir)), rank_(rank), size_(size), options_(options) {}
+      : dir_(std::move(dir)), rank_(rank), size_(size), options_(options), watch_(size) {}
+  ~FileBootstrap() override { StopBeating(); }
+  FileBootstrap(const FileBootstrap&) = delete;
+  FileBootstrap& operator=(const FileBootstrap&) = delete;
   std::string_view kind() const override { return "file"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -359,6 +372,9 @@ class FileBootstrap final : public Bootstrap {
         if (channel != kCloseChannel) (void)::unlink(FileOf(channel, next - 1, rank_).c_str());
       }
     }
+    // No beat after the gone file: rank 0 may be removing the directory then, which a
+    // file made in it would keep from going.
+    StopBeating();
     PS_RETURN_IF_ERROR(PutFile((dir_ / absl::StrCat("gone.", rank_)).string(), ""));
     // The gone file says this rank left; its lock is not needed any more, and an open
     // file would keep rank 0 from removing the directory on NFS (it stays as .nfsXXXX).
@@ -422,7 +438,9 @@ class FileBootstrap final : public Bootstrap {
       if (ended_.has_value()) return absl::AbortedError(*ended_);
     }
     PS_RETURN_IF_ERROR(FailedMarker());
-    return LookForEndedRanks(NowMicros());
+    const std::int64_t now = NowMicros();
+    PS_RETURN_IF_ERROR(LookForEndedRanks(now));
+    return LookForSilentRanks(now);
   }
 
  private:
@@ -646,7 +664,120 @@ class FileBootstrap final : public Bootstrap {
     }
     if (k > 0) (void)::unlink(FileOf(channel, k - 1, rank_).c_str());
     exchanged_.store(true, std::memory_order_release);
+    // (Not earlier: a process that forks right after joining, as tests do, has no
+    // thread of this bootstrap to copy.)
+    std::call_once(beat_started_, [this] { StartBeating(); });
     return out;
+  }
+
+  // The heartbeat (the file layout above; BootstrapOptions::heartbeat_timeout_seconds).
+  static constexpr std::int64_t kBeatMicros = 1'000'000;    // between two beats
+  static constexpr std::int64_t kBeatLookMicros = 250'000;  // between two looks
+  static constexpr int kBeatsPerLook = 16;                  // ranks read per look
+
+  std::string BeatFile(int rank) const { return (dir_ / absl::StrCat("beat.", rank)).string(); }
+
+  void StartBeating() {
+    if (size_ == 1) return;
+    std::lock_guard<std::mutex> lock(beat_mu_);
+    if (beat_stop_) return;  // Close() came first
+    beat_thread_ = std::thread([this] { Beat(); });
+  }
+
+  void StopBeating() {
+    {
+      std::lock_guard<std::mutex> lock(beat_mu_);
+      beat_stop_ = true;
+    }
+    beat_cv_.notify_all();
+    // (Started under beat_mu_, and not after beat_stop_: joinable() is settled here.)
+    if (beat_thread_.joinable()) beat_thread_.join();
+  }
+
+  void Beat() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "?");
+    const std::string path = BeatFile(rank_);
+    for (std::uint64_t count = 1;; ++count) {
+      const std::string text = absl::StrCat(absl::StrFormat("%020u", count), " ", ::getpid(), " ",
+                                            static_cast<const char*>(host), "\n");
+      {
+        // Written in place: a reader that sees half of it sees a change all the same.
+        // Failures are not this thread's to report: a rank that cannot beat is judged
+        // by the others, as one whose host is gone would be.
+        ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+        if (fd.get() >= 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
+      }
+      std::unique_lock<std::mutex> lock(beat_mu_);
+      if (beat_cv_.wait_for(lock, std::chrono::microseconds(kBeatMicros),
+                            [this] { return beat_stop_; })) {
+        return;
+      }
+    }
+  }
+
+  // How long a beat must stand still before its rank is judged: the timeout, but at
+  // least twice what a live rank's beat can look still for (one beat's interval plus the
+  // time between two looks at that rank, which grows past 16 ranks).
+  std::int64_t SilenceLimitMicros() const {
+    const std::int64_t revisit =
+        ((size_ - 2) / kBeatsPerLook + 1) * static_cast<std::int64_t>(kBeatLookMicros);
+    return std::max(static_cast<std::int64_t>(options_.heartbeat_timeout_seconds * 1e6),
+                    2 * (kBeatMicros + revisit));
+  }
+
+  // Aborted naming the first rank whose beat has stood still for SilenceLimitMicros
+  // while this rank watched, once found; OK otherwise. Looks every 0.25 s at most, at up
+  // to kBeatsPerLook ranks in turn (an open and a read each). A rank with no beat file
+  // (not beating yet, or its files gone) or with a gone file is not judged, nor any once
+  // this rank has left. A rank not looked at for half the limit (this rank did not wait
+  // on the others meanwhile, or was stopped itself) is watched afresh.
+  absl::Status LookForSilentRanks(std::int64_t now_micros) {
+    if (options_.heartbeat_timeout_seconds <= 0 || size_ == 1 ||
+        left_.load(std::memory_order_acquire)) {
+      return absl::OkStatus();
+    }
+    const std::int64_t last = last_beat_look_.load(std::memory_order_relaxed);
+    if (last != 0 && now_micros - last < kBeatLookMicros) return absl::OkStatus();
+    std::unique_lock<std::mutex> looking(watch_mu_, std::try_to_lock);
+    if (!looking.owns_lock()) return absl::OkStatus();  // another thread is looking
+    last_beat_look_.store(now_micros, std::memory_order_relaxed);
+    const std::int64_t limit = SilenceLimitMicros();
+    for (int i = 0; i < std::min(kBeatsPerLook, size_ - 1); ++i) {
+      const int r = next_watch_;
+      next_watch_ = (next_watch_ + 1) % size_;
+      if (next_watch_ == rank_) next_watch_ = (next_watch_ + 1) % size_;
+      if (r == rank_) continue;
+      Watch& watch = watch_[r];
+      if (now_micros - watch.looked > limit / 2) watch.changed = now_micros;
+      watch.looked = now_micros;
+      absl::StatusOr<std::string> beat = ReadFile(BeatFile(r), 512);
+      if (!beat.ok() || beat->empty() || *beat != watch.beat) {
+        watch.beat = beat.ok() ? *std::move(beat) : std::string();
+        watch.changed = now_micros;
+        continue;
+      }
+      if (now_micros - watch.changed < limit) continue;
+      if (Exists((dir_ / absl::StrCat("gone.", r)).string())) continue;
+      // A rank that said why before it went silent is reported with its reason.
+      PS_RETURN_IF_ERROR(FailedMarker(/*throttled=*/false));
+      // "<count> <pid> <host>\n"
+      std::string who;
+      const std::vector<absl::string_view> fields =
+          absl::StrSplit(absl::StripTrailingAsciiWhitespace(watch.beat), ' ');
+      if (fields.size() == 3) who = absl::StrCat(" (pid ", fields[1], " on ", fields[2], ")");
+      std::lock_guard<std::mutex> lock(ended_mu_);
+      if (!ended_.has_value()) {
+        ended_ = absl::StrCat(
+            "process ", r, who, " has shown no sign of life for ",
+            absl::StrFormat("%.1f", static_cast<double>(now_micros - watch.changed) / 1e6),
+            " s (its heartbeat, ", QuoteForMessage(BeatFile(r), 200),
+            ", stopped: is its host down or cut off from the directory, or the process "
+            "stopped?)");
+      }
+      return absl::AbortedError(*ended_);
+    }
+    return absl::OkStatus();
   }
 
   const std::filesystem::path dir_;
@@ -673,6 +804,22 @@ class FileBootstrap final : public Bootstrap {
   // This rank's alive file, locked (HoldAliveLock) until Close() has written its gone
   // file; -1 on a file system without flock.
   ScopedFd alive_fd_;
+  // The heartbeat: its thread (started after the first exchange, stopped by Close() or
+  // the destructor), and per rank what LookForSilentRanks last read (under watch_mu_).
+  std::once_flag beat_started_;
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool beat_stop_ = false;
+  std::thread beat_thread_;
+  struct Watch {
+    std::string beat;          // the beat file's content when last read
+    std::int64_t changed = 0;  // steady us when it was last seen to change
+    std::int64_t looked = 0;   // steady us when it was last read
+  };
+  std::atomic<std::int64_t> last_beat_look_{0};
+  std::mutex watch_mu_;
+  std::vector<Watch> watch_;
+  int next_watch_ = 0;
   std::atomic<bool> exchanged_{false};  // an exchange has completed
   std::atomic<bool> closed_{false};     // the close exchange is done: no more exchanges
   std::atomic<bool> left_{false};       // Close() is done with the others' files
@@ -728,6 +875,11 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
   PS_RETURN_IF_ERROR(CheckRankAndSize(rank, size));
   if (dir.empty()) {
     return absl::InvalidArgumentError("the rendezvous directory is empty: give a path");
+  }
+  const double heartbeat = options.heartbeat_timeout_seconds;
+  if (!std::isfinite(heartbeat) || heartbeat < 0 || (heartbeat > 0 && heartbeat < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the heartbeat timeout must be 0 (not judged) or at least 2 seconds, not ", heartbeat));
   }
   auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
   PS_RETURN_IF_ERROR(bootstrap->Join());

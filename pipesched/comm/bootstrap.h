@@ -35,6 +35,16 @@ struct BootstrapOptions {
   // DeadlineExceeded naming the ranks that have not arrived (a rank that failed, or was
   // never started). 0 = until Abort().
   double timeout_seconds = 300;
+  // File kind: the heartbeat. From its first exchange until it leaves, each rank rewrites
+  // DIR/beat.<rank> every second (a thread of its own); a rank whose beat this rank has
+  // watched stand still for this long (while waiting on the others, by its own clock)
+  // ends the waits with Aborted "process <r> (pid <p> on <host>) has shown no sign of
+  // life for <t> s ...". That finds what cannot say it died: its host down or cut off
+  // from the directory, or the process stopped (SIGSTOP, a debugger). A rank of this
+  // host that ended is found at once anyway (its alive file's lock). At least 2 (and a
+  // few seconds more with over 16 ranks, which are looked at 16 at a time); 0 = not
+  // judged (the beats are still written).
+  double heartbeat_timeout_seconds = 10;
 };
 
 class Bootstrap {
@@ -59,10 +69,12 @@ class Bootstrap {
   // OK, or Aborted "process <rank> failed: <reason>" once a rank has called Fail(); the
   // file kind also Aborted "process <rank> (pid <pid>) ended without leaving the job
   // ..." once a rank's process on this host has ended without Close() (its alive file's
-  // lock, see CreateFileBootstrap). For a watchdog that does not exchange (an NCCL collective
-  // waiting for a failed peer); every exchange checks it while it waits. Non-blocking
-  // (file: a stat, and every 50 ms an open and a flock for each of up to 16 ranks);
-  // thread-safe.
+  // lock, see CreateFileBootstrap), and "process <rank> (pid <pid> on <host>) has shown
+  // no sign of life ..." once its heartbeat has stood still for
+  // BootstrapOptions::heartbeat_timeout_seconds. For a watchdog that does not exchange
+  // (an NCCL collective waiting for a failed peer); every exchange checks it while it
+  // waits. Non-blocking (file: a stat; every 50 ms an open and a flock, and every 0.25 s
+  // an open and a read, for each of up to 16 ranks); thread-safe.
   virtual absl::Status Failure() = 0;
 
   // For a rank that fails: tells the others, whose exchanges (waiting now or later) fail
@@ -118,7 +130,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 // instead of at the timeout (Failure()); a second live process with the same rank is
 // refused here (FailedPrecondition "another live process is rank ..."). A rank on
 // another host (a shared file system may keep locks per machine), or any on a file
-// system without flock, is found dead by the timeout only.
+// system without flock, is found dead by its heartbeat instead
+// (BootstrapOptions::heartbeat_timeout_seconds, 10 s by default). InvalidArgument for a
+// heartbeat timeout that is negative, not finite, or above 0 but under 2 s.
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scoped_environment.h"
@@ -442,6 +444,114 @@ TEST(FileBootstrapTest, AProcessThatEndsWithoutClosingReleasesTheOthers) {
   ASSERT_EQ(::waitpid(closing, &status, 0), closing);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// A rank whose heartbeat stops -- its host gone, or the process stopped, neither of
+// which can say so -- releases the others with an error naming it once its beat has
+// stood still for the heartbeat timeout (here 2 s, which the look interval makes 2.5 s),
+// and not while it beats; a rank that left, or one this rank did not watch meanwhile,
+// is not judged on a stale beat.
+TEST(FileBootstrapTest, ARankWhoseHeartbeatStopsReleasesTheOthers) {
+  using Steady = std::chrono::steady_clock;
+  auto seconds_since = [](Steady::time_point t) {
+    return std::chrono::duration<double>(Steady::now() - t).count();
+  };
+  const std::string dir = FreshDir("silent");
+  const BootstrapOptions watching = {.timeout_seconds = 60, .heartbeat_timeout_seconds = 2};
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, watching));
+  // Rank 1 stands for a process on another host: its beat file only (no alive file, whose
+  // lock another host's process would hold), rewritten every 0.2 s for 4 s, then not.
+  const std::filesystem::path beat = std::filesystem::path(dir) / "beat.1";
+  auto write_beat = [&beat](int count) {
+    std::ofstream(beat, std::ios::trunc) << absl::StrFormat("%020d 4242 node7\n", count);
+  };
+  write_beat(1);
+  const Steady::time_point start = Steady::now();
+  std::thread one([&] {
+    for (int count = 2; seconds_since(start) < 4; ++count) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      write_beat(count);
+    }
+  });
+  EXPECT_THAT(zero->AllGather("step", "0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 1 (pid 4242 on node7) has shown no sign of life for ")));
+  const double took = seconds_since(start);
+  one.join();
+  EXPECT_GE(took, 4 + 2.5 - 0.3) << "judged while it still beat, or before the timeout";
+  EXPECT_LT(took, 30);
+  EXPECT_THAT(zero->Failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("(its heartbeat, \"" + beat.string() +
+                                 "\", stopped: is its host down or cut off from the directory, "
+                                 "or the process stopped?)")));
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // Its beat stale but its gone file there: it left, and is not judged.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, watching));
+  write_beat(1);
+  ASSERT_TRUE(std::ofstream(std::filesystem::path(dir) / "gone.1"));
+  for (const Steady::time_point t = Steady::now(); seconds_since(t) < 3.5;) {
+    PS_ASSERT_OK(zero->Failure());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // Not watched for 3 s (this rank did not wait on the others then): a stale beat is
+  // watched afresh, and judged only once it has stood still for the timeout again.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, watching));
+  write_beat(1);
+  PS_ASSERT_OK(zero->Failure());
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const Steady::time_point again = Steady::now();
+  absl::Status judged;
+  while (judged.ok() && seconds_since(again) < 10) {
+    judged = zero->Failure();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(judged, StatusIs(absl::StatusCode::kAborted, HasSubstr("no sign of life")));
+  EXPECT_GE(seconds_since(again), 2.5 - 0.3);
+  zero.reset();
+  std::filesystem::remove_all(dir);
+
+  // A real process, stopped (SIGSTOP): its lock stays held, its beat stands still.
+  PS_ASSERT_OK_AND_ASSIGN(zero, CreateFileBootstrap(dir, 0, 2, watching));
+  const pid_t stopped = ForkRankOne(dir, [](Bootstrap& one) {
+    if (!one.AllGather("hello", "1").ok()) return 4;  // its heartbeat starts here
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::raise(SIGSTOP);
+    return 5;
+  });
+  ASSERT_GT(stopped, 0);
+  PS_ASSERT_OK_AND_ASSIGN(auto hello, zero->AllGather("hello", "0"));
+  EXPECT_THAT(hello, ElementsAre("0", "1"));
+  EXPECT_THAT(zero->AllGather("step", "0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr(absl::StrCat("process 1 (pid ", stopped, " on "))));
+  ::kill(stopped, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(stopped, &status, 0), stopped);
+  zero.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A heartbeat timeout the looks cannot honour, or no number, is refused.
+TEST(FileBootstrapTest, AHeartbeatTimeoutUnder2SecondsIsRefused) {
+  const std::string dir = FreshDir("heartbeat_flag");
+  for (const double bad : {-1.0, 0.5, 1.9, std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity()}) {
+    EXPECT_THAT(CreateFileBootstrap(dir, 0, 2, {.heartbeat_timeout_seconds = bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("the heartbeat timeout must be 0 (not judged) or at least 2 "
+                                   "seconds")))
+        << bad;
+    EXPECT_FALSE(std::filesystem::exists(dir)) << bad;
+  }
+  PS_ASSERT_OK_AND_ASSIGN(auto off,
+                          CreateFileBootstrap(dir, 0, 1, {.heartbeat_timeout_seconds = 0}));
+  PS_EXPECT_OK(off->Close());
 }
 
 // A launcher marks the job failed for a process that could not say so itself: the
