@@ -73,7 +73,16 @@ double MicrosecondsPerUnit(const std::string& time_unit) {
 }
 
 std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
-  json events = json::array();
+  // Each event is written out as soon as it is made: a tree of every event would take
+  // some 4 KB an action (a GiB for 262k), and, with memory running out, its destructor's
+  // own allocation would abort the program instead of reporting it.
+  std::string events;
+  bool first_event = true;
+  auto emit = [&events, &first_event](const json& event) {
+    absl::StrAppend(&events, first_event ? "" : ",\n",
+                    event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    first_event = false;
+  };
   json other = json::object();
   int next_pid = 1;
   long long next_flow_id = 1;
@@ -106,29 +115,29 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
     for (const auto& [rank, lanes] : lanes_of_rank) {
       const int pid = next_pid++;
       pid_of_rank[rank] = pid;
-      events.push_back({{"name", "process_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"args", {{"name", absl::StrCat(label, ": rank ", rank)}}}});
-      events.push_back({{"name", "process_sort_index"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"args", {{"sort_index", pid}}}});
+      emit(json({{"name", "process_name"},
+                 {"ph", "M"},
+                 {"pid", pid},
+                 {"tid", 0},
+                 {"args", {{"name", absl::StrCat(label, ": rank ", rank)}}}}));
+      emit(json({{"name", "process_sort_index"},
+                 {"ph", "M"},
+                 {"pid", pid},
+                 {"tid", 0},
+                 {"args", {{"sort_index", pid}}}}));
       for (const auto& [lane, row] : lanes) {
         const std::string name =
             row == 0 ? LaneName(lane) : absl::StrCat(LaneName(lane), " (", row + 1, ")");
-        events.push_back({{"name", "thread_name"},
-                          {"ph", "M"},
-                          {"pid", pid},
-                          {"tid", Tid(lane, row)},
-                          {"args", {{"name", name}}}});
-        events.push_back({{"name", "thread_sort_index"},
-                          {"ph", "M"},
-                          {"pid", pid},
-                          {"tid", Tid(lane, row)},
-                          {"args", {{"sort_index", SortIndex(lane, row)}}}});
+        emit(json({{"name", "thread_name"},
+                   {"ph", "M"},
+                   {"pid", pid},
+                   {"tid", Tid(lane, row)},
+                   {"args", {{"name", name}}}}));
+        emit(json({{"name", "thread_sort_index"},
+                   {"ph", "M"},
+                   {"pid", pid},
+                   {"tid", Tid(lane, row)},
+                   {"args", {{"sort_index", SortIndex(lane, row)}}}}));
       }
     }
 
@@ -150,14 +159,14 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
       json args = {{"op", span.op}};
       if (span.stage >= 0) args["stage"] = span.stage;
       if (span.microbatch >= 0) args["microbatch"] = span.microbatch;
-      events.push_back({{"name", EventName(span)},
-                        {"cat", Category(span.op)},
-                        {"ph", "X"},
-                        {"pid", pid_of_rank[span.rank]},
-                        {"tid", Tid(span.lane, lane_row[i])},
-                        {"ts", start_us},
-                        {"dur", std::max(0.0, end_us - start_us)},
-                        {"args", std::move(args)}});
+      emit(json({{"name", EventName(span)},
+                 {"cat", Category(span.op)},
+                 {"ph", "X"},
+                 {"pid", pid_of_rank[span.rank]},
+                 {"tid", Tid(span.lane, lane_row[i])},
+                 {"ts", start_us},
+                 {"dur", std::max(0.0, end_us - start_us)},
+                 {"args", std::move(args)}}));
     }
 
     const int num_spans = static_cast<int>(timeline->spans.size());
@@ -175,21 +184,21 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
       const double start_ts =
           std::max(from_start, from_end - std::min(0.001, (from_end - from_start) / 2));
       const long long id = next_flow_id++;
-      events.push_back({{"name", "dependency"},
-                        {"cat", "flow"},
-                        {"ph", "s"},
-                        {"id", id},
-                        {"pid", pid_of_rank[from.rank]},
-                        {"tid", Tid(from.lane, lane_row[flow.from])},
-                        {"ts", start_ts}});
-      events.push_back({{"name", "dependency"},
-                        {"cat", "flow"},
-                        {"ph", "f"},
-                        {"bp", "e"},
-                        {"id", id},
-                        {"pid", pid_of_rank[to.rank]},
-                        {"tid", Tid(to.lane, lane_row[flow.to])},
-                        {"ts", to_start}});
+      emit(json({{"name", "dependency"},
+                 {"cat", "flow"},
+                 {"ph", "s"},
+                 {"id", id},
+                 {"pid", pid_of_rank[from.rank]},
+                 {"tid", Tid(from.lane, lane_row[flow.from])},
+                 {"ts", start_ts}}));
+      emit(json({{"name", "dependency"},
+                 {"cat", "flow"},
+                 {"ph", "f"},
+                 {"bp", "e"},
+                 {"id", id},
+                 {"pid", pid_of_rank[to.rank]},
+                 {"tid", Tid(to.lane, lane_row[flow.to])},
+                 {"ts", to_start}}));
     }
     std::string left_out;
     if (const long long empty = internal::EmptyRanksNotDrawn(*timeline); empty > 0) {
@@ -203,15 +212,13 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
     ++timeline_index;
   }
   // One event per line: diffable, and still one JSON document.
-  std::string out = "{\"displayTimeUnit\": \"ms\",\n\"otherData\": ";
-  absl::StrAppend(&out, other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                  ",\n\"traceEvents\": [\n");
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    absl::StrAppend(&out, events[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    i + 1 < events.size() ? ",\n" : "\n");
-  }
-  absl::StrAppend(&out, "]}\n");
-  return out;
+  const std::string head =
+      absl::StrCat("{\"displayTimeUnit\": \"ms\",\n\"otherData\": ",
+                   other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                   ",\n\"traceEvents\": [\n");
+  events.insert(0, head);
+  absl::StrAppend(&events, first_event ? "" : "\n", "]}\n");
+  return events;
 }
 
 }  // namespace pipesched::trace
