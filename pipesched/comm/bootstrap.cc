@@ -939,8 +939,10 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
   if (const std::optional<std::string_view> timeout = get(kRendezvousTimeoutVariable);
       timeout.has_value()) {
     double seconds = 0;
-    if (!absl::SimpleAtod(Absl(*timeout), &seconds) || !std::isfinite(seconds) || seconds < 0) {
-      return malformed(kRendezvousTimeoutVariable, *timeout, "a number of seconds, 0 or more");
+    // At least a second, as launch's and train's --rendezvous-timeout: 0 would wait for
+    // ever for a process that never comes.
+    if (!absl::SimpleAtod(Absl(*timeout), &seconds) || !std::isfinite(seconds) || seconds < 1) {
+      return malformed(kRendezvousTimeoutVariable, *timeout, "a number of seconds, 1 or more");
     }
     resolved.timeout_seconds = seconds;
   }

@@ -156,8 +156,9 @@ inline constexpr char kRendezvousTimeoutVariable[] = "PIPESCHED_RENDEZVOUS_TIMEO
 // The file bootstrap those variables describe, for a program started by `pipesched
 // launch`: null (OK) when PIPESCHED_PROCESSES is not set (a process on its own); else
 // CreateFileBootstrap(PIPESCHED_RENDEZVOUS, PIPESCHED_PROCESS_RANK, PIPESCHED_PROCESSES)
-// with PIPESCHED_RENDEZVOUS_TIMEOUT, when set, for `options.timeout_seconds`. A missing
-// or malformed variable is InvalidArgument naming it and its value.
+// with PIPESCHED_RENDEZVOUS_TIMEOUT, when set, for `options.timeout_seconds` (seconds, 1
+// or more, as launch's flag: not 0, which would wait for ever). A missing or malformed
+// variable is InvalidArgument naming it and its value.
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
     const BootstrapOptions& options = {});
 

@@ -641,9 +641,9 @@ TEST(BootstrapTest, TheEnvironmentOfALaunchedProcessMakesItsBootstrap) {
     LaunchEnvironment env({{kProcessesVariable, "2"},
                            {kProcessRankVariable, "1"},
                            {kRendezvousVariable, dir},
-                           {kRendezvousTimeoutVariable, "0.2"}});
+                           {kRendezvousTimeoutVariable, "1"}});
     EXPECT_THAT(CreateBootstrapFromEnvironment({.timeout_seconds = 300}).status(),
-                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("within 0.2 s")));
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("within 1 s")));
   }
   const std::string dir = FreshDir("environment_bad");
   const std::vector<std::pair<std::map<std::string, std::optional<std::string>>, std::string>> bad =
@@ -661,7 +661,18 @@ TEST(BootstrapTest, TheEnvironmentOfALaunchedProcessMakesItsBootstrap) {
             {kProcessRankVariable, "1"},
             {kRendezvousVariable, dir},
             {kRendezvousTimeoutVariable, "-1"}},
-           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"-1\" is not a number of seconds, 0 or more"},
+           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"-1\" is not a number of seconds, 1 or more"},
+          // 0 would wait for ever; the flags refuse under a second too.
+          {{{kProcessesVariable, "2"},
+            {kProcessRankVariable, "1"},
+            {kRendezvousVariable, dir},
+            {kRendezvousTimeoutVariable, "0"}},
+           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"0\" is not a number of seconds, 1 or more"},
+          {{{kProcessesVariable, "2"},
+            {kProcessRankVariable, "1"},
+            {kRendezvousVariable, dir},
+            {kRendezvousTimeoutVariable, "0.5"}},
+           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"0.5\" is not a number of seconds, 1 or more"},
       };
   for (const auto& [values, message] : bad) {
     LaunchEnvironment env(values);
