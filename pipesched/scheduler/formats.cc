@@ -160,6 +160,13 @@ absl::Status ParseCell(std::string_view cell, int line, int column, std::vector<
   if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') {
     cell = cell.substr(1, cell.size() - 2);
     ++column;
+  } else if (!cell.empty() && (cell.front() == '"' || cell.back() == '"')) {
+    // Half a quoted cell: the line was cut at a comma inside quotes ("0F0,0B0"), which
+    // this reader does not keep together (a cell holds one action).
+    return located_error(column, absl::StrCat("bad action ", QuoteForMessage(cell),
+                                              ": a quote is not closed within its cell; a "
+                                              "comma inside quotes is not read, so write one "
+                                              "action per cell (0F0,0B0)"));
   }
   // FSDP's markers (parameter all-gather and release): PyTorch's compute_comms dump
   // writes them for every schedule with several stages per rank, FSDP or not. pipesched

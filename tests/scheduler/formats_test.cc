@@ -142,6 +142,12 @@ TEST(PytorchCsvTest, PytorchsCommsDumpLoadsAsItsComputeActions) {
       ParsePytorchCsv("0F0,\"0X1\"\n"),
       StatusIs(absl::StatusCode::kInvalidArgument,
                AllOf(HasSubstr("line 1, column 6: bad action \"0X1\""), HasSubstr("unknown op"))));
+  // A comma inside quotes cuts the quoted cell in two: said so, not "no stage number".
+  EXPECT_THAT(ParsePytorchCsv("\"0F0,0B0\"\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("line 1, column 1: bad action \"\\\"0F0\": a quote is not "
+                                 "closed within its cell; a comma inside quotes is not read, so "
+                                 "write one action per cell (0F0,0B0)")));
   // A marker names no micro-batch; one with a micro-batch is not PyTorch's and is refused.
   EXPECT_THAT(ParsePytorchCsv("0F0,0UNSHARD1,0B0\n"),
               StatusIs(absl::StatusCode::kInvalidArgument,
