@@ -377,6 +377,15 @@ absl::Status Compare(const CommandContext& ctx) {
         "every schedule's step is 0: give the stages some work (--cost-f, --cost-b, or a "
         "--costs file with times)");
   }
+  // Transfers alone (F = B = 0) make idle time against no work: no bubble to rank by.
+  for (const scheduler::ComparedSchedule& c : compared) {
+    if (c.status.ok() && std::all_of(c.sim.ranks.begin(), c.sim.ranks.end(),
+                                     [](const scheduler::RankStats& r) { return !(r.busy > 0); })) {
+      return absl::InvalidArgumentError(
+          "every action takes 0 time, so there is no bubble to compare: give the stages some "
+          "work (--cost-f, --cost-b, or a --costs file with times)");
+    }
+  }
   std::ostream& out = *ctx.out;
   out << absl::StrFormat(
       "compare P=%d M=%d: %s; a schedule with V chunks per rank runs each chunk at 1/V of "

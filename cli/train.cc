@@ -426,18 +426,24 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     }
   }
 
-  // Steady state: leave the first step (warm-up) out when there are more.
+  // Steady state: leave the first step (warm-up) out when there are more; the medians
+  // say which steps they are of.
+  const int first_counted = records.size() > 1 ? 2 : 1;
+  const int last_counted = static_cast<int>(records.size());
+  const std::string counted = first_counted == last_counted
+                                  ? absl::StrCat("step ", last_counted)
+                                  : absl::StrCat("steps ", first_counted, "-", last_counted);
   std::vector<double> micros, bubbles;
-  for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) {
+  for (size_t i = first_counted - 1; i < records.size(); ++i) {
     micros.push_back(records[i].micros);
     bubbles.push_back(records[i].measured_bubble);
   }
   double median_micros = Median(micros);
   PS_ASSIGN_OR_RETURN(scheduler::SimResult planned, trainer->Planned());
   trace::BubbleStats measured = trace::ComputeBubbleStats(last.timeline, p);
-  out << absl::StrFormat("median step %.3f ms, %.0f samples/s; loss %.4f -> %.4f\n",
+  out << absl::StrFormat("median step %.3f ms, %.0f samples/s (%s); loss %.4f -> %.4f\n",
                          median_micros / 1000, trainer->job_batch() / (median_micros * 1e-6),
-                         records.front().loss, records.back().loss);
+                         counted, records.front().loss, records.back().loss);
   // The same plan with each boundary's transfer time replaced by the effective hand-off
   // latency measured in the last step (event hand-off + copy + wake-up of the consumer),
   // and the stream's measured gap between actions: what a dependency and an action
@@ -454,10 +460,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
                       stages::SpreadBubble(trainer->schedule(), handoff_costs, last.timeline, p,
                                            idle, SpreadDraws(trainer->schedule()), kSpreadSeed));
   out << absl::StrFormat(
-      "bubble fraction: measured %.4f (median over steps); planned %.4f from the measured "
+      "bubble fraction: measured %.4f (median over %s); planned %.4f from the measured "
       "action and copy times, %.4f with the measured hand-offs between ranks and gaps "
       "between actions, %.4f expected with the last step's spread of durations\n",
-      Median(bubbles), planned.bubble_fraction, with_handoff.bubble_fraction, spread);
+      Median(bubbles), counted, planned.bubble_fraction, with_handoff.bubble_fraction, spread);
   // The whole step: the plans' makespans plus each rank's zero-grad before its first
   // action and optimizer step after its last (medians of the steps), against the host's
   // wall time of a step.
@@ -474,10 +480,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     }
   }
   out << absl::StrFormat(
-      "step time: measured %.3f ms (median over steps); planned %.3f ms, %.3f with the "
+      "step time: measured %.3f ms (median over %s); planned %.3f ms, %.3f with the "
       "hand-offs and gaps: the plan's makespan plus, per rank, zero-grad %s ms before and "
       "optimizer step %s ms after\n",
-      median_micros / 1000, planned.step_time / 1000, with_handoff.step_time / 1000,
+      median_micros / 1000, counted, planned.step_time / 1000, with_handoff.step_time / 1000,
       absl::StrJoin(zero_grad_ms, "/"), absl::StrJoin(optimizer_ms, "/"));
   // The last step replayed action by action (each compute action's own measured duration,
   // each dependency's measured hand-off where it was the last blocker, each stream gap
@@ -566,7 +572,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
         absl::StrFormat("%s  P=%d V=%d D=%d M=%d: planned vs measured", schedule.name, p,
                         schedule.num_chunks(), config.replicas, schedule.num_microbatches);
     options.subtitle =
-        absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%%",
+        absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%% (the last step, drawn)",
                         100 * planned.bubble_fraction, 100 * measured.bubble_fraction);
     PS_RETURN_IF_ERROR(write(path, trace::ToSvg(timelines, options)));
   }
@@ -628,6 +634,9 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     j["losses"] = losses;
     j["step_ms"] = step_ms;
     j["measured_bubble_fraction_per_step"] = bubble;
+    // The steps (1-based, of this run) the medians are of: the first is left out when
+    // there are more (warm-up).
+    j["median_of_steps"] = {first_counted, last_counted};
     j["median_step_ms"] = median_micros / 1000;
     j["samples_per_second"] = trainer->job_batch() / (median_micros * 1e-6);
     j["measured_bubble_fraction"] = Median(bubbles);

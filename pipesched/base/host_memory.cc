@@ -265,6 +265,9 @@ absl::StatusOr<std::int64_t> ParseByteSize(std::string_view text) {
       {"tib", 0x1p40}, {"kb", 1e3}, {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
+    // A fraction of a byte is refused where it would be the whole fraction ("1.9" or
+    // "1.9B" as 1 byte); a larger unit's rounding to whole bytes ("1.1GiB") is kept.
+    if (scale == 1 && value != std::floor(value)) return bad(" (a fraction of a byte)");
     const double bytes = std::floor(value * scale);
     if (bytes < 1) return bad(" (less than one byte)");
     if (bytes > 0x1p62) return bad(" (more than 2^62 bytes)");

@@ -46,11 +46,18 @@ absl::Status CheckActivationsFit(const PlanShape& plan, const std::vector<Memory
                            " micro-batches in flight")
             : absl::StrCat(place.busiest_activations, " of V x M = ", plan.num_chunks, " x ",
                            plan.num_microbatches, " chunk activations in flight");
+    // Close sizes round to the same text ("4.00 MiB ... but 4.00 MiB"): then in bytes too.
+    std::string planned = HumanBytes(place.planned_bytes);
+    std::string available = HumanBytes(place.available_bytes);
+    if (planned == available) {
+      absl::StrAppend(&planned, " (", place.planned_bytes, " B)");
+      absl::StrAppend(&available, " (", place.available_bytes, " B)");
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         plan.schedule, "'s activations do not fit in ", place.name, ": at its peak the plan holds ",
-        HumanBytes(place.planned_bytes), " there (", place.ranks, " rank(s); rank ",
-        place.busiest_rank, " alone ", HumanBytes(place.busiest_bytes), " with ", held, ") but ",
-        HumanBytes(place.available_bytes), " is available; use ", use));
+        planned, " there (", place.ranks, " rank(s); rank ", place.busiest_rank, " alone ",
+        HumanBytes(place.busiest_bytes), " with ", held, ") but ", available, " is available; use ",
+        use));
   }
   return absl::OkStatus();
 }

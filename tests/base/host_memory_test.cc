@@ -27,8 +27,11 @@ TEST(HostMemoryTest, ParseByteSizeTakesBinaryAndDecimalUnits) {
   EXPECT_EQ(*ParseByteSize("16GB"), 16'000'000'000);
   EXPECT_EQ(*ParseByteSize("2 TiB"), std::int64_t{2} << 40);
   EXPECT_EQ(*ParseByteSize("100B"), 100);
-  for (const char* bad :
-       {"", "GiB", "-1GiB", "1.2.3MiB", "12 parsecs", "0", "0.1", ".5GiB", "1e3", "5000000TiB"}) {
+  EXPECT_EQ(*ParseByteSize("4.0"), 4);
+  // A larger unit rounds down to whole bytes; a fraction of a byte itself is refused.
+  EXPECT_EQ(*ParseByteSize("1.1GiB"), 1181116006);
+  for (const char* bad : {"", "GiB", "-1GiB", "1.2.3MiB", "12 parsecs", "0", "0.1", ".5GiB", "1e3",
+                          "5000000TiB", "1.9", "1.5B"}) {
     absl::StatusOr<std::int64_t> parsed = ParseByteSize(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -37,6 +40,10 @@ TEST(HostMemoryTest, ParseByteSizeTakesBinaryAndDecimalUnits) {
   }
   EXPECT_NE(ParseByteSize("12 parsecs").status().message().find("unknown unit 'parsecs'"),
             std::string::npos);
+  EXPECT_NE(
+      ParseByteSize("1.9").status().message().find("'1.9' is not a size (a fraction of a byte)"),
+      std::string::npos)
+      << ParseByteSize("1.9").status().message();
 }
 
 // Every machine this project builds on is Linux with /proc/meminfo.

@@ -183,6 +183,13 @@ TEST(CliTest, SimulateChecksTheActivationPeakAgainstTheDeviceMemory) {
             "--activation-bytes or --workspace-bytes, fewer --microbatches, a schedule that "
             "keeps fewer micro-batches in flight (1f1b: at most P = 4 on a rank), or more "
             "--stages (fewer layers on each device)\n");
+  // A byte short: the two sizes would read alike rounded, so the bytes are given too.
+  RunResult short_by_one = run("1f1b", {"--activation-bytes=1048576", "--device-memory=4194303"});
+  EXPECT_EQ(short_by_one.code, 2);
+  EXPECT_THAT(short_by_one.err,
+              HasSubstr("the plan holds 4.00 MiB (4194304 B) there (1 rank(s); rank 0 alone "
+                        "4.00 MiB with 4 of M = 8 micro-batches in flight) but 4.00 MiB "
+                        "(4194303 B) is available"));
   RunResult one_f_one_b = run("1f1b", {twelve_gib, "--device-memory=80GiB"});
   EXPECT_EQ(one_f_one_b.code, 0) << one_f_one_b.err;
   EXPECT_THAT(one_f_one_b.out,
@@ -425,6 +432,15 @@ INSTANTIATE_TEST_SUITE_P(
                  "--nogrid takes no value; use --nogrid (= --grid=false) or --grid"},
         BadInput{{"simulate", "--schedule=nope"}, "nope"},
         BadInput{{"simulate", "--stages=0"}, "--stages=0 is out of range"},
+        // No work: no bubble to measure (makespan 0, or transfers alone: all idle).
+        BadInput{{"simulate", "--cost-f=0", "--cost-b=0"},
+                 "every action of the schedule takes 0 time, so there is no bubble to measure: "
+                 "give the stages some work (--cost-f, --cost-b, or a --costs file with times)"},
+        BadInput{{"simulate", "--cost-f=0", "--cost-b=0", "--cost-comm=1"},
+                 "every action of the schedule takes 0 time"},
+        // A fraction of a byte is not silently a byte less.
+        BadInput{{"simulate", "--activation-bytes=1", "--device-memory=1.9"},
+                 "--device-memory=1.9: '1.9' is not a size (a fraction of a byte)"},
         BadInput{{"simulate", "--stages=-3"}, "--stages=-3 is out of range"},
         BadInput{{"simulate", "--microbatches=0"}, "--microbatches=0 is out of range"},
         BadInput{{"simulate", "--stages=abc"}, "bad value 'abc' for --stages"},
@@ -1491,10 +1507,11 @@ TEST(CliTrainTest, SavedCostsReproduceThePlanInSimulate) {
 TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   std::string json_path = TempPath("train.json");
   std::string save_path = TempPath("train.safetensors");
+  std::string svg_path = TempPath("train.svg");
   RunResult r =
       RunCli({"train", "--schedule=1f1b", "--stages=2", "--microbatches=4", "--microbatch-size=4",
               "--layers=3", "--hidden=16", "--inputs=8", "--classes=4", "--steps=30", "--lr=0.2",
-              "--backend=host", "--json=" + json_path, "--save=" + save_path});
+              "--backend=host", "--json=" + json_path, "--save=" + save_path, "--svg=" + svg_path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("step 30/30"));
   EXPECT_THAT(r.out, HasSubstr("bubble fraction: measured"));
@@ -1529,13 +1546,27 @@ TEST(CliTrainTest, TrainsAndReportsMeasuredAndPlannedBubble) {
   }
   EXPECT_GE(j["last_step_replayed_makespan_ms"].get<double>() * 1000, busiest_us * (1 - 1e-9));
   EXPECT_LE(j["last_step_makespan_ms"].get<double>(), j["last_step_ms"].get<double>());
+  // The picture draws the last step, and its headline's measured bubble is that step's.
+  EXPECT_THAT(Slurp(svg_path), HasSubstr(absl::StrFormat(
+                                   "measured %.1f%% (the last step, drawn)",
+                                   100 * j["last_step_measured_bubble_fraction"].get<double>())));
+  // The medians are of steps 2-30 (the first, a warm-up, left out), as the output says.
+  EXPECT_EQ(j["median_of_steps"], nlohmann::json({2, 30}));
+  {
+    std::vector<double> counted = j["step_ms"].get<std::vector<double>>();
+    ASSERT_EQ(counted.size(), 30u);
+    counted.erase(counted.begin());
+    std::sort(counted.begin(), counted.end());
+    EXPECT_DOUBLE_EQ(j["median_step_ms"].get<double>(), counted[14]);  // 29 steps
+  }
+  EXPECT_THAT(r.out, HasSubstr("samples/s (steps 2-30); loss "));
   // Whole steps: the plan's and the replay's add the zero-grads and optimizer steps (the
   // MLP's SGD takes real time) to their makespans.
   const double planned_step = j["planned_step_ms"].get<double>();
-  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("(median over steps); planned %.3f ms, %.3f with "
-                                               "the hand-offs and gaps",
-                                               planned_step,
-                                               j["planned_with_handoff_step_ms"].get<double>())));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat(
+                         "(median over steps 2-%d); planned %.3f ms, %.3f with "
+                         "the hand-offs and gaps",
+                         30, planned_step, j["planned_with_handoff_step_ms"].get<double>())));
   EXPECT_GT(j["last_step_replayed_step_ms"].get<double>(),
             j["last_step_replayed_makespan_ms"].get<double>());
   EXPECT_THAT(r.out, HasSubstr(absl::StrFormat(

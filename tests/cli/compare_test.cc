@@ -436,6 +436,9 @@ TEST(CompareTest, BadRequestsAreOneLineErrors) {
       {{"--cost-f=-1"}, "--cost-f=-1 is not a valid time"},
       {{"--device-memory=lots"}, "--device-memory=lots:"},
       {{"--cost-f=0", "--cost-b=0"}, "every schedule's step is 0: give the stages some work"},
+      // Transfers alone: all idle, no work (the bubble ratio would divide by 0).
+      {{"--cost-f=0", "--cost-b=0", "--cost-comm=1"},
+       "every action takes 0 time, so there is no bubble to compare: give the stages some work"},
       {{"--stages=2048", "--microbatches=2048"}, "the generators make up to 16777216"},
       {{"--from=x.csv"}, "unknown flag --from for 'compare'"},
       {{"extra"}, "unexpected argument 'extra'"},
