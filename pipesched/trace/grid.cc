@@ -32,11 +32,25 @@ constexpr int kMinPlotColumns = 10;
 constexpr int kMinTickSpacing = 8;               // columns between axis labels
 constexpr int kMinWidth = 1, kMaxWidth = 10000;  // GridOptions::max_width, as grid.h says
 
-std::string SpanLabel(const Span& span) {
+// "F3", or "2F3" (stage 2's, the schedule's action text) where a rank runs several
+// stages (`with_stage`): interleaved and V schedules, whose chunks would read alike.
+std::string SpanLabel(const Span& span, bool with_stage) {
   const OpStyle& style = StyleOf(span.op);
-  std::string label(style.code.empty() ? span.op : std::string(style.code));
+  std::string label = with_stage && span.stage >= 0 ? absl::StrCat(span.stage) : std::string();
+  absl::StrAppend(&label, style.code.empty() ? span.op : std::string(style.code));
   if (span.microbatch >= 0) absl::StrAppend(&label, span.microbatch);
   return label;
+}
+
+// Whether some rank's compute lane holds spans of two stages or more.
+bool RanksRunSeveralStages(const Timeline& timeline) {
+  std::map<int, int> stage_of_rank;
+  for (const Span& span : timeline.spans) {
+    if (span.lane != kComputeLane || span.stage < 0) continue;
+    const auto [it, inserted] = stage_of_rank.emplace(span.rank, span.stage);
+    if (!inserted && it->second != span.stage) return true;
+  }
+  return false;
 }
 
 // A lane's first row is named for the lane, its further rows (spans that overlap the
@@ -114,13 +128,14 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   // Columns per time unit: enough for every compute label and a space (transfers are
   // short and would stretch the grid; theirs may be cut).
   const double makespan = timeline.Makespan();
+  const bool with_stage = RanksRunSeveralStages(timeline);
   std::size_t max_label = 1;
   double min_duration = 0;
   const bool any_compute = std::any_of(timeline.spans.begin(), timeline.spans.end(),
                                        [](const Span& span) { return span.lane == kComputeLane; });
   for (const Span& span : timeline.spans) {
     if (any_compute && span.lane != kComputeLane) continue;
-    max_label = std::max(max_label, SpanLabel(span).size());
+    max_label = std::max(max_label, SpanLabel(span, with_stage).size());
     const double d = span.end - span.start;
     if (d > 0 && (min_duration == 0 || d < min_duration)) min_duration = d;
   }
@@ -173,9 +188,13 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
       if (c0 >= num_columns || cells[c0].style != nullptr) continue;
       c1 = c0 + 1;
     }
-    std::string label = SpanLabel(span);
+    // The whole label where it fits; else without the micro-batch ("2F": its stage still
+    // tells the chunk); else the op alone, cut to the span (never a cut number).
+    const std::string op = style.code.empty() ? span.op : std::string(style.code);
+    std::string label = SpanLabel(span, with_stage);
     if (label.size() > static_cast<std::size_t>(c1 - c0)) {
-      label = style.code.empty() ? span.op : std::string(style.code);
+      label = with_stage && span.stage >= 0 ? absl::StrCat(span.stage, op) : op;
+      if (label.size() > static_cast<std::size_t>(c1 - c0)) label = op;
     }
     for (int c = c0; c < c1; ++c) {
       const std::size_t k = static_cast<std::size_t>(c - c0);
@@ -259,6 +278,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
       add(style->code.empty() ? "?" : style->code, style->ansi, style->description);
     }
     add(".", "90", "idle");
+    if (with_stage) add("2F3", "0", "stage 2's F of micro-batch 3");
     absl::StrAppend(&out, line, "\n");
   }
   return out;

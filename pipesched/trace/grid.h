@@ -1,6 +1,7 @@
 // Terminal grid of a Timeline: one row per rank (and one per other non-empty lane),
 // time flowing left to right in fixed-width columns, each span labelled with its op and
-// micro-batch ("F0", "B3", "SF2", "AR"), idle time as '.', a time axis and a legend.
+// micro-batch ("F0", "B3", "SF2", "AR"), and its stage first ("2F0") where a rank runs
+// several stages (interleaved, V schedules), idle time as '.', a time axis and a legend.
 // For reading a schedule at a glance in a terminal; the SVG is for pictures.
 #pragma once
 
@@ -13,7 +14,8 @@ namespace pipesched::trace {
 struct GridOptions {
   // Total width in columns, row labels included. The time scale is chosen so that every
   // span's label fits when possible, then shrunk to this width; a span narrower than its
-  // label shows its op without the micro-batch number (cut to the span's width).
+  // label shows its stage and op without the micro-batch number ("2F"), or its op alone
+  // (cut to the span's width).
   // Clamped to [1, 10000]; the time columns are at least 10 wide whatever it is.
   int max_width = 120;
   // ANSI colour per op (the CLI sets it when stdout is a terminal).

@@ -36,6 +36,28 @@ TEST(GridTest, DrawsTheTimeline) {
             "legend:  F forward  B backward  SF send activation  AR all-reduce  . idle\n");
 }
 
+// A rank that runs two stages (a V schedule's chunks): each label names its stage first,
+// as the schedule's action text does ("3F0"), since "F0" would read alike for both; a
+// span too narrow for that keeps its stage and op ("3B"); the legend says how to read it.
+TEST(GridTest, RanksWithSeveralStagesNameTheStage) {
+  Timeline t;
+  t.name = "v";
+  t.num_ranks = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},   {1, kComputeLane, 1, 0, "F", 1, 2},
+             {1, kComputeLane, 2, 0, "F", 2, 3},   {0, kComputeLane, 3, 0, "F", 3, 4},
+             {0, kComputeLane, 3, 0, "B", 4, 4.5}, {1, kComputeLane, 2, 0, "B", 5, 7},
+             {1, kComputeLane, 1, 0, "B", 7, 9},   {0, kComputeLane, 0, 0, "B", 9, 11}};
+  GridOptions options;
+  options.axis = false;
+  options.max_width = 45;  // 3 columns a unit: 3B's half unit gets 2
+  EXPECT_EQ(RenderTimelineGrid(t, options),
+            "v: makespan 11 unit, 1 column = 0.333333 unit\n"
+            "rank 0 | 0F0......3F03B.............0B0   \n"
+            "rank 1 | ...1F02F0......2B0   1B0   ......\n"
+            "legend:  F forward  B backward  . idle\n"
+            "         2F3 stage 2's F of micro-batch 3\n");
+}
+
 // Two sends of rank 0 in flight at once (a transfer longer than the forward between
 // them, as `simulate --cost-comm=3` makes): the second goes on a row of its own, and
 // neither label is cut. The third, which starts after the first has ended, shares its
