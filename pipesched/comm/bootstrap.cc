@@ -633,6 +633,10 @@ class FileBootstrap final : public Bootstrap {
       std::lock_guard<std::mutex> lock(seq_mu_);
       k = next_[std::string(channel)]++;
     }
+    // The heartbeat starts with the first exchange: a rank that has come and then lost its
+    // host while the others were still on their way is judged too. (Not at joining: a
+    // process that forks right after joining, as tests do, has no thread of it to copy.)
+    std::call_once(beat_started_, [this] { StartBeating(); });
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
     PS_RETURN_IF_ERROR(PutFile(FileOf(channel, k, rank_), bytes));
     std::vector<std::string> out(size_);
@@ -646,6 +650,12 @@ class FileBootstrap final : public Bootstrap {
         if (!Exists(path)) continue;
         PS_ASSIGN_OR_RETURN(out[r], ReadFile(path, std::numeric_limits<std::int64_t>::max()));
         have[r] = true;
+        if (channel == kCloseChannel) {
+          // It has come to leave, and stops beating once the close exchange is done: its
+          // silence from here on is not judged (its gone file may show late on NFS).
+          std::lock_guard<std::mutex> lock(watch_mu_);
+          watch_[r].closing = true;
+        }
       }
       if (std::all_of(have.begin(), have.end(), [](bool h) { return h; })) break;
       PS_RETURN_IF_ERROR(Failure());
@@ -664,9 +674,6 @@ class FileBootstrap final : public Bootstrap {
     }
     if (k > 0) (void)::unlink(FileOf(channel, k - 1, rank_).c_str());
     exchanged_.store(true, std::memory_order_release);
-    // (Not earlier: a process that forks right after joining, as tests do, has no
-    // thread of this bootstrap to copy.)
-    std::call_once(beat_started_, [this] { StartBeating(); });
     return out;
   }
 
@@ -698,15 +705,21 @@ class FileBootstrap final : public Bootstrap {
     char host[256] = {};
     if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "?");
     const std::string path = BeatFile(rank_);
+    bool made = false;
     for (std::uint64_t count = 1;; ++count) {
       const std::string text = absl::StrCat(absl::StrFormat("%020u", count), " ", ::getpid(), " ",
                                             static_cast<const char*>(host), "\n");
       {
         // Written in place: a reader that sees half of it sees a change all the same.
+        // Made once: a beat never makes the file again in a directory that is being
+        // removed (rank 0's Close, or whoever removes it), which would keep it from going.
         // Failures are not this thread's to report: a rank that cannot beat is judged
         // by the others, as one whose host is gone would be.
-        ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-        if (fd.get() >= 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
+        ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | (made ? 0 : O_CREAT), 0644));
+        if (fd.get() >= 0) {
+          made |=
+              ::pwrite(fd.get(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
+        }
       }
       std::unique_lock<std::mutex> lock(beat_mu_);
       if (beat_cv_.wait_for(lock, std::chrono::microseconds(kBeatMicros),
@@ -722,19 +735,23 @@ class FileBootstrap final : public Bootstrap {
   std::int64_t SilenceLimitMicros() const {
     const std::int64_t revisit =
         ((size_ - 2) / kBeatsPerLook + 1) * static_cast<std::int64_t>(kBeatLookMicros);
-    return std::max(static_cast<std::int64_t>(options_.heartbeat_timeout_seconds * 1e6),
-                    2 * (kBeatMicros + revisit));
+    // (Capped at 1e9 s, as DeadlineAfter caps timeouts: a larger value is "never".)
+    const double timeout = std::min(options_.heartbeat_timeout_seconds, 1e9);
+    return std::max(static_cast<std::int64_t>(timeout * 1e6), 2 * (kBeatMicros + revisit));
   }
 
   // Aborted naming the first rank whose beat has stood still for SilenceLimitMicros
   // while this rank watched, once found; OK otherwise. Looks every 0.25 s at most, at up
   // to kBeatsPerLook ranks in turn (an open and a read each). A rank with no beat file
-  // (not beating yet, or its files gone) or with a gone file is not judged, nor any once
-  // this rank has left. A rank not looked at for half the limit (this rank did not wait
-  // on the others meanwhile, or was stopped itself) is watched afresh.
+  // (not beating yet, or its files gone), with a gone file, or seen at the close
+  // exchange is not judged, nor any once this rank's close exchange is done. A rank not
+  // looked at for half the limit (this rank did not wait on the others meanwhile, or was
+  // stopped itself) is watched afresh.
   absl::Status LookForSilentRanks(std::int64_t now_micros) {
+    // Once this rank's close exchange is done every rank has come to leave: none is
+    // judged (rank 0 then waits for their gone files, which NFS may show late).
     if (options_.heartbeat_timeout_seconds <= 0 || size_ == 1 ||
-        left_.load(std::memory_order_acquire)) {
+        closed_.load(std::memory_order_acquire)) {
       return absl::OkStatus();
     }
     const std::int64_t last = last_beat_look_.load(std::memory_order_relaxed);
@@ -749,15 +766,19 @@ class FileBootstrap final : public Bootstrap {
       if (next_watch_ == rank_) next_watch_ = (next_watch_ + 1) % size_;
       if (r == rank_) continue;
       Watch& watch = watch_[r];
-      if (now_micros - watch.looked > limit / 2) watch.changed = now_micros;
-      watch.looked = now_micros;
+      if (watch.closing) continue;
       absl::StatusOr<std::string> beat = ReadFile(BeatFile(r), 512);
+      // The time of this read, not of the look's start: a slow file system or a
+      // preempted thread must not shorten the silence it measures.
+      const std::int64_t now = NowMicros();
+      if (now - watch.looked > limit / 2) watch.changed = now;  // not watched meanwhile
+      watch.looked = now;
       if (!beat.ok() || beat->empty() || *beat != watch.beat) {
         watch.beat = beat.ok() ? *std::move(beat) : std::string();
-        watch.changed = now_micros;
+        watch.changed = now;
         continue;
       }
-      if (now_micros - watch.changed < limit) continue;
+      if (now - watch.changed < limit) continue;
       if (Exists((dir_ / absl::StrCat("gone.", r)).string())) continue;
       // A rank that said why before it went silent is reported with its reason.
       PS_RETURN_IF_ERROR(FailedMarker(/*throttled=*/false));
@@ -766,14 +787,24 @@ class FileBootstrap final : public Bootstrap {
       const std::vector<absl::string_view> fields =
           absl::StrSplit(absl::StripTrailingAsciiWhitespace(watch.beat), ' ');
       if (fields.size() == 3) who = absl::StrCat(" (pid ", fields[1], " on ", fields[2], ")");
+      // Before this rank's first exchange, a beat from long before it started may be an
+      // earlier run's (a directory left behind, which a rank started before rank 0 joins).
+      std::string old;
+      if (!exchanged_.load(std::memory_order_acquire)) {
+        if (const std::optional<std::int64_t> age = SecondsBeforeThisProcess(BeatFile(r))) {
+          old = absl::StrCat("; it last beat ", *age, " s before this process started: is ",
+                             QuoteForMessage(dir_.string(), 200), " an earlier run's? remove it");
+        }
+      }
       std::lock_guard<std::mutex> lock(ended_mu_);
       if (!ended_.has_value()) {
         ended_ = absl::StrCat(
             "process ", r, who, " has shown no sign of life for ",
-            absl::StrFormat("%.1f", static_cast<double>(now_micros - watch.changed) / 1e6),
+            absl::StrFormat("%.1f", static_cast<double>(now - watch.changed) / 1e6),
             " s (its heartbeat, ", QuoteForMessage(BeatFile(r), 200),
             ", stopped: is its host down or cut off from the directory, or the process "
-            "stopped?)");
+            "stopped?)",
+            old);
       }
       return absl::AbortedError(*ended_);
     }
@@ -812,6 +843,7 @@ class FileBootstrap final : public Bootstrap {
   bool beat_stop_ = false;
   std::thread beat_thread_;
   struct Watch {
+    bool closing = false;      // it has come to the close exchange: not judged
     std::string beat;          // the beat file's content when last read
     std::int64_t changed = 0;  // steady us when it was last seen to change
     std::int64_t looked = 0;   // steady us when it was last read

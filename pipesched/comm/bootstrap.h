@@ -35,15 +35,17 @@ struct BootstrapOptions {
   // DeadlineExceeded naming the ranks that have not arrived (a rank that failed, or was
   // never started). 0 = until Abort().
   double timeout_seconds = 300;
-  // File kind: the heartbeat. From its first exchange until it leaves, each rank rewrites
-  // DIR/beat.<rank> every second (a thread of its own); a rank whose beat this rank has
-  // watched stand still for this long (while waiting on the others, by its own clock)
-  // ends the waits with Aborted "process <r> (pid <p> on <host>) has shown no sign of
-  // life for <t> s ...". That finds what cannot say it died: its host down or cut off
-  // from the directory, or the process stopped (SIGSTOP, a debugger). A rank of this
-  // host that ended is found at once anyway (its alive file's lock). At least 2 (and a
-  // few seconds more with over 16 ranks, which are looked at 16 at a time); 0 = not
-  // judged (the beats are still written).
+  // File kind: the heartbeat. From the start of its first exchange until its close
+  // exchange is done, each rank rewrites DIR/beat.<rank> every second (a thread of its
+  // own); a rank whose beat this rank has watched stand still for this long (while
+  // waiting on the others, by its own clock) ends the waits with Aborted "process <r>
+  // (pid <p> on <host>) has shown no sign of life for <t> s ...". That finds what cannot
+  // say it died: its host down or cut off from the directory, or the process stopped
+  // (SIGSTOP, a debugger). A rank of this host that ended is found at once anyway (its
+  // alive file's lock); a rank that came to the close exchange is not judged. At least 2;
+  // the ranks are read 16 at a time, so with N ranks the silence judged is at least
+  // 2 x (1 + ceil((N-1)/16) x 0.25) s: 10 s up to 257 ranks, 18 s at 512, 34 s at 1024,
+  // 130 s at 4096. 0 = not judged (the beats are still written).
   double heartbeat_timeout_seconds = 10;
 };
 

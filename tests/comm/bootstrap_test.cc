@@ -32,6 +32,7 @@ namespace pipesched::comm {
 namespace {
 
 using ::pipesched::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -241,6 +242,10 @@ TEST(FileBootstrapTest, ASecondProcessWithOneRankIsRefused) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("exists: another process is rank 1 too (give each process its "
                                  "own rank), or the directory is an earlier run's")));
+  // (Gone before their directory: their heartbeats would write in it while it goes.)
+  again.reset();
+  one.reset();
+  zero.reset();
   std::filesystem::remove_all(dir);
 }
 
@@ -331,6 +336,7 @@ TEST(FileBootstrapTest, LeftoversAndSizeMismatchesStopTheRanks) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("exists (an earlier run that did not close left it, or another "
                                  "job uses it?)")));
+  early.reset();
   std::filesystem::remove_all(dir);
 
   PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, {.timeout_seconds = 10}));
@@ -339,6 +345,7 @@ TEST(FileBootstrapTest, LeftoversAndSizeMismatchesStopTheRanks) {
   EXPECT_THAT(zero->AllGather("trainer", "x"),
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("process 1 failed: rank 1 was started for 3 processes")));
+  zero.reset();
   std::filesystem::remove_all(dir);
 }
 
@@ -537,6 +544,44 @@ TEST(FileBootstrapTest, ARankWhoseHeartbeatStopsReleasesTheOthers) {
   std::filesystem::remove_all(dir);
 }
 
+// Leaving is not dying: a rank that came to the close exchange stops beating, and its
+// gone file may show late (NFS caches a file's absence); the others' Close is not failed
+// for it. A beat of an earlier run's directory is called that.
+TEST(FileBootstrapTest, ARankThatCameToCloseIsNotJudgedByItsHeartbeat) {
+  const std::string dir = FreshDir("closing");
+  const BootstrapOptions watching = {.timeout_seconds = 60, .heartbeat_timeout_seconds = 2};
+  PS_ASSERT_OK_AND_ASSIGN(auto zero, CreateFileBootstrap(dir, 0, 2, watching));
+  const std::filesystem::path root(dir);
+  // Rank 1, files only (another host's): its beat, then its close exchange's file.
+  ASSERT_TRUE(std::ofstream(root / "beat.1") << "00000000000000000001 4242 node7\n");
+  ASSERT_TRUE(std::ofstream(root / "~close.0.1"));
+  std::thread late([&root] {
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    std::ofstream(root / "gone.1");
+  });
+  PS_EXPECT_OK(zero->Close());
+  late.join();
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  zero.reset();
+
+  // Rank 1 started before rank 0 joins an earlier run's directory whose rank 0 beat two
+  // hours ago (no lock to judge it by: another host's, or no flock).
+  std::filesystem::create_directory(root);
+  ASSERT_TRUE(std::ofstream(root / "job") << "pipesched-bootstrap 1\nsize 2\n");
+  ASSERT_TRUE(std::ofstream(root / "beat.0") << "00000000000000000009 4242 node7\n");
+  std::filesystem::last_write_time(
+      root / "beat.0", std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  PS_ASSERT_OK_AND_ASSIGN(auto one, CreateFileBootstrap(dir, 1, 2, watching));
+  EXPECT_THAT(one->AllGather("step", "1"),
+              StatusIs(absl::StatusCode::kAborted,
+                       AllOf(HasSubstr("process 0 (pid 4242 on node7) has shown no sign of life"),
+                             HasSubstr("; it last beat 72"),
+                             HasSubstr(" s before this process started: is \"" + dir +
+                                       "\" an earlier run's? remove it"))));
+  one.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // A heartbeat timeout the looks cannot honour, or no number, is refused.
 TEST(FileBootstrapTest, AHeartbeatTimeoutUnder2SecondsIsRefused) {
   const std::string dir = FreshDir("heartbeat_flag");
@@ -552,6 +597,17 @@ TEST(FileBootstrapTest, AHeartbeatTimeoutUnder2SecondsIsRefused) {
   PS_ASSERT_OK_AND_ASSIGN(auto off,
                           CreateFileBootstrap(dir, 0, 1, {.heartbeat_timeout_seconds = 0}));
   PS_EXPECT_OK(off->Close());
+  // A timeout too large for microseconds in 64 bits is "never", not a wrapped-around 2.5 s.
+  PS_ASSERT_OK_AND_ASSIGN(auto never,
+                          CreateFileBootstrap(dir, 0, 2, {.heartbeat_timeout_seconds = 1e300}));
+  ASSERT_TRUE(std::ofstream(std::filesystem::path(dir) / "beat.1") << "1 4242 node7\n");
+  for (const auto start = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - start < std::chrono::milliseconds(3500);) {
+    PS_ASSERT_OK(never->Failure());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  never.reset();
+  std::filesystem::remove_all(dir);
 }
 
 // A launcher marks the job failed for a process that could not say so itself: the

@@ -271,6 +271,7 @@ TEST(HostAllReduceTest, AcrossProcessesHasTheBitsOfOneProcess) {
     for (const std::vector<float>& got : ReduceAcrossProcesses(files, per, kCount)) {
       ASSERT_EQ(got, want) << num << " file ranks of " << per;
     }
+    files.clear();  // (their heartbeats stopped before their directory goes)
     std::filesystem::remove_all(dir);
   }
 }
