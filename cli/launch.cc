@@ -357,6 +357,10 @@ class Launcher {
 
   // Relays output and reaps the processes until every one has ended; returns the exit
   // code of the launch (see RunLaunch).
+  // The launcher's own error output for what is said while its signal handlers are in
+  // place (Send: a blocked reader gives way to a stop signal).
+  void WriteError(std::string_view text) { Send(/*is_err=*/true, text); }
+
   int Supervise() {
     std::optional<Clock::time_point> term_at, kill_at;
     // The first failure is announced a moment after it is seen, so that processes that
@@ -881,7 +885,11 @@ int RunLaunch(const CommandContext& ctx) {
       code = launcher.Supervise();
     } else {
       launcher.StopAll();
-      code = ReportError(ctx, started);
+      CommandContext said = ctx;
+      std::ostringstream text;
+      said.err = &text;
+      code = ReportError(said, started);
+      launcher.WriteError(text.str());
     }
   }
   // Every process has ended: nobody uses the directory any more (a clean job removed
