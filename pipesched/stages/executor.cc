@@ -1220,7 +1220,8 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
                                " M=", M, D > 1 ? absl::StrCat(" D=", D) : "", " (measured)");
   timeline.time_unit = "us";
   timeline.num_ranks = P * D;
-  double issued = 0;  // of the action being collected, steady-clock us
+  timeline.ranks_per_replica = D > 1 ? P : 0;  // drawn as "replica d rank r"
+  double issued = 0;                           // of the action being collected, steady-clock us
   // An event of `row`'s device on the steady clock, through its step origin.
   auto stamp = [&](int row, const runtime::Event& event) -> absl::StatusOr<double> {
     const Clock& clock = clocks_[ranks_[row]->clock];

@@ -38,7 +38,8 @@
 // Measured timeline: every action (and transfer, and all-reduce) is bracketed by timing
 // events; Step returns a trace::Timeline with time_unit "us", one row per
 // (replica, rank) (row = replica * P + rank, num_ranks = P x D, so rows 0..P-1 are
-// replica 0 and line up with the simulator's ranks), lanes trace::kComputeLane (F, B,
+// replica 0 and line up with the simulator's ranks; with D > 1 ranks_per_replica = P, so
+// that the exporters name rows "replica d rank r"), lanes trace::kComputeLane (F, B,
 // I, W), kSendLane (SEND_B), kRecvLane (RECV_F), kCommLane (ALLREDUCE).
 #pragma once
 

@@ -72,20 +72,12 @@ double MicrosecondsPerUnit(const std::string& time_unit) {
   return kAbstractUnitUs;
 }
 
-std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
-  // Each event is written out as soon as it is made: a tree of every event would take
-  // some 4 KB an action (a GiB for 262k), and, with memory running out, its destructor's
-  // own allocation would abort the program instead of reporting it.
-  std::string events;
-  bool first_event = true;
-  auto emit = [&events, &first_event](const json& event) {
-    absl::StrAppend(&events, first_event ? "" : ",\n",
-                    event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    first_event = false;
-  };
+namespace {
+
+// The trace's "otherData": each timeline's name and unit, and what was left out of it
+// (ranks without spans beyond the drawn ones, spans whose times are not finite).
+json OtherData(const std::vector<const Timeline*>& timelines) {
   json other = json::object();
-  int next_pid = 1;
-  long long next_flow_id = 1;
   int timeline_index = 0;
   for (const Timeline* timeline : timelines) {
     if (timeline == nullptr) continue;
@@ -97,6 +89,52 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
             ? absl::StrCat(label, " (time in ", timeline->time_unit, ")")
             : absl::StrCat(label, " (abstract time: 1 ", timeline->time_unit, " = ",
                            kAbstractUnitUs, " us)");
+    long long not_finite = 0;
+    for (const Span& span : timeline->spans) {
+      const double start = span.start * scale, end = span.end * scale;
+      if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(end - start)) {
+        ++not_finite;
+      }
+    }
+    std::string left_out;
+    if (const long long empty = internal::EmptyRanksNotDrawn(*timeline); empty > 0) {
+      absl::StrAppend(&left_out, empty, " ranks without spans");
+    }
+    if (not_finite > 0) {
+      absl::StrAppend(&left_out, left_out.empty() ? "" : "; ", not_finite,
+                      " spans whose times are not finite numbers of microseconds");
+    }
+    if (!left_out.empty()) other[absl::StrCat("timeline ", timeline_index, " left out")] = left_out;
+    ++timeline_index;
+  }
+  return other;
+}
+
+}  // namespace
+
+std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
+  // One event per line: diffable, and still one JSON document. Each event is written out
+  // as soon as it is made, behind the head: a tree of every event would take some 4 KB an
+  // action (a GiB for 262k), and, with memory running out, its destructor's own
+  // allocation would abort the program instead of reporting it.
+  std::string events = absl::StrCat(
+      "{\"displayTimeUnit\": \"ms\",\n\"otherData\": ",
+      OtherData(timelines).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      ",\n\"traceEvents\": [\n");
+  bool first_event = true;
+  auto emit = [&events, &first_event](const json& event) {
+    absl::StrAppend(&events, first_event ? "" : ",\n",
+                    event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    first_event = false;
+  };
+  int next_pid = 1;
+  long long next_flow_id = 1;
+  int timeline_index = 0;
+  for (const Timeline* timeline : timelines) {
+    if (timeline == nullptr) continue;
+    const double scale = MicrosecondsPerUnit(timeline->time_unit);
+    const std::string label =
+        timeline->name.empty() ? absl::StrCat("timeline ", timeline_index) : timeline->name;
 
     // Ranks: all of [0, num_ranks) plus any a span names beyond it, but declared ranks
     // without spans only up to kMaxEmptyRanksDrawn.
@@ -119,7 +157,7 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                  {"ph", "M"},
                  {"pid", pid},
                  {"tid", 0},
-                 {"args", {{"name", absl::StrCat(label, ": rank ", rank)}}}}));
+                 {"args", {{"name", absl::StrCat(label, ": ", RowName(*timeline, rank))}}}}));
       emit(json({{"name", "process_sort_index"},
                  {"ph", "M"},
                  {"pid", pid},
@@ -142,20 +180,16 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
     }
 
     // A time that is not a finite number of microseconds would be written as null, which
-    // the viewers refuse: such spans (and their flows) are left out and counted.
+    // the viewers refuse: such spans (and their flows) are left out (counted in OtherData).
     auto times_us = [&](const Span& span, double* start, double* end) {
       *start = span.start * scale;
       *end = span.end * scale;
       return std::isfinite(*start) && std::isfinite(*end) && std::isfinite(*end - *start);
     };
-    long long not_finite = 0;
     for (std::size_t i = 0; i < timeline->spans.size(); ++i) {
       const Span& span = timeline->spans[i];
       double start_us = 0, end_us = 0;
-      if (!times_us(span, &start_us, &end_us)) {
-        ++not_finite;
-        continue;
-      }
+      if (!times_us(span, &start_us, &end_us)) continue;
       json args = {{"op", span.op}};
       if (span.stage >= 0) args["stage"] = span.stage;
       if (span.microbatch >= 0) args["microbatch"] = span.microbatch;
@@ -200,23 +234,8 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
                  {"tid", Tid(to.lane, lane_row[flow.to])},
                  {"ts", to_start}}));
     }
-    std::string left_out;
-    if (const long long empty = internal::EmptyRanksNotDrawn(*timeline); empty > 0) {
-      absl::StrAppend(&left_out, empty, " ranks without spans");
-    }
-    if (not_finite > 0) {
-      absl::StrAppend(&left_out, left_out.empty() ? "" : "; ", not_finite,
-                      " spans whose times are not finite numbers of microseconds");
-    }
-    if (!left_out.empty()) other[absl::StrCat("timeline ", timeline_index, " left out")] = left_out;
     ++timeline_index;
   }
-  // One event per line: diffable, and still one JSON document.
-  const std::string head =
-      absl::StrCat("{\"displayTimeUnit\": \"ms\",\n\"otherData\": ",
-                   other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                   ",\n\"traceEvents\": [\n");
-  events.insert(0, head);
   absl::StrAppend(&events, first_event ? "" : "\n", "]}\n");
   return events;
 }

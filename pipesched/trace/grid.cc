@@ -55,11 +55,11 @@ bool RanksRunSeveralStages(const Timeline& timeline) {
 
 // A lane's first row is named for the lane, its further rows (spans that overlap the
 // first row's, LaneRows) "send (2)", "send (3)", ...
-std::string RowLabel(int rank, int lane, int row) {
+std::string RowLabel(const Timeline& timeline, int rank, int lane, int row) {
   std::string label;
   switch (lane) {
     case kComputeLane:
-      label = absl::StrCat("rank ", rank);
+      label = RowName(timeline, rank);
       break;
     case kSendLane:
       label = "  send";
@@ -120,7 +120,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
 
   std::size_t label_width = 0;
   for (const auto& [rank, lane, row] : rows) {
-    label_width = std::max(label_width, RowLabel(rank, lane, row).size());
+    label_width = std::max(label_width, RowLabel(timeline, rank, lane, row).size());
   }
   const int prefix = static_cast<int>(label_width) + 3;  // "rank 0 | "
   const int plot_width = std::max(kMinPlotColumns, max_width - prefix);
@@ -215,7 +215,7 @@ std::string RenderTimelineGrid(const Timeline& timeline, const GridOptions& opti
   for (const auto& row : rows) {
     const auto& [rank, lane, lane_row_index] = row;
     absl::StrAppend(&out, absl::StrFormat("%-*s | ", static_cast<int>(label_width),
-                                          RowLabel(rank, lane, lane_row_index)));
+                                          RowLabel(timeline, rank, lane, lane_row_index)));
     AppendCells(grid[row], options.color, &out);
     out.push_back('\n');
   }

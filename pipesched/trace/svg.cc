@@ -170,13 +170,15 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
   const double lane_height = std::max(6.0, std::round(row_height * 0.4));
   const double label_font = std::clamp(row_height * 0.5, 9.0, 13.0);
 
-  // Row-label column: wide enough for "rank NN".
-  int max_rank = 0;
+  // Row-label column: wide enough for the longest row name ("rank NN", "replica 1 rank 0").
+  std::size_t longest = 0;
   for (const Timeline* t : timelines) {
-    max_rank = std::max(max_rank, std::min(t->num_ranks, kMaxEmptyRanksDrawn) - 1);
+    int max_rank = std::min(t->num_ranks, kMaxEmptyRanksDrawn) - 1;
     for (const Span& s : t->spans) max_rank = std::max(max_rank, s.rank);
+    longest = std::max(longest, RowName(*t, std::max(max_rank, 0)).size());
   }
-  const double label_column = (5 + std::to_string(max_rank).size()) * label_font * kCharWidth + 10;
+  const double label_column =
+      static_cast<double>(std::max<std::size_t>(longest, 6)) * label_font * kCharWidth + 10;
   const double plot_left = kMarginLeft + label_column;
   const double plot_right = width - kMarginRight;
   const double plot_width = plot_right - plot_left;
@@ -289,7 +291,7 @@ std::string ToSvg(const std::vector<const Timeline*>& input, const SvgOptions& o
     // Rows: label and the idle background up to this timeline's makespan.
     for (const Row& row : block.rows) {
       const bool compute = row.lane == kComputeLane;
-      std::string label = compute ? absl::StrCat("rank ", row.rank) : LaneName(row.lane);
+      std::string label = compute ? RowName(*block.timeline, row.rank) : LaneName(row.lane);
       if (row.lane_row > 0) absl::StrAppend(&label, " (", row.lane_row + 1, ")");
       body.Line(Text(plot_left - 8, row.y + row.height / 2, compute ? label_font : label_font * 0.8,
                      compute ? kInk : kMuted, label,

@@ -35,6 +35,10 @@ struct Timeline {
   std::string name;                // e.g. "1f1b P=4 M=8 (simulated)"
   std::string time_unit = "unit";  // "unit" for simulated unit costs, "us" for measured
   int num_ranks = 0;
+  // Rows of several replicas of one pipeline (the executor's timeline with D > 1: row =
+  // replica * ranks_per_replica + rank), which the exporters name "replica d rank r"
+  // (RowName); 0: every row is a rank of its own ("rank r").
+  int ranks_per_replica = 0;
   std::vector<Span> spans;
   std::vector<Flow> flows;
 
@@ -44,6 +48,16 @@ struct Timeline {
     return m;
   }
 };
+
+// What the exporters call row `row` (Span::rank): "rank 3", or "replica 1 rank 0" where
+// the rows are several replicas' (Timeline::ranks_per_replica).
+inline std::string RowName(const Timeline& timeline, int row) {
+  const int per = timeline.ranks_per_replica;
+  if (per > 0 && timeline.num_ranks > per && row >= 0) {
+    return "replica " + std::to_string(row / per) + " rank " + std::to_string(row % per);
+  }
+  return "rank " + std::to_string(row);
+}
 
 // What a drawing calls the timeline's length: "step time" when it has a step's phases
 // (WithStepPhases: its length is the whole step's, not the schedule's makespan),

@@ -58,6 +58,31 @@ TEST(GridTest, RanksWithSeveralStagesNameTheStage) {
             "         2F3 stage 2's F of micro-batch 3\n");
 }
 
+// Rows of two replicas of a 2-rank pipeline (the executor's timeline with D = 2) are
+// named by replica and rank, not "rank 2" for replica 1's rank 0.
+TEST(GridTest, ReplicasRowsAreNamedByReplicaAndRank) {
+  Timeline t;
+  t.name = "measured";
+  t.num_ranks = 4;
+  t.ranks_per_replica = 2;
+  t.spans = {{0, kComputeLane, 0, 0, "F", 0, 1},
+             {1, kComputeLane, 1, 0, "F", 1, 2},
+             {2, kComputeLane, 0, 0, "F", 0, 1},
+             {3, kComputeLane, 1, 0, "F", 1, 2}};
+  GridOptions options;
+  options.axis = false;
+  options.legend = false;
+  EXPECT_EQ(RenderTimelineGrid(t, options),
+            "measured: makespan 2 unit, 1 column = 0.333333 unit\n"
+            "replica 0 rank 0 | F0 ...\n"
+            "replica 0 rank 1 | ...F0 \n"
+            "replica 1 rank 0 | F0 ...\n"
+            "replica 1 rank 1 | ...F0 \n");
+  EXPECT_EQ(RowName(t, 3), "replica 1 rank 1");
+  t.ranks_per_replica = 0;
+  EXPECT_EQ(RowName(t, 3), "rank 3");
+}
+
 // Two sends of rank 0 in flight at once (a transfer longer than the forward between
 // them, as `simulate --cost-comm=3` makes): the second goes on a row of its own, and
 // neither label is cut. The third, which starts after the first has ended, shares its
