@@ -485,6 +485,25 @@ class FileBootstrap final : public Bootstrap {
     return std::chrono::duration_cast<std::chrono::seconds>(started_ - written).count();
   }
 
+  // Before this rank's first exchange, a rank's file written long before this process
+  // started may be an earlier run's (a directory left behind, which a rank started before
+  // rank 0 joins): "; it <did> N s before this process started: is DIR an earlier run's?
+  // remove it"; empty otherwise.
+  std::string EarlierRunHint(const std::string& file, std::string_view did) const {
+    if (exchanged_.load(std::memory_order_acquire)) return "";
+    const std::optional<std::int64_t> age = SecondsBeforeThisProcess(file);
+    if (!age.has_value()) return "";
+    return absl::StrCat("; it ", Absl(did), " ", *age, " s before this process started: is ",
+                        QuoteForMessage(dir_.string(), 200), " an earlier run's? remove it");
+  }
+
+  // Aborted with the first rank found gone (`message`, kept: Failure() says it again).
+  absl::Status Ended(std::string message) {
+    std::lock_guard<std::mutex> lock(ended_mu_);
+    if (!ended_.has_value()) ended_ = std::move(message);
+    return absl::AbortedError(*ended_);
+  }
+
   std::string AliveFile(int rank) const { return (dir_ / absl::StrCat("alive.", rank)).string(); }
 
   enum class Liveness { kUnknown, kAlive, kEnded };
@@ -583,23 +602,10 @@ class FileBootstrap final : public Bootstrap {
       if (Exists((dir_ / absl::StrCat("gone.", r)).string())) continue;
       // A rank that said why before it ended is reported with its reason.
       PS_RETURN_IF_ERROR(FailedMarker(/*throttled=*/false));
-      // Before this rank's first exchange, a rank that joined long before it may be an
-      // earlier run's (a directory left behind, which a rank started before rank 0 joins).
-      std::string old;
-      if (!exchanged_.load(std::memory_order_acquire)) {
-        if (const std::optional<std::int64_t> age = SecondsBeforeThisProcess(AliveFile(r))) {
-          old = absl::StrCat("; it joined ", *age, " s before this process started: is ",
-                             QuoteForMessage(dir_.string(), 200), " an earlier run's? remove it");
-        }
-      }
-      std::lock_guard<std::mutex> lock(ended_mu_);
-      if (!ended_.has_value()) {
-        ended_ = absl::StrCat("process ", r, " (pid ", pid,
-                              ") ended without leaving the job (killed, crashed, or exited "
-                              "early?)",
-                              old);
-      }
-      return absl::AbortedError(*ended_);
+      return Ended(absl::StrCat("process ", r, " (pid ", pid,
+                                ") ended without leaving the job (killed, crashed, or exited "
+                                "early?)",
+                                EarlierRunHint(AliveFile(r), "joined")));
     }
     return absl::OkStatus();
   }
@@ -787,26 +793,13 @@ class FileBootstrap final : public Bootstrap {
       const std::vector<absl::string_view> fields =
           absl::StrSplit(absl::StripTrailingAsciiWhitespace(watch.beat), ' ');
       if (fields.size() == 3) who = absl::StrCat(" (pid ", fields[1], " on ", fields[2], ")");
-      // Before this rank's first exchange, a beat from long before it started may be an
-      // earlier run's (a directory left behind, which a rank started before rank 0 joins).
-      std::string old;
-      if (!exchanged_.load(std::memory_order_acquire)) {
-        if (const std::optional<std::int64_t> age = SecondsBeforeThisProcess(BeatFile(r))) {
-          old = absl::StrCat("; it last beat ", *age, " s before this process started: is ",
-                             QuoteForMessage(dir_.string(), 200), " an earlier run's? remove it");
-        }
-      }
-      std::lock_guard<std::mutex> lock(ended_mu_);
-      if (!ended_.has_value()) {
-        ended_ = absl::StrCat(
-            "process ", r, who, " has shown no sign of life for ",
-            absl::StrFormat("%.1f", static_cast<double>(now - watch.changed) / 1e6),
-            " s (its heartbeat, ", QuoteForMessage(BeatFile(r), 200),
-            ", stopped: is its host down or cut off from the directory, or the process "
-            "stopped?)",
-            old);
-      }
-      return absl::AbortedError(*ended_);
+      return Ended(
+          absl::StrCat("process ", r, who, " has shown no sign of life for ",
+                       absl::StrFormat("%.1f", static_cast<double>(now - watch.changed) / 1e6),
+                       " s (its heartbeat, ", QuoteForMessage(BeatFile(r), 200),
+                       ", stopped: is its host down or cut off from the directory, or the process "
+                       "stopped?)",
+                       EarlierRunHint(BeatFile(r), "last beat")));
     }
     return absl::OkStatus();
   }

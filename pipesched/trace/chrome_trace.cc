@@ -74,6 +74,10 @@ double MicrosecondsPerUnit(const std::string& time_unit) {
 
 namespace {
 
+std::string TimelineLabel(const Timeline& timeline, int index) {
+  return timeline.name.empty() ? absl::StrCat("timeline ", index) : timeline.name;
+}
+
 // The trace's "otherData": each timeline's name and unit, and what was left out of it
 // (ranks without spans beyond the drawn ones, spans whose times are not finite).
 json OtherData(const std::vector<const Timeline*>& timelines) {
@@ -82,8 +86,7 @@ json OtherData(const std::vector<const Timeline*>& timelines) {
   for (const Timeline* timeline : timelines) {
     if (timeline == nullptr) continue;
     const double scale = MicrosecondsPerUnit(timeline->time_unit);
-    const std::string label =
-        timeline->name.empty() ? absl::StrCat("timeline ", timeline_index) : timeline->name;
+    const std::string label = TimelineLabel(*timeline, timeline_index);
     other[absl::StrCat("timeline ", timeline_index)] =
         IsPhysicalUnit(timeline->time_unit)
             ? absl::StrCat(label, " (time in ", timeline->time_unit, ")")
@@ -133,8 +136,7 @@ std::string ToChromeTrace(const std::vector<const Timeline*>& timelines) {
   for (const Timeline* timeline : timelines) {
     if (timeline == nullptr) continue;
     const double scale = MicrosecondsPerUnit(timeline->time_unit);
-    const std::string label =
-        timeline->name.empty() ? absl::StrCat("timeline ", timeline_index) : timeline->name;
+    const std::string label = TimelineLabel(*timeline, timeline_index);
 
     // Ranks: all of [0, num_ranks) plus any a span names beyond it, but declared ranks
     // without spans only up to kMaxEmptyRanksDrawn.
