@@ -16,11 +16,12 @@
 //                           file (killed, crashed, exited early). The kernel drops the
 //                           lock of a process however it ends. Other hosts' files are
 //                           not judged (locks may be per machine on a shared file
-//                           system); a file system without flock gets no file: a dead
-//                           rank is then a timeout
+//                           system); a file system without flock gets no file: such
+//                           ranks are judged by their heartbeat (beat.<rank>)
 //   beat.<rank>             "<20-digit count> <pid> <host>\n", rewritten in place every
-//                           second by `rank`'s heartbeat thread from its first exchange
-//                           until it leaves (opened, written and closed each time, so that
+//                           second by `rank`'s heartbeat thread from the start of its
+//                           first exchange until its close exchange is done (made by the
+//                           first beat only; opened, written and closed each time, so that
 //                           a shared file system's server has it); a rank whose count
 //                           another has watched stand still for the heartbeat timeout is
 //                           judged gone (host down, process stopped) unless its gone file
@@ -828,8 +829,9 @@ class FileBootstrap final : public Bootstrap {
   // This rank's alive file, locked (HoldAliveLock) until Close() has written its gone
   // file; -1 on a file system without flock.
   ScopedFd alive_fd_;
-  // The heartbeat: its thread (started after the first exchange, stopped by Close() or
-  // the destructor), and per rank what LookForSilentRanks last read (under watch_mu_).
+  // The heartbeat: its thread (started with the first exchange, stopped by Close() once
+  // its close exchange is done, or by the destructor), and per rank what LookForSilentRanks last
+  // read (under watch_mu_).
   std::once_flag beat_started_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

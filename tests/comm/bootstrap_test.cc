@@ -219,6 +219,7 @@ TEST(FileBootstrapTest, RanksStartedForDifferentSizesAreRefused) {
   EXPECT_THAT(CreateFileBootstrap(dir, 1, 3, {.timeout_seconds = 5}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("rank 1 was started for 3 processes, but rank 0 made")));
+  zero.reset();
   std::filesystem::remove_all(dir);
 }
 
@@ -260,6 +261,7 @@ TEST(FileBootstrapTest, RankZeroMissingIsATimeoutAndAbortCancels) {
   zero->Abort();
   waiter.join();
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled, HasSubstr("aborted on channel 'x'")));
+  zero.reset();  // (its heartbeat stopped before its directory goes)
   std::filesystem::remove_all(dir);
 }
 
@@ -315,6 +317,7 @@ TEST(FileBootstrapTest, AFailedRankReleasesTheOthersAndItsDirectoryIsReplaced) {
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("out of memory on two lines (written 3600 s before this process "
                                  "started")));
+  late.reset();
   std::filesystem::remove_all(dir);
 }
 
