@@ -379,8 +379,7 @@ absl::Status Compare(const CommandContext& ctx) {
   }
   // Transfers alone (F = B = 0) make idle time against no work: no bubble to rank by.
   for (const scheduler::ComparedSchedule& c : compared) {
-    if (c.status.ok() && std::all_of(c.sim.ranks.begin(), c.sim.ranks.end(),
-                                     [](const scheduler::RankStats& r) { return !(r.busy > 0); })) {
+    if (c.status.ok() && NoRankWorks(c.sim)) {
       return absl::InvalidArgumentError(
           "every action takes 0 time, so there is no bubble to compare: give the stages some "
           "work (--cost-f, --cost-b, or a --costs file with times)");

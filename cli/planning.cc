@@ -453,6 +453,11 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
   return costs;
 }
 
+bool NoRankWorks(const scheduler::SimResult& sim) {
+  return std::all_of(sim.ranks.begin(), sim.ranks.end(),
+                     [](const scheduler::RankStats& r) { return !(r.busy > 0); });
+}
+
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,
                      const scheduler::CostModel& costs, const scheduler::SimResult& sim) {
   std::ostream& out = *ctx.out;

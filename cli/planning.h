@@ -106,6 +106,10 @@ absl::StatusOr<scheduler::CostModel> UncheckedCostsFromFlags(const CommandContex
 // that fits, the shortest step" or "chosen greedily, not proven the shortest step".
 std::string RecomputeSearchText(bool exhaustive);
 
+// Whether no rank of `sim` did any work (every action took 0 time): its idle time is no
+// bubble, and its bubble ratio would divide by 0; simulate and compare refuse it.
+bool NoRankWorks(const scheduler::SimResult& sim);
+
 // Prints the statistics table of a simulation, with the closed form where one applies.
 void PrintSimulation(const CommandContext& ctx, const scheduler::Schedule& schedule,
                      const scheduler::CostModel& costs, const scheduler::SimResult& sim);

@@ -143,8 +143,7 @@ absl::Status SimulateAndReport(const CommandContext& ctx, const scheduler::Sched
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim, scheduler::Simulate(schedule, costs));
   // Idle time against no work at all is no bubble (its ratio would divide by 0): refused,
   // as compare refuses it. (validate's answer, the verdict, stands without one.)
-  if (verdict.empty() && std::all_of(sim.ranks.begin(), sim.ranks.end(),
-                                     [](const scheduler::RankStats& r) { return !(r.busy > 0); })) {
+  if (verdict.empty() && NoRankWorks(sim)) {
     return absl::InvalidArgumentError(
         "every action of the schedule takes 0 time, so there is no bubble to measure: give "
         "the stages some work (--cost-f, --cost-b, or a --costs file with times)");
