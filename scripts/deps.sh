@@ -4,7 +4,7 @@
 # Usage: scripts/deps.sh [extra-package ...]
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libopenblas-dev nlohmann-json3-dev "$@")
+      libopenblas-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,10 +3,15 @@
 //   BM_InProcessAllGather/bytes: the in-process kind (a mutex and a condition variable);
 //   BM_FileAllGather/bytes:      the file kind in a fresh directory under /tmp: a write,
 //                                a link and a read per rank, and the polling between.
+//   BM_MpiAllGather/bytes:       the MPI kind, between the processes of `mpiexec -n 2
+//                                comm_bench --benchmark_filter=Mpi` (each runs the same
+//                                fixed number of iterations; process 0's figures are the
+//                                ones to read); skipped when not started by an MPI launcher.
 // The host backend's all-reduce across processes sends each gradient buffer of a stage
 // through one such exchange (docs/benchmarks.md, "Processes"), so /bytes is its size.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -76,6 +81,33 @@ void BM_FileAllGather(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_FileAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
+
+void BM_MpiAllGather(benchmark::State& state) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr) {
+    state.SkipWithError("not started by an MPI launcher: run `mpiexec -n 2 comm_bench`");
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<Bootstrap>> bootstrap = CreateMpiBootstrap();
+  if (!bootstrap.ok()) {
+    state.SkipWithError(std::string(bootstrap.status().message()).c_str());
+    return;
+  }
+  Bootstrap& b = **bootstrap;
+  const std::string payload(static_cast<std::size_t>(state.range(0)), 'g');
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<std::string>> all = b.AllGather("bench", payload);
+    if (!all.ok()) {
+      state.SkipWithError(std::string(all.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(all->data());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * b.size());
+  (void)b.Close();
+}
+// Fixed iterations: every process must make the same exchanges.
+BENCHMARK(BM_MpiAllGather)->Arg(8)->Iterations(20000)->UseRealTime();
+BENCHMARK(BM_MpiAllGather)->Arg(1 << 20)->Iterations(500)->UseRealTime();
 
 }  // namespace
 }  // namespace pipesched::comm

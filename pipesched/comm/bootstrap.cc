@@ -64,13 +64,10 @@
 #include "pipesched/base/file_util.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
+#include "pipesched/comm/internal.h"
 
 namespace pipesched::comm {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr std::string_view kCloseChannel = "~close";  // not a user channel: '~' is refused
+namespace internal {
 
 absl::Status CheckChannel(std::string_view channel) {
   const bool ok = !channel.empty() && channel.size() <= 64 &&
@@ -104,12 +101,38 @@ std::string MissingRanks(const std::vector<bool>& present) {
   return absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "));
 }
 
-std::optional<Clock::time_point> DeadlineAfter(double seconds) {
+std::optional<std::chrono::steady_clock::time_point> DeadlineAfter(double seconds) {
   // Past 30 years a deadline is none (and the duration would overflow the clock).
   if (!(seconds > 0) || seconds > 1e9) return std::nullopt;
+  using Clock = std::chrono::steady_clock;
   return Clock::now() +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
+
+absl::Status CheckHeartbeatTimeout(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || (seconds > 0 && seconds < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the heartbeat timeout must be 0 (not judged) or at least 2 seconds, not ", seconds));
+  }
+  return absl::OkStatus();
+}
+
+std::string FailureReason(std::string_view reason) {
+  std::string line(reason.substr(0, std::min<std::size_t>(reason.size(), 1000)));
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return line;
+}
+
+}  // namespace internal
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::CheckChannel;
+using internal::CheckRankAndSize;
+using internal::DeadlineAfter;
+using internal::kCloseChannel;
+using internal::MissingRanks;
 
 // ---------------------------------------------------------------------------------------
 // In-process
@@ -280,9 +303,7 @@ absl::StatusOr<bool> LinkNewFile(const std::string& tmp, const std::string& path
 // The `failed` marker's content: "<rank>\n<reason on one line of at most 1000 bytes>"
 // (it is quoted in the others' errors).
 std::string FailureMarker(int rank, std::string_view reason) {
-  std::string line(reason.substr(0, std::min<std::size_t>(reason.size(), 1000)));
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  return absl::StrCat(rank, "\n", line);
+  return absl::StrCat(rank, "\n", internal::FailureReason(reason));
 }
 
 class FileBootstrap final : public Bootstrap {
@@ -903,11 +924,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
   if (dir.empty()) {
     return absl::InvalidArgumentError("the rendezvous directory is empty: give a path");
   }
-  const double heartbeat = options.heartbeat_timeout_seconds;
-  if (!std::isfinite(heartbeat) || heartbeat < 0 || (heartbeat > 0 && heartbeat < 2)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the heartbeat timeout must be 0 (not judged) or at least 2 seconds, not ", heartbeat));
-  }
+  PS_RETURN_IF_ERROR(internal::CheckHeartbeatTimeout(options.heartbeat_timeout_seconds));
   auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
   PS_RETURN_IF_ERROR(bootstrap->Join());
   return std::unique_ptr<Bootstrap>(std::move(bootstrap));

@@ -8,8 +8,9 @@
 //               as threads);
 //   file:       a directory every rank can see (one host, or a shared file system);
 //               rank 0 creates it, and removes it when every rank has closed;
-//   MPI:        not built (pipesched does not depend on MPI); an embedder that has MPI
-//               implements Bootstrap over MPI_Allgather in a few lines.
+//   MPI:        the processes of MPI_COMM_WORLD (started by mpirun, mpiexec or srun);
+//               built when CMake finds MPI (Debian: libopenmpi-dev), see
+//               CreateMpiBootstrap.
 //
 // The contract of AllGather is the one collectives have: every rank calls it with the
 // same channel the same number of times, and the k-th call on a channel returns what
@@ -52,7 +53,7 @@ struct BootstrapOptions {
 class Bootstrap {
  public:
   virtual ~Bootstrap() = default;
-  virtual std::string_view kind() const = 0;  // "in-process", "file"
+  virtual std::string_view kind() const = 0;  // "in-process", "file", "mpi"
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
@@ -137,6 +138,30 @@ absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstrap
 // heartbeat timeout that is negative, not finite, or above 0 but under 2 s.
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
     const std::string& dir, int rank, int size, const BootstrapOptions& options = {});
+
+// Whether this pipesched was built with MPI (CreateMpiBootstrap works).
+bool MpiBootstrapBuilt();
+
+// This process as its rank of MPI_COMM_WORLD, the job being all of its processes. MPI is
+// initialized here (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless the embedder has done so,
+// and then finalized at exit; an embedder that initializes MPI itself must ask for
+// MPI_THREAD_MULTIPLE (the bootstrap's own thread makes its MPI calls, on a duplicate of
+// MPI_COMM_WORLD, so they never meet the embedder's messages) and must destroy every
+// bootstrap before MPI_Finalize. Blocks until every process has called it
+// (MPI_Comm_dup is collective): a process that exits first ends the job by the MPI
+// launcher's rule. Exchanges keep the contract above with `options.timeout_seconds`. A
+// process that exits or is killed is the MPI launcher's to find (it ends the job); one
+// that is stopped or cut off is found by its heartbeat: each bootstrap's thread sends
+// every other rank a message each second, and a rank that an exchange (or Failure())
+// has heard nothing from for options.heartbeat_timeout_seconds ends it with Aborted
+// "process <r> has shown no sign of life for <t> s ..." (0 = not judged; not after
+// Close() has begun). After a failure (Fail, a failure heard, Abort, a timeout, an MPI
+// error) the MPI_Finalize at exit is waited for 10 s at most: a stopped process never
+// comes to it. InvalidArgument for a heartbeat timeout as CreateFileBootstrap refuses;
+// FailedPrecondition when built without MPI ("... built without MPI ..."), when MPI
+// cannot give MPI_THREAD_MULTIPLE, or when it was finalized already; Internal for an MPI
+// call that fails, with MPI's words.
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateMpiBootstrap(const BootstrapOptions& options = {});
 
 // For a launcher whose process `rank` of the job meeting in `dir` (a file bootstrap's
 // directory) ended without a word, killed or crashed: marks the job failed as that rank's

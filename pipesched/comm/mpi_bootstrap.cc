@@ -1,0 +1,603 @@
+// The MPI bootstrap (comm/bootstrap.h, CreateMpiBootstrap); without MPI
+// (PIPESCHED_HAS_MPI unset) only the factory's refusal.
+//
+// One thread of each bootstrap makes its MPI calls after creation, on a duplicate of
+// MPI_COMM_WORLD (so they never meet the embedder's), with one tag. Messages:
+//   'D' <channel size: 1 byte> <channel> <exchange k: 8 bytes, little-endian> <bytes>
+//        the sender's part of its k-th exchange on that channel
+//   'F' <reason>
+//        the sender failed (Fail): every exchange of the job ends with its reason
+//   'H'  the sender's heartbeat, sent to every rank each second by its thread while
+//        BootstrapOptions::heartbeat_timeout_seconds is above 0
+// Any message from a rank is a sign of life; a rank missing from an exchange that has
+// not given one for the heartbeat timeout (by this rank's clock, while its thread ran)
+// ends the exchange with Aborted "process <r> has shown no sign of life ...". That finds
+// a process that is stopped (SIGSTOP, a debugger) or whose host is cut off, which the
+// MPI launcher does not: it ends the job only when a process exits.
+// A caller files its own part and queues one message per other rank (one payload shared
+// by all), then waits under the mutex for the other parts. The thread sends the queue
+// (MPI_Isend, each payload kept until its send completes), probes for what arrived
+// (MPI_Iprobe, then MPI_Recv of its size) and files each part under (channel, k,
+// sender); with nothing to do it waits on a condition variable that a new message in the
+// queue signals, for up to 20 us while a caller waits and up to 1 ms otherwise.
+#include "pipesched/comm/bootstrap.h"
+
+#ifdef PIPESCHED_HAS_MPI
+#include <mpi.h>
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pipesched/base/status.h"
+#include "pipesched/base/strings.h"
+#include "pipesched/comm/internal.h"
+
+namespace pipesched::comm {
+
+#ifndef PIPESCHED_HAS_MPI
+
+bool MpiBootstrapBuilt() { return false; }
+
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateMpiBootstrap(const BootstrapOptions&) {
+  return absl::FailedPreconditionError(
+      "this pipesched was built without MPI (CMake found none: on Debian install "
+      "libopenmpi-dev and openmpi-bin, then configure again): start the processes with "
+      "`pipesched launch`, or give each --processes, --process-rank and --rendezvous");
+}
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTag = 0x7073;  // "ps"
+
+std::string MpiErrorText(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int size = 0;
+  if (MPI_Error_string(code, text, &size) != MPI_SUCCESS) return absl::StrCat("MPI error ", code);
+  return std::string(text, static_cast<std::size_t>(size));
+}
+
+absl::Status MpiFailed(std::string_view call, int code) {
+  return absl::InternalError(
+      absl::StrCat("MPI bootstrap: ", Absl(call), " failed: ", MpiErrorText(code)));
+}
+
+class MpiBootstrap;
+
+// The bootstraps alive in this process, whose threads FinalizeAtExit stops first (one
+// that outlives main, a static say, would otherwise call MPI after MPI_Finalize). Never
+// destroyed: atexit functions may run after static destructors.
+struct Live {
+  std::mutex mu;
+  std::set<MpiBootstrap*> bootstraps;
+};
+Live& LiveBootstraps() {
+  static Live* live = new Live;
+  return *live;
+}
+
+void FinalizeAtExit();
+
+// Set once a bootstrap of this process has seen its job fail (Fail, a failure received,
+// an MPI error, Abort, a timeout): another process may then never come to MPI_Finalize,
+// which waits for every process, so FinalizeAtExit waits for it only so long.
+std::atomic<bool> g_job_failed{false};
+constexpr auto kFinalizeWaitAfterFailure = std::chrono::seconds(10);
+
+// MPI initialized with MPI_THREAD_MULTIPLE (here, unless the embedder did).
+absl::Status InitializeMpi() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  int finalized = 0;
+  if (const int rc = MPI_Finalized(&finalized); rc != MPI_SUCCESS) {
+    return MpiFailed("MPI_Finalized", rc);
+  }
+  if (finalized) {
+    return absl::FailedPreconditionError(
+        "MPI bootstrap: MPI was finalized already, and cannot be initialized again: create "
+        "the bootstrap before MPI_Finalize");
+  }
+  int initialized = 0;
+  if (const int rc = MPI_Initialized(&initialized); rc != MPI_SUCCESS) {
+    return MpiFailed("MPI_Initialized", rc);
+  }
+  int provided = 0;
+  if (!initialized) {
+    if (const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+        rc != MPI_SUCCESS) {
+      return MpiFailed("MPI_Init_thread", rc);
+    }
+    std::atexit(FinalizeAtExit);
+  } else if (const int rc = MPI_Query_thread(&provided); rc != MPI_SUCCESS) {
+    return MpiFailed("MPI_Query_thread", rc);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "MPI bootstrap: MPI gives thread level ", provided, ", and the bootstrap needs ",
+        MPI_THREAD_MULTIPLE, " (MPI_THREAD_MULTIPLE: its own thread calls MPI): ",
+        initialized ? "initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"
+                    : "use an MPI library built with thread support (Debian's Open MPI is)"));
+  }
+  return absl::OkStatus();
+}
+
+void PutUint64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::uint64_t GetUint64(std::string_view in) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+class MpiBootstrap final : public Bootstrap {
+ public:
+  MpiBootstrap(MPI_Comm comm, int rank, int size, BootstrapOptions options)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        options_(options),
+        last_heard_(static_cast<std::size_t>(size), Clock::now()) {
+    thread_ = std::thread([this] { Run(); });
+    std::lock_guard<std::mutex> lock(LiveBootstraps().mu);
+    LiveBootstraps().bootstraps.insert(this);
+  }
+  ~MpiBootstrap() override {
+    {
+      std::lock_guard<std::mutex> lock(LiveBootstraps().mu);
+      LiveBootstraps().bootstraps.erase(this);
+    }
+    StopThread(/*drain_seconds=*/1);
+    // The duplicate communicator is freed by Close() (MPI_Comm_free is collective: a
+    // bootstrap that did not close cannot count on the others), else by MPI_Finalize.
+  }
+  MpiBootstrap(const MpiBootstrap&) = delete;
+  MpiBootstrap& operator=(const MpiBootstrap&) = delete;
+
+  std::string_view kind() const override { return "mpi"; }
+
+  // Stops the thread once it has sent what is queued, or after `drain_seconds`.
+  // Idempotent; not concurrent with itself.
+  void StopThread(double drain_seconds) {
+    std::lock_guard<std::mutex> stop_lock(stop_mu_);
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      stop_drain_until_ = internal::DeadlineAfter(drain_seconds).value_or(Clock::time_point::max());
+    }
+    thread_cv_.notify_one();
+    thread_.join();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
+                                                     std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(internal::CheckChannel(channel));
+    return Exchange(channel, bytes);
+  }
+
+  void Abort() override {
+    g_job_failed = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      aborted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  absl::Status Failure() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.has_value()) return absl::AbortedError(*failure_);
+    if (!closing_) {
+      std::vector<bool> everyone(static_cast<std::size_t>(size_), false);
+      PS_RETURN_IF_ERROR(JudgeSilence(everyone));
+    }
+    return error_;
+  }
+
+  void Fail(std::string_view reason) override {
+    g_job_failed = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure_.has_value() || stopping_) return;
+      failure_ = absl::StrCat("process ", rank_, " failed: ", internal::FailureReason(reason));
+      auto payload =
+          std::make_shared<std::string>(absl::StrCat("F", internal::FailureReason(reason)));
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) outbox_.push_back({r, payload});
+      }
+    }
+    cv_.notify_all();
+    thread_cv_.notify_one();
+  }
+
+  absl::Status Close() override {
+    if (closed_) return absl::OkStatus();
+    {
+      // From here a rank may stop beating because it has left: none is judged any more
+      // outside an exchange (a rank missing from the close exchange still is).
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    PS_RETURN_IF_ERROR(Exchange(internal::kCloseChannel, "").status());
+    closed_ = true;
+    // Every rank's part of every exchange has arrived, so what is left to send is at
+    // most the close exchange's parts, which the others are waiting for.
+    StopThread(options_.timeout_seconds > 0 ? options_.timeout_seconds : 1e9);
+    if (const int rc = MPI_Comm_free(&comm_); rc != MPI_SUCCESS) {
+      return MpiFailed("MPI_Comm_free", rc);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Outgoing {
+    int to;
+    std::shared_ptr<const std::string> payload;
+  };
+  struct Sending {
+    std::shared_ptr<const std::string> payload;
+    MPI_Request request;
+  };
+  struct Round {
+    explicit Round(int size) : slots(size) {}
+    std::vector<std::optional<std::string>> slots;
+    int arrived = 0;
+  };
+
+  absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
+                                                    std::string_view bytes) {
+    if (closed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bootstrap rank ", rank_, ": AllGather after Close()"));
+    }
+    const std::optional<Clock::time_point> deadline =
+        internal::DeadlineAfter(options_.timeout_seconds);
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::int64_t k = next_[std::string(channel)]++;
+    auto cancelled = [&] {
+      return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
+                                               Absl(channel), "' (exchange ", k, ")"));
+    };
+    if (aborted_) return cancelled();
+    if (failure_.has_value()) return absl::AbortedError(*failure_);
+    PS_RETURN_IF_ERROR(error_);
+    const auto key = std::make_pair(std::string(channel), k);
+    Round& round = rounds_.try_emplace(key, size_).first->second;
+    round.slots[rank_] = std::string(bytes);
+    ++round.arrived;
+    if (size_ > 1) {
+      std::string message = "D";
+      message.push_back(static_cast<char>(channel.size()));
+      message.append(channel);
+      PutUint64(message, static_cast<std::uint64_t>(k));
+      message.append(bytes);
+      auto payload = std::make_shared<const std::string>(std::move(message));
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) outbox_.push_back({r, payload});
+      }
+    }
+    auto ready = [&] {
+      return round.arrived == size_ || aborted_ || failure_.has_value() || !error_.ok();
+    };
+    bool in_time = true;
+    ++waiting_;
+    thread_cv_.notify_one();  // to poll closely from now on
+    while (!ready()) {
+      // Every 0.25 s a look at the silence of the ranks still missing.
+      Clock::time_point until = Clock::now() + std::chrono::milliseconds(250);
+      if (deadline.has_value()) until = std::min(until, *deadline);
+      if (cv_.wait_until(lock, until, ready)) break;
+      if (deadline.has_value() && Clock::now() >= *deadline) {
+        in_time = false;
+        break;
+      }
+      if (absl::Status silent = JudgeSilence(Present(round)); !silent.ok()) {
+        failure_ = std::string(silent.message());
+        g_job_failed = true;
+        cv_.notify_all();
+        break;
+      }
+    }
+    --waiting_;
+    if (round.arrived == size_) {
+      std::vector<std::string> out;
+      out.reserve(size_);
+      for (std::optional<std::string>& slot : round.slots) out.push_back(std::move(*slot));
+      rounds_.erase(key);
+      return out;
+    }
+    if (failure_.has_value()) return absl::AbortedError(*failure_);
+    PS_RETURN_IF_ERROR(error_);
+    if (!in_time) {
+      g_job_failed = true;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "MPI bootstrap: rank ", rank_, " waited ", options_.timeout_seconds, " s on channel '",
+          Absl(channel), "' (exchange ", k, ") for ", internal::MissingRanks(Present(round)),
+          " (stopped, or not making this exchange?)"));
+    }
+    return cancelled();
+  }
+
+  // Which ranks' parts of `round` are there.
+  static std::vector<bool> Present(const Round& round) {
+    std::vector<bool> present;
+    for (const std::optional<std::string>& slot : round.slots) present.push_back(slot.has_value());
+    return present;
+  }
+
+  // OK, or Aborted naming the first rank not `present` that has given no sign of life
+  // for the heartbeat timeout (with the mutex held).
+  absl::Status JudgeSilence(const std::vector<bool>& present) const {
+    const double timeout = options_.heartbeat_timeout_seconds;
+    if (!(timeout > 0) || timeout > 1e9) return absl::OkStatus();
+    const Clock::time_point now = Clock::now();
+    // The thread has not run for a while (this process was stopped): it has not yet
+    // heard what the others sent meanwhile, nor reset their times.
+    if (now - last_turn_ > std::chrono::seconds(1)) return absl::OkStatus();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || present[r]) continue;
+      const double silent = std::chrono::duration<double>(now - last_heard_[r]).count();
+      if (silent > timeout) {
+        return absl::AbortedError(absl::StrFormat(
+            "process %d has shown no sign of life for %.1f s (no MPI message from it, its "
+            "heartbeat included: is it stopped, or its host down or cut off?)",
+            r, silent));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Files a message from `from` (the thread, without the mutex held).
+  void Deliver(int from, std::string message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_heard_[from] = Clock::now();
+    const std::string_view m = message;
+    if (m == "H") return;
+    if (!m.empty() && m[0] == 'F') {
+      if (!failure_.has_value()) {
+        failure_ = absl::StrCat("process ", from, " failed: ", Absl(m.substr(1)));
+      }
+      g_job_failed = true;
+      cv_.notify_all();
+      return;
+    }
+    const std::size_t channel_size = m.size() >= 2 ? static_cast<unsigned char>(m[1]) : 0;
+    if (m.empty() || m[0] != 'D' || m.size() < 2 + channel_size + 8) {
+      SetError(absl::InternalError(absl::StrCat(
+          "MPI bootstrap: rank ", rank_, " got a message of ", m.size(), " bytes from rank ", from,
+          " that is no bootstrap message (is another program using its communicator?)")));
+      return;
+    }
+    const std::string channel(m.substr(2, channel_size));
+    const auto k = static_cast<std::int64_t>(GetUint64(m.substr(2 + channel_size, 8)));
+    Round& round = rounds_.try_emplace(std::make_pair(channel, k), size_).first->second;
+    if (round.slots[from].has_value()) {
+      SetError(absl::InternalError(absl::StrCat("MPI bootstrap: rank ", rank_, " got rank ", from,
+                                                "'s part of exchange ", k, " on channel '", channel,
+                                                "' twice")));
+      return;
+    }
+    round.slots[from] = std::string(m.substr(2 + channel_size + 8));
+    if (++round.arrived == size_) cv_.notify_all();
+  }
+
+  // The first error of the thread ends every exchange (with the mutex held).
+  void SetError(absl::Status status) {
+    g_job_failed = true;
+    if (error_.ok()) error_ = std::move(status);
+    cv_.notify_all();
+  }
+
+  void Run() {
+    // Sleeps of microseconds as asked, not stretched by the default 50 us timer slack
+    // (an exchange's latency is mostly this thread's polling).
+    (void)::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    std::vector<Sending> sending;
+    std::chrono::microseconds idle(0);
+    std::optional<Clock::time_point> drain_until;
+    const bool beating = size_ > 1 && options_.heartbeat_timeout_seconds > 0;
+    const auto beat = std::make_shared<const std::string>("H");
+    Clock::time_point next_beat = Clock::now();
+    while (true) {
+      std::deque<Outgoing> out;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        const Clock::time_point now = Clock::now();
+        // This process was stopped (or starved) for a while: what it did not hear then
+        // says nothing of the others.
+        if (now - last_turn_ > std::chrono::seconds(1)) {
+          std::fill(last_heard_.begin(), last_heard_.end(), now);
+        }
+        last_turn_ = now;
+        if (beating && !stopping_ && now >= next_beat) {
+          for (int r = 0; r < size_; ++r) {
+            if (r != rank_) outbox_.push_back({r, beat});
+          }
+          next_beat = now + std::chrono::seconds(1);
+        }
+        if (stopping_) {
+          if (!drain_until.has_value()) drain_until = stop_drain_until_;
+          if ((outbox_.empty() && sending.empty()) || Clock::now() >= *drain_until) break;
+        }
+        out.swap(outbox_);
+      }
+      bool busy = !out.empty();
+      for (Outgoing& o : out) {
+        Sending s{std::move(o.payload), MPI_REQUEST_NULL};
+        if (const int rc = MPI_Isend(s.payload->data(), static_cast<int>(s.payload->size()),
+                                     MPI_BYTE, o.to, kTag, comm_, &s.request);
+            rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Isend", rc));
+          continue;
+        }
+        sending.push_back(std::move(s));
+      }
+      for (auto it = sending.begin(); it != sending.end();) {
+        int done = 0;
+        if (const int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Test", rc));
+          done = 1;
+        }
+        if (done) {
+          it = sending.erase(it);
+          busy = true;
+        } else {
+          ++it;
+        }
+      }
+      for (int n = 0; n < 64; ++n) {
+        int arrived = 0;
+        MPI_Status status;
+        if (const int rc = MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm_, &arrived, &status);
+            rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Iprobe", rc));
+          break;
+        }
+        if (!arrived) break;
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        std::string message(static_cast<std::size_t>(std::max(count, 0)), '\0');
+        if (const int rc = MPI_Recv(message.data(), count, MPI_BYTE, status.MPI_SOURCE, kTag, comm_,
+                                    MPI_STATUS_IGNORE);
+            rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Recv", rc));
+          break;
+        }
+        Deliver(status.MPI_SOURCE, std::move(message));
+        busy = true;
+      }
+      if (busy) {
+        idle = std::chrono::microseconds(0);
+        continue;
+      }
+      // Nothing moved: wait a little longer each time, or until a caller queues a
+      // message; up to 20 us while a caller waits for the others' parts (their arrival is
+      // the exchange's latency), up to 1 ms otherwise (only early parts and failures
+      // can come, and a caller's first message wakes the thread).
+      std::unique_lock<std::mutex> lock(mu_);
+      const std::chrono::microseconds most(waiting_ > 0 ? 20 : 1000);
+      idle = std::min(most, idle * 2 + std::chrono::microseconds(1));
+      if (waiting_ > 0 && idle < std::chrono::microseconds(4)) {
+        lock.unlock();
+        std::this_thread::yield();
+        continue;
+      }
+      thread_cv_.wait_for(lock, idle, [&] { return stopping_ || !outbox_.empty(); });
+    }
+    // Sends that did not complete in time (their receivers are gone or stuck): their
+    // requests are freed and their payloads kept for ever, since MPI may still read them.
+    for (Sending& s : sending) {
+      MPI_Request_free(&s.request);
+      new std::shared_ptr<const std::string>(std::move(s.payload));  // left to MPI
+    }
+  }
+
+  MPI_Comm comm_;
+  const int rank_;
+  const int size_;
+  const BootstrapOptions options_;
+  bool closed_ = false;  // the caller's: Close() and exchanges do not overlap
+
+  std::mutex mu_;
+  std::condition_variable cv_;         // a round complete, a failure, an error, Abort()
+  std::condition_variable thread_cv_;  // a message queued, or stopping
+  std::map<std::string, std::int64_t, std::less<>> next_;
+  std::map<std::pair<std::string, std::int64_t>, Round> rounds_;
+  std::deque<Outgoing> outbox_;
+  bool aborted_ = false;
+  std::optional<std::string> failure_;  // "process <rank> failed: <reason>"
+  absl::Status error_;                  // an MPI call of the thread failed
+  bool stopping_ = false;
+  Clock::time_point stop_drain_until_;
+  int waiting_ = 0;       // callers waiting in an exchange: the thread then polls closely
+  bool closing_ = false;  // Close() has begun
+  std::vector<Clock::time_point> last_heard_;   // by rank: the last message from it
+  Clock::time_point last_turn_ = Clock::now();  // the thread's last turn of its loop
+  std::mutex stop_mu_;
+  std::thread thread_;
+};
+
+// MPI_Finalize for an MPI that CreateMpiBootstrap initialized (registered with atexit),
+// after stopping the threads of the bootstraps still alive. After a failure it is left
+// to a thread of its own and waited for 10 s at most: a process that is stopped or stuck
+// never comes to it, and this process then exits without it (its exit status is the
+// failure's, and the MPI launcher ends the others).
+void FinalizeAtExit() {
+  {
+    Live& live = LiveBootstraps();
+    std::lock_guard<std::mutex> lock(live.mu);
+    for (MpiBootstrap* b : live.bootstraps) b->StopThread(/*drain_seconds=*/0.1);
+  }
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  if (!g_job_failed) {
+    MPI_Finalize();
+    return;
+  }
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto* done = new Done;  // left to the thread, which may outlive this function
+  std::thread([done] {
+    MPI_Finalize();
+    std::lock_guard<std::mutex> lock(done->mu);
+    done->done = true;
+    done->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(done->mu);
+  done->cv.wait_for(lock, kFinalizeWaitAfterFailure, [done] { return done->done; });
+}
+
+}  // namespace
+
+bool MpiBootstrapBuilt() { return true; }
+
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateMpiBootstrap(const BootstrapOptions& options) {
+  PS_RETURN_IF_ERROR(internal::CheckHeartbeatTimeout(options.heartbeat_timeout_seconds));
+  PS_RETURN_IF_ERROR(InitializeMpi());
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm); rc != MPI_SUCCESS) {
+    return MpiFailed("MPI_Comm_dup", rc);
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  return std::unique_ptr<Bootstrap>(std::make_unique<MpiBootstrap>(comm, rank, size, options));
+}
+
+#endif  // PIPESCHED_HAS_MPI
+
+}  // namespace pipesched::comm
