@@ -59,7 +59,9 @@ const std::vector<std::pair<std::string, std::optional<std::string>>>& OwnEnviro
 }
 
 int ReportError(const CommandContext& ctx, const absl::Status& status) {
-  *ctx.err << "pipesched: " << CapFirstLine(Std(status.message())) << "\n";
+  // One write: processes whose errors meet in one stream (mpirun's) do not cut each
+  // other's lines.
+  *ctx.err << absl::StrCat("pipesched: ", CapFirstLine(Std(status.message())), "\n") << std::flush;
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:

@@ -85,12 +85,12 @@ const std::vector<Command>& AllCommands() {
        "      [--step-timeout=60] [--trace=F.json] [--svg=F.svg] [--json=F.json]\n"
        "      [--save-costs=COSTS.json] [--search-steps=3] [--max-activations=X] [--refine]\n"
        "      [--recompute | --recompute-stages=S,S,...|auto]\n"
-       "      [--processes=N --process-rank=R --rendezvous=DIR [--rendezvous-timeout=300]]",
+       "      [--processes=N --process-rank=R --rendezvous=DIR | --mpi] [--rendezvous-timeout=300]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
                  "save_costs", "search_steps", "recompute_stages", "processes", "process_rank",
-                 "rendezvous", "rendezvous_timeout"}),
+                 "rendezvous", "rendezvous_timeout", "mpi"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -52,8 +55,12 @@ ABSL_FLAG(std::string, rendezvous, "",
           "file system) and that does not exist yet; process 0 creates it and removes it at the "
           "end");
 ABSL_FLAG(double, rendezvous_timeout, 300,
-          "with --processes: seconds a process waits for the others (to start, and in each "
-          "exchange) before it fails");
+          "with --processes or --mpi: seconds a process waits for the others (to start, and in "
+          "each exchange) before it fails");
+ABSL_FLAG(bool, mpi, false,
+          "the job is the processes of MPI_COMM_WORLD, started by mpirun, mpiexec or srun "
+          "(`mpirun -n 2 pipesched train --mpi ...`), each running --replicas replicas as with "
+          "--processes; needs a pipesched built with MPI");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never (and, with --processes, no process is judged gone when its "
@@ -121,7 +128,33 @@ struct StepRecord {
 };
 
 // How this process learns its job.
-enum class Job { kAlone, kFromFlags, kFromEnvironment };
+enum class Job { kAlone, kFromFlags, kFromEnvironment, kMpi };
+
+// The size of the job an MPI launcher started this process in (Open MPI's mpirun,
+// MPICH's mpiexec), and the variable that says it; 0 when none did.
+std::pair<int, std::string> MpiLauncherSize() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    int size = 0;
+    if (const char* value = std::getenv(variable);
+        value != nullptr && absl::SimpleAtoi(value, &size) && size > 0) {
+      return {size, variable};
+    }
+  }
+  return {0, ""};
+}
+
+// "--process-rank" for the first of `flags` (canonical names: process_rank) given, if any.
+std::optional<std::string> FirstGiven(const CommandContext& ctx,
+                                      std::initializer_list<std::string_view> flags) {
+  for (std::string_view flag : flags) {
+    if (FlagGiven(ctx, flag)) {
+      std::string name = absl::StrCat("--", Absl(flag));
+      std::replace(name.begin(), name.end(), '_', '-');
+      return name;
+    }
+  }
+  return std::nullopt;
+}
 
 // The checks of JoinFromFlags, without joining.
 absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
@@ -129,6 +162,13 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
   const int rank = absl::GetFlag(FLAGS_process_rank);
   const std::string dir = absl::GetFlag(FLAGS_rendezvous);
   const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  if (absl::GetFlag(FLAGS_mpi)) {
+    if (const std::optional<std::string> given =
+            FirstGiven(ctx, {"processes", "process_rank", "rendezvous"})) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mpi takes the job from MPI (its processes and their ranks): drop ", *given));
+    }
+  }
   if (processes < 1 || processes > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("--processes=", processes, " is out of range: use 1 to 4096"));
@@ -146,29 +186,43 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
   // script of such a process: the job is in the environment, as for any launched program.
   const bool from_environment =
       !FlagGiven(ctx, "processes") && std::getenv(comm::kProcessesVariable) != nullptr;
-  if (processes == 1 && !from_environment) {
-    for (const auto& [flag, name] :
-         {std::pair<std::string_view, std::string_view>{"process_rank", "--process-rank"},
-          {"rendezvous", "--rendezvous"},
-          {"rendezvous_timeout", "--rendezvous-timeout"}}) {
-      if (FlagGiven(ctx, flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Absl(name),
-            " is for a job of several processes: give --processes=N (N > 1) too, or drop it"));
-      }
+  const bool mpi = absl::GetFlag(FLAGS_mpi);
+  if (mpi) {
+    if (from_environment) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mpi is given, but this process was started by `pipesched launch` (",
+          comm::kProcessesVariable, " is set), which gives the job itself: drop --mpi"));
+    }
+    if (!comm::MpiBootstrapBuilt()) {
+      return absl::InvalidArgumentError(
+          "--mpi: this pipesched was built without MPI (CMake found none; on Debian install "
+          "libopenmpi-dev and openmpi-bin, then build again), or start the processes with "
+          "`pipesched launch`");
+    }
+  } else if (const auto [size, variable] = MpiLauncherSize();
+             size > 1 && processes == 1 && !from_environment) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this process is one of ", size, " that an MPI launcher started (", variable, "=", size,
+        "), and each would train alone: give --mpi to train as one job of ", size, " processes"));
+  }
+  if (processes == 1 && !from_environment && !mpi) {
+    if (const std::optional<std::string> given =
+            FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *given,
+          " is for a job of several processes: give --processes=N (N > 1) too, or drop it"));
     }
     return Job::kAlone;
   }
   if (from_environment) {
-    for (std::string_view flag : {"process_rank", "rendezvous", "rendezvous_timeout"}) {
-      if (FlagGiven(ctx, flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", Absl(flag), " is given without --processes while ", comm::kProcessesVariable,
-            " is set (this process was started by `pipesched launch`, which gives the job in "
-            "the environment): give every process flag, or none"));
-      }
+    if (const std::optional<std::string> given =
+            FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *given, " is given without --processes while ", comm::kProcessesVariable,
+          " is set (this process was started by `pipesched launch`, which gives the job in "
+          "the environment): give every process flag, or none"));
     }
-  } else if (dir.empty()) {
+  } else if (dir.empty() && !mpi) {
     return absl::InvalidArgumentError(
         absl::StrCat("--processes=", processes,
                      " needs --rendezvous=DIR: a path every process can see and that does not "
@@ -197,6 +251,7 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
           "a schedule file (`simulate --schedule-json` writes one)"));
     }
   }
+  if (mpi) return Job::kMpi;
   return from_environment ? Job::kFromEnvironment : Job::kFromFlags;
 }
 
@@ -213,18 +268,21 @@ absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandCont
                                        ? 0
                                        : comm::BootstrapOptions{}.heartbeat_timeout_seconds};
   if (job == Job::kFromEnvironment) return comm::CreateBootstrapFromEnvironment(options);
+  if (job == Job::kMpi) return comm::CreateMpiBootstrap(options);
   return comm::CreateFileBootstrap(absl::GetFlag(FLAGS_rendezvous),
                                    absl::GetFlag(FLAGS_process_rank),
                                    absl::GetFlag(FLAGS_processes), options);
 }
 
-// Where the processes meet: --rendezvous, or the launch's environment.
-std::string RendezvousPath() {
+// Where the processes meet: "rendezvous DIR" (--rendezvous, or the launch's
+// environment), or "MPI".
+std::string MeetingPlace(const comm::Bootstrap& processes) {
+  if (processes.kind() == "mpi") return "MPI";
   std::string dir = absl::GetFlag(FLAGS_rendezvous);
   if (const char* env = std::getenv(comm::kRendezvousVariable); dir.empty() && env != nullptr) {
     dir = env;
   }
-  return dir;
+  return absl::StrCat("rendezvous ", dir);
 }
 
 // The files train writes: --save first, then the reports.
@@ -357,11 +415,12 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
       if (!path.empty()) unwritten.emplace_back(flag);
     }
     out << absl::StrFormat(
-        "process %d of %d (rendezvous %s): replicas %d to %d of the job's %d x %d = %d; job "
+        "process %d of %d (%s): replicas %d to %d of the job's %d x %d = %d; job "
         "batch %d; gradients averaged over every process's replicas\n",
-        processes->rank(), processes->size(), RendezvousPath(), processes->rank() * config.replicas,
-        (processes->rank() + 1) * config.replicas - 1, processes->size(), config.replicas,
-        processes->size() * config.replicas, trainer->job_batch());
+        processes->rank(), processes->size(), MeetingPlace(*processes),
+        processes->rank() * config.replicas, (processes->rank() + 1) * config.replicas - 1,
+        processes->size(), config.replicas, processes->size() * config.replicas,
+        trainer->job_batch());
     if (!writes_files && !unwritten.empty()) {
       out << "process 0 writes " << absl::StrJoin(unwritten, ", ")
           << "; the measured figures below are this process's replicas'\n";
@@ -698,6 +757,11 @@ absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
   if (!ctx.positional.empty()) {
     return UnexpectedArgument(ctx.positional[0], "train takes only --flags");
   }
+  if (absl::GetFlag(FLAGS_mpi)) {
+    return absl::InvalidArgumentError(
+        "--mpi is for processes that an MPI launcher starts (`mpirun -n N pipesched train "
+        "--mpi ...`); `pipesched launch` gives its processes their job itself: drop --mpi");
+  }
   PS_RETURN_IF_ERROR(CheckProcessFlags(ctx).status());
   PS_ASSIGN_OR_RETURN(const stages::TrainerConfig config, ConfigFromFlags(ctx));
   PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, Outputs::kLauncher));
@@ -708,7 +772,17 @@ int RunTrain(const CommandContext& ctx) {
   if (int code; RejectArguments(ctx, "train", code)) return code;
   absl::StatusOr<std::unique_ptr<comm::Bootstrap>> processes = JoinFromFlags(ctx);
   if (!processes.ok()) return ReportError(ctx, processes.status());
-  absl::Status s = Train(ctx, processes->get());
+  // Under MPI every process's standard output reaches one place, through the MPI
+  // launcher: process 0 speaks for the job (as `pipesched launch` shows it by default),
+  // the others print their errors only; and a line per step, no progress bar (Open MPI
+  // gives each process a terminal of its own, whatever its launcher writes to).
+  std::ostream silent(nullptr);  // no buffer: writes go nowhere
+  CommandContext quiet = ctx;
+  if (*processes != nullptr && (*processes)->kind() == "mpi") {
+    quiet.out_is_terminal = false;
+    if ((*processes)->rank() != 0) quiet.out = &silent;
+  }
+  absl::Status s = Train(quiet, processes->get());
   if (*processes != nullptr) {
     if (s.ok()) {
       s = (*processes)->Close();  // process 0 removes the rendezvous directory

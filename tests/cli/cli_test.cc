@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,8 +24,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pipesched/base/host_memory.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/model/synthetic.h"
 #include "pipesched/version.h"
+#include "testing/scoped_environment.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::cli {
@@ -2014,6 +2018,65 @@ TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
   std::filesystem::remove_all(dir);
   // One process alone is a job too: --processes=1 is the default.
   EXPECT_EQ(run({"--processes=1"}).code, 0);
+}
+
+// train --mpi takes its job from MPI, so the flags that give a job otherwise are refused
+// with it; and a process that an MPI launcher started as one of several, without --mpi,
+// is refused rather than left to train alone (mpiexec runs are the ctest
+// CliMain.MpiProcessesTrainAsOneWithBothReplicas).
+TEST(CliTest, TrainMpiFlagsAreCheckedBeforeJoining) {
+  auto run = [](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"train",      "--stages=2", "--microbatches=2", "--layers=2",
+                                     "--hidden=8", "--steps=1",  "--backend=host"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunCli(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--mpi", "--processes=2"},
+       "--mpi takes the job from MPI (its processes and their ranks): drop --processes"},
+      {{"--mpi", "--process-rank=1"},
+       "--mpi takes the job from MPI (its processes and their "
+       "ranks): drop --process-rank"},
+      {{"--mpi", "--rendezvous=/tmp/x"}, "drop --rendezvous"},
+      {{"--mpi", "--rendezvous-timeout=0.5"}, "--rendezvous-timeout=0.5 must be at least 1 second"},
+      {{"--mpi", "--recompute-stages=auto"},
+       "--recompute-stages=auto plans for this machine's memory, which may differ between "
+       "processes"},
+  };
+  for (const auto& [flags, message] : refused) {
+    RunResult r = run(flags);
+    EXPECT_EQ(r.code, 2) << flags.back();
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags.back();
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  }
+  {
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"OMPI_COMM_WORLD_SIZE", "4"}});
+    RunResult alone = run({});
+    EXPECT_EQ(alone.code, 2);
+    EXPECT_EQ(alone.err,
+              "pipesched: this process is one of 4 that an MPI launcher started "
+              "(OMPI_COMM_WORLD_SIZE=4), and each would train alone: give --mpi to train as one "
+              "job of 4 processes\n");
+  }
+  {
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"PMI_SIZE", "1"}});
+    EXPECT_EQ(run({}).code, 0);  // a job of one process trains alone, as it is
+  }
+  {
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"PIPESCHED_PROCESSES", "2"}});
+    RunResult launched = run({"--mpi"});
+    EXPECT_EQ(launched.code, 2);
+    EXPECT_THAT(launched.err, HasSubstr("--mpi is given, but this process was started by "
+                                        "`pipesched launch` (PIPESCHED_PROCESSES is set)"));
+  }
+  if (!comm::MpiBootstrapBuilt()) {
+    RunResult none = run({"--mpi"});
+    EXPECT_EQ(none.code, 2);
+    EXPECT_THAT(none.err, HasSubstr("--mpi: this pipesched was built without MPI"));
+  }
 }
 
 }  // namespace

@@ -203,12 +203,17 @@ TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndWhatTheyStarted) {
 // there, without --processes, are refused rather than half used.
 TEST_F(LaunchTest, TrainStartedByLaunchAsAProgramTakesItsJobFromTheEnvironment) {
   RunResult r;
+  RunResult ranked;
   {
     pipesched::testing::ScopedEnvironment env(
         std::map<std::string, std::optional<std::string>>{{"PIPESCHED_PROCESSES", "2"}});
     r = RunCli({"train", "--stages=2", "--microbatches=2", "--layers=2", "--hidden=8", "--steps=1",
                 "--backend=host", "--rendezvous=" + (tmp_ / "x").string()});
+    ranked = RunCli({"train", "--stages=2", "--microbatches=2", "--layers=2", "--hidden=8",
+                     "--steps=1", "--backend=host", "--process-rank=0"});
   }
+  EXPECT_EQ(ranked.code, 2);
+  EXPECT_THAT(ranked.err, HasSubstr("pipesched: --process-rank is given without --processes"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("pipesched: --rendezvous is given without --processes while "
                                "PIPESCHED_PROCESSES is set (this process was started by "
@@ -258,6 +263,9 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
       // What every train process would refuse is refused once, by launch, before any
       // starts: its flags, their values and combinations, the schedule, the partition.
       {{"launch", "--processes=3", "--", "train", "--lr=-1"}, "--lr=-1 must be a positive number"},
+      {{"launch", "--processes=2", "--", "train", "--mpi"},
+       "--mpi is for processes that an MPI launcher starts (`mpirun -n N pipesched train --mpi "
+       "...`); `pipesched launch` gives its processes their job itself: drop --mpi"},
       {{"launch", "--processes=2", "--", "train", "--bogus"}, "unknown flag --bogus for 'train'"},
       {{"launch", "--processes=2", "--", "train", "--stages=2", "extra"},
        "unexpected argument 'extra'; train takes only --flags"},
