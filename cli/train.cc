@@ -784,11 +784,10 @@ int RunTrain(const CommandContext& ctx) {
   }
   absl::Status s = Train(quiet, processes->get());
   if (*processes != nullptr) {
-    if (s.ok()) {
-      s = (*processes)->Close();  // process 0 removes the rendezvous directory
-    } else {
-      (*processes)->Fail(Std(s.message()));  // the others stop now, with this reason
-    }
+    if (s.ok()) s = (*processes)->Close();  // process 0 removes the rendezvous directory
+    // The others stop now, with this reason (also when the close itself failed: some
+    // may still wait in it).
+    if (!s.ok()) (*processes)->Fail(Std(s.message()));
   }
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }

@@ -157,7 +157,10 @@ bool MpiBootstrapBuilt();
 // "process <r> has shown no sign of life for <t> s ..." (0 = not judged; not after
 // Close() has begun). After a failure (Fail, a failure heard, Abort, a timeout, an MPI
 // error) the MPI_Finalize at exit is waited for 10 s at most: a stopped process never
-// comes to it. InvalidArgument for a heartbeat timeout as CreateFileBootstrap refuses;
+// comes to it. One part of an exchange is at most 2147483573 bytes (MPI counts in int,
+// and a message has a header): AllGather refuses more with InvalidArgument, and the
+// channel goes on as if it had not been asked. InvalidArgument for a heartbeat timeout
+// as CreateFileBootstrap refuses;
 // FailedPrecondition when built without MPI ("... built without MPI ..."), when MPI
 // cannot give MPI_THREAD_MULTIPLE, or when it was finalized already; Internal for an MPI
 // call that fails, with MPI's words.

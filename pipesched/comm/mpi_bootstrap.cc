@@ -30,10 +30,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -214,7 +216,13 @@ class MpiBootstrap final : public Bootstrap {
     if (failure_.has_value()) return absl::AbortedError(*failure_);
     if (!closing_) {
       std::vector<bool> everyone(static_cast<std::size_t>(size_), false);
-      PS_RETURN_IF_ERROR(JudgeSilence(everyone));
+      if (absl::Status silent = JudgeSilence(everyone); !silent.ok()) {
+        // Latched, as an exchange's verdict is: the job has failed.
+        failure_ = std::string(silent.message());
+        g_job_failed = true;
+        cv_.notify_all();
+        return silent;
+      }
     }
     return error_;
   }
@@ -223,8 +231,12 @@ class MpiBootstrap final : public Bootstrap {
     g_job_failed = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (failure_.has_value() || stopping_) return;
-      failure_ = absl::StrCat("process ", rank_, " failed: ", internal::FailureReason(reason));
+      // Told once; not after this rank's close part (see Exchange) or once stopping.
+      if (told_others_ || sent_close_ || stopping_) return;
+      told_others_ = true;
+      if (!failure_.has_value()) {
+        failure_ = absl::StrCat("process ", rank_, " failed: ", internal::FailureReason(reason));
+      }
       auto payload =
           std::make_shared<std::string>(absl::StrCat("F", internal::FailureReason(reason)));
       for (int r = 0; r < size_; ++r) {
@@ -263,6 +275,11 @@ class MpiBootstrap final : public Bootstrap {
     std::shared_ptr<const std::string> payload;
     MPI_Request request;
   };
+  struct Receiving {
+    int from;
+    std::unique_ptr<std::string> message;  // where MPI writes: must not move
+    MPI_Request request;
+  };
   struct Round {
     explicit Round(int size) : slots(size) {}
     std::vector<std::optional<std::string>> slots;
@@ -275,10 +292,30 @@ class MpiBootstrap final : public Bootstrap {
       return absl::InvalidArgumentError(
           absl::StrCat("bootstrap rank ", rank_, ": AllGather after Close()"));
     }
+    // MPI counts in int: a message is at most INT_MAX bytes, its header included.
+    if (const std::size_t most = static_cast<std::size_t>(INT_MAX) - 2 - 64 - 8;
+        bytes.size() > most) {
+      return absl::InvalidArgumentError(absl::StrCat("MPI bootstrap: ", bytes.size(),
+                                                     " bytes on channel '", Absl(channel),
+                                                     "' are more than one exchange carries (", most,
+                                                     ", MPI's int count): give them in parts"));
+    }
     const std::optional<Clock::time_point> deadline =
         internal::DeadlineAfter(options_.timeout_seconds);
     std::unique_lock<std::mutex> lock(mu_);
     const std::int64_t k = next_[std::string(channel)]++;
+    // The message is made without the lock: a part may be large.
+    std::shared_ptr<const std::string> payload;
+    if (size_ > 1) {
+      lock.unlock();
+      std::string message = "D";
+      message.push_back(static_cast<char>(channel.size()));
+      message.append(channel);
+      PutUint64(message, static_cast<std::uint64_t>(k));
+      message.append(bytes);
+      payload = std::make_shared<const std::string>(std::move(message));
+      lock.lock();
+    }
     auto cancelled = [&] {
       return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
                                                Absl(channel), "' (exchange ", k, ")"));
@@ -290,17 +327,16 @@ class MpiBootstrap final : public Bootstrap {
     Round& round = rounds_.try_emplace(key, size_).first->second;
     round.slots[rank_] = std::string(bytes);
     ++round.arrived;
-    if (size_ > 1) {
-      std::string message = "D";
-      message.push_back(static_cast<char>(channel.size()));
-      message.append(channel);
-      PutUint64(message, static_cast<std::uint64_t>(k));
-      message.append(bytes);
-      auto payload = std::make_shared<const std::string>(std::move(message));
+    if (payload != nullptr) {
       for (int r = 0; r < size_; ++r) {
         if (r != rank_) outbox_.push_back({r, payload});
       }
     }
+    // This rank's close part is the last message it sends on the communicator (MPI keeps
+    // a pair's messages in order): a peer that has it may free the communicator, whose
+    // context a later one reuses, where anything sent after it would be taken for that
+    // communicator's.
+    if (channel == internal::kCloseChannel) sent_close_ = true;
     auto ready = [&] {
       return round.arrived == size_ || aborted_ || failure_.has_value() || !error_.ok();
     };
@@ -418,7 +454,9 @@ class MpiBootstrap final : public Bootstrap {
     // (an exchange's latency is mostly this thread's polling).
     (void)::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
     std::vector<Sending> sending;
+    std::list<Receiving> receiving;
     std::chrono::microseconds idle(0);
+    Clock::time_point last_traffic = Clock::now();
     std::optional<Clock::time_point> drain_until;
     const bool beating = size_ > 1 && options_.heartbeat_timeout_seconds > 0;
     const auto beat = std::make_shared<const std::string>("H");
@@ -434,7 +472,7 @@ class MpiBootstrap final : public Bootstrap {
           std::fill(last_heard_.begin(), last_heard_.end(), now);
         }
         last_turn_ = now;
-        if (beating && !stopping_ && now >= next_beat) {
+        if (beating && !stopping_ && !sent_close_ && now >= next_beat) {
           for (int r = 0; r < size_; ++r) {
             if (r != rank_) outbox_.push_back({r, beat});
           }
@@ -472,41 +510,73 @@ class MpiBootstrap final : public Bootstrap {
           ++it;
         }
       }
+      // Receives never block the thread (a sender stopped halfway through a large part
+      // must not stop its heartbeat, sends and verdicts): each message found is matched
+      // (MPI_Improbe) and received in the background (MPI_Imrecv), then filed once its
+      // request completes.
       for (int n = 0; n < 64; ++n) {
         int arrived = 0;
+        MPI_Message matched = MPI_MESSAGE_NULL;
         MPI_Status status;
-        if (const int rc = MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm_, &arrived, &status);
+        if (const int rc = MPI_Improbe(MPI_ANY_SOURCE, kTag, comm_, &arrived, &matched, &status);
             rc != MPI_SUCCESS) {
           std::lock_guard<std::mutex> lock(mu_);
-          SetError(MpiFailed("MPI_Iprobe", rc));
+          SetError(MpiFailed("MPI_Improbe", rc));
           break;
         }
         if (!arrived) break;
         int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        std::string message(static_cast<std::size_t>(std::max(count, 0)), '\0');
-        if (const int rc = MPI_Recv(message.data(), count, MPI_BYTE, status.MPI_SOURCE, kTag, comm_,
-                                    MPI_STATUS_IGNORE);
-            rc != MPI_SUCCESS) {
+        if (MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS || count == MPI_UNDEFINED ||
+            count < 0) {
           std::lock_guard<std::mutex> lock(mu_);
-          SetError(MpiFailed("MPI_Recv", rc));
+          SetError(absl::InternalError(absl::StrCat("MPI bootstrap: a message from rank ",
+                                                    status.MPI_SOURCE, " has no byte count")));
           break;
         }
-        Deliver(status.MPI_SOURCE, std::move(message));
+        Receiving in{status.MPI_SOURCE,
+                     std::make_unique<std::string>(static_cast<std::size_t>(count), '\0'),
+                     MPI_REQUEST_NULL};
+        if (const int rc = MPI_Imrecv(in.message->data(), count, MPI_BYTE, &matched, &in.request);
+            rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Imrecv", rc));
+          break;
+        }
+        receiving.push_back(std::move(in));
         busy = true;
+      }
+      for (auto it = receiving.begin(); it != receiving.end();) {
+        int done = 0;
+        if (const int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
+          std::lock_guard<std::mutex> lock(mu_);
+          SetError(MpiFailed("MPI_Test", rc));
+          it = receiving.erase(it);
+          continue;
+        }
+        if (done) {
+          Deliver(it->from, std::move(*it->message));
+          it = receiving.erase(it);
+          busy = true;
+        } else {
+          ++it;
+        }
       }
       if (busy) {
         idle = std::chrono::microseconds(0);
+        last_traffic = Clock::now();
         continue;
       }
       // Nothing moved: wait a little longer each time, or until a caller queues a
-      // message; up to 20 us while a caller waits for the others' parts (their arrival is
-      // the exchange's latency), up to 1 ms otherwise (only early parts and failures
-      // can come, and a caller's first message wakes the thread).
+      // message; up to 20 us while a caller waits for the others' parts and something
+      // moved in the last 10 ms (their arrival is the exchange's latency), up to 1 ms
+      // otherwise (a long wait for a late rank, or only early parts and failures can
+      // come: a caller's first message wakes the thread).
       std::unique_lock<std::mutex> lock(mu_);
-      const std::chrono::microseconds most(waiting_ > 0 ? 20 : 1000);
+      const bool close =
+          waiting_ > 0 && Clock::now() - last_traffic < std::chrono::milliseconds(10);
+      const std::chrono::microseconds most(close ? 20 : 1000);
       idle = std::min(most, idle * 2 + std::chrono::microseconds(1));
-      if (waiting_ > 0 && idle < std::chrono::microseconds(4)) {
+      if (close && idle < std::chrono::microseconds(4)) {
         lock.unlock();
         std::this_thread::yield();
         continue;
@@ -518,6 +588,12 @@ class MpiBootstrap final : public Bootstrap {
     for (Sending& s : sending) {
       MPI_Request_free(&s.request);
       new std::shared_ptr<const std::string>(std::move(s.payload));  // left to MPI
+    }
+    // Likewise receives still in progress (a sender stopped halfway), their buffers too.
+    for (Receiving& in : receiving) {
+      MPI_Cancel(&in.request);
+      MPI_Request_free(&in.request);
+      (void)in.message.release();  // left to MPI
     }
   }
 
@@ -538,8 +614,10 @@ class MpiBootstrap final : public Bootstrap {
   absl::Status error_;                  // an MPI call of the thread failed
   bool stopping_ = false;
   Clock::time_point stop_drain_until_;
-  int waiting_ = 0;       // callers waiting in an exchange: the thread then polls closely
-  bool closing_ = false;  // Close() has begun
+  int waiting_ = 0;           // callers waiting in an exchange: the thread then polls closely
+  bool closing_ = false;      // Close() has begun
+  bool sent_close_ = false;   // this rank's close part is queued
+  bool told_others_ = false;  // Fail() sent its reason
   std::vector<Clock::time_point> last_heard_;   // by rank: the last message from it
   Clock::time_point last_turn_ = Clock::now();  // the thread's last turn of its loop
   std::mutex stop_mu_;

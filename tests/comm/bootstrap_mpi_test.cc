@@ -2,6 +2,7 @@
 // every process runs every test, in the same order, each as its own rank. A test that
 // fails on one rank fails the run (mpiexec's exit status).
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -190,17 +191,54 @@ TEST(MpiBootstrapTest, AStoppedRankIsFoundByItsHeartbeatAndASlowOneIsNot) {
     ::raise(SIGSTOP);  // rank 0 continues it once it has been judged
     return;
   }
+  // Rank 1 waits in an exchange, rank 0 asks Failure() (a watchdog's way) until it says.
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status waited = b->AllGather("stopped", "x").status();
+  absl::Status verdict;
+  if (b->rank() == 1) {
+    verdict = b->AllGather("stopped", "x").status();
+  } else {
+    while (verdict.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      verdict = b->Failure();
+    }
+  }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (b->rank() == 0) ::kill(std::stoi((*pids)[2]), SIGCONT);
-  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
-  EXPECT_THAT(std::string(waited.message()),
+  EXPECT_EQ(verdict.code(), absl::StatusCode::kAborted) << verdict;
+  EXPECT_THAT(std::string(verdict.message()),
               HasSubstr("process 2 has shown no sign of life for 2."));
   EXPECT_GE(took, 1.5);
   EXPECT_LT(took, 10);
+  if (b->rank() == 0) {
+    // Rank 2 goes on once rank 1 has judged it too (as long again as rank 0 took, at
+    // least 2 s, is past that); the verdict stays when it beats again.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ::kill(std::stoi((*pids)[2]), SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
   EXPECT_EQ(b->Failure().code(), absl::StatusCode::kAborted);
+}
+
+// A part larger than MPI's int count can carry is refused before anything is sent, and
+// the channel goes on as if it had not been asked.
+TEST(MpiBootstrapTest, APartOverMpisCountIsRefused) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  // Address space that is never read: the size is refused before any byte is.
+  const std::size_t size = std::size_t{1} << 31;
+  void* reserved = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED);
+  const absl::Status refused =
+      b->AllGather("big", std::string_view(static_cast<const char*>(reserved), size)).status();
+  ::munmap(reserved, size);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("2147483648 bytes on channel 'big' are more than one exchange carries "
+                        "(2147483573, MPI's int count): give them in parts"));
+  absl::StatusOr<std::vector<std::string>> after = b->AllGather("big", "small");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_THAT(*after, ElementsAre("small", "small", "small"));
+  EXPECT_TRUE(b->Close().ok());
 }
 
 }  // namespace
