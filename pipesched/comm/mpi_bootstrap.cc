@@ -179,6 +179,8 @@ class MpiBootstrap final : public Bootstrap {
   MpiBootstrap& operator=(const MpiBootstrap&) = delete;
 
   std::string_view kind() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
 
   // Stops the thread once it has sent what is queued, or after `drain_seconds`.
   // Idempotent; not concurrent with itself.
@@ -193,8 +195,6 @@ class MpiBootstrap final : public Bootstrap {
     thread_cv_.notify_one();
     thread_.join();
   }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
 
   absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
                                                      std::string_view bytes) override {
