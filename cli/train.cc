@@ -63,8 +63,8 @@ ABSL_FLAG(bool, mpi, false,
           "--processes; needs a pipesched built with MPI");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
-          "waits for; 0 = never (and, with --processes, no process is judged gone when its "
-          "heartbeat stops for 10 s)");
+          "waits for; 0 = never (and, with --processes or --mpi, no process is judged gone "
+          "when its heartbeat stops for 10 s)");
 
 namespace pipesched::cli {
 namespace {
