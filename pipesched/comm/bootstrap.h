@@ -36,12 +36,12 @@ struct BootstrapOptions {
   // DeadlineExceeded naming the ranks that have not arrived (a rank that failed, or was
   // never started). 0 = until Abort().
   double timeout_seconds = 300;
-  // File kind: the heartbeat. From the start of its first exchange until its close
-  // exchange is done, each rank rewrites DIR/beat.<rank> every second (a thread of its
-  // own); a rank whose beat this rank has watched stand still for this long (while
-  // waiting on the others, by its own clock) ends the waits with Aborted "process <r>
-  // (pid <p> on <host>) has shown no sign of life for <t> s ...". That finds what cannot
-  // say it died: its host down or cut off from the directory, or the process stopped
+  // File kind (the MPI kind beats by messages instead: CreateMpiBootstrap): the heartbeat. From the
+  // start of its first exchange until its close exchange is done, each rank rewrites
+  // DIR/beat.<rank> every second (a thread of its own); a rank whose beat this rank has watched
+  // stand still for this long (while waiting on the others, by its own clock) ends the waits with
+  // Aborted "process <r> (pid <p> on <host>) has shown no sign of life for <t> s ...". That finds
+  // what cannot say it died: its host down or cut off from the directory, or the process stopped
   // (SIGSTOP, a debugger). A rank of this host that ended is found at once anyway (its
   // alive file's lock); a rank that came to the close exchange is not judged. At least 2;
   // the ranks are read 16 at a time, so with N ranks the silence judged is at least
@@ -142,25 +142,28 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(
 // Whether this pipesched was built with MPI (CreateMpiBootstrap works).
 bool MpiBootstrapBuilt();
 
-// This process as its rank of MPI_COMM_WORLD, the job being all of its processes. MPI is
-// initialized here (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless the embedder has done so,
-// and then finalized at exit; an embedder that initializes MPI itself must ask for
-// MPI_THREAD_MULTIPLE (the bootstrap's own thread makes its MPI calls, on a duplicate of
-// MPI_COMM_WORLD, so they never meet the embedder's messages) and must destroy every
-// bootstrap before MPI_Finalize. Blocks until every process has called it
-// (MPI_Comm_dup is collective): a process that exits first ends the job by the MPI
-// launcher's rule. Exchanges keep the contract above with `options.timeout_seconds`. A
-// process that exits or is killed is the MPI launcher's to find (it ends the job); one
+// This process as its rank of MPI_COMM_WORLD, the job being all of its processes.
+//
+// MPI is initialized here (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless the embedder has
+// done so, and then finalized at exit. An embedder that initializes MPI itself must ask
+// for MPI_THREAD_MULTIPLE (the bootstrap's own thread makes its MPI calls, on a duplicate
+// of MPI_COMM_WORLD, so they never meet the embedder's messages) and must destroy every
+// bootstrap before MPI_Finalize. Blocks until every process has called it (MPI_Comm_dup
+// is collective): a process that exits first ends the job by the MPI launcher's rule.
+//
+// Exchanges keep the contract above with `options.timeout_seconds`. One part is at most
+// 2147483573 bytes (MPI counts in int, and a message has a header): AllGather refuses
+// more with InvalidArgument, and the channel goes on as if it had not been asked.
+//
+// A process that exits or is killed is the MPI launcher's to find (it ends the job); one
 // that is stopped or cut off is found by its heartbeat: each bootstrap's thread sends
-// every other rank a message each second, and a rank that an exchange (or Failure())
-// has heard nothing from for options.heartbeat_timeout_seconds ends it with Aborted
-// "process <r> has shown no sign of life for <t> s ..." (0 = not judged; not after
-// Close() has begun). After a failure (Fail, a failure heard, Abort, a timeout, an MPI
-// error) the MPI_Finalize at exit is waited for 10 s at most: a stopped process never
-// comes to it. One part of an exchange is at most 2147483573 bytes (MPI counts in int,
-// and a message has a header): AllGather refuses more with InvalidArgument, and the
-// channel goes on as if it had not been asked. InvalidArgument for a heartbeat timeout
-// as CreateFileBootstrap refuses;
+// every other rank a message each second, and a rank that an exchange (or Failure()) has
+// heard nothing from for options.heartbeat_timeout_seconds ends it with Aborted "process
+// <r> has shown no sign of life for <t> s ..." (0 = not judged; not after Close() has
+// begun). After a failure (Fail, a failure heard, Abort, a timeout, an MPI error) the
+// MPI_Finalize at exit is waited for 10 s at most: a stopped process never comes to it.
+//
+// InvalidArgument for a heartbeat timeout that CreateFileBootstrap refuses too;
 // FailedPrecondition when built without MPI ("... built without MPI ..."), when MPI
 // cannot give MPI_THREAD_MULTIPLE, or when it was finalized already; Internal for an MPI
 // call that fails, with MPI's words.
