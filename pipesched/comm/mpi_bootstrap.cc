@@ -214,7 +214,9 @@ class MpiBootstrap final : public Bootstrap {
   absl::Status Failure() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.has_value()) return absl::AbortedError(*failure_);
-    if (!closing_) {
+    // Once this rank's close part is out, the others may stop beating because they have
+    // left: none is judged outside an exchange (one missing from the close exchange is).
+    if (!sent_close_) {
       std::vector<bool> everyone(static_cast<std::size_t>(size_), false);
       if (absl::Status silent = JudgeSilence(everyone); !silent.ok()) {
         // Latched, as an exchange's verdict is: the job has failed.
@@ -249,12 +251,6 @@ class MpiBootstrap final : public Bootstrap {
 
   absl::Status Close() override {
     if (closed_) return absl::OkStatus();
-    {
-      // From here a rank may stop beating because it has left: none is judged any more
-      // outside an exchange (a rank missing from the close exchange still is).
-      std::lock_guard<std::mutex> lock(mu_);
-      closing_ = true;
-    }
     PS_RETURN_IF_ERROR(Exchange(internal::kCloseChannel, "").status());
     closed_ = true;
     // Every rank's part of every exchange has arrived, so what is left to send is at
@@ -615,7 +611,6 @@ class MpiBootstrap final : public Bootstrap {
   bool stopping_ = false;
   Clock::time_point stop_drain_until_;
   int waiting_ = 0;           // callers waiting in an exchange: the thread then polls closely
-  bool closing_ = false;      // Close() has begun
   bool sent_close_ = false;   // this rank's close part is queued
   bool told_others_ = false;  // Fail() sent its reason
   std::vector<Clock::time_point> last_heard_;   // by rank: the last message from it
