@@ -130,14 +130,23 @@ struct StepRecord {
 // How this process learns its job.
 enum class Job { kAlone, kFromFlags, kFromEnvironment, kMpi };
 
-// The size of the job an MPI launcher started this process in (Open MPI's mpirun,
-// MPICH's mpiexec), and the variable that says it; 0 when none did.
+// The size of the job an MPI launcher started this process in, and the variable that
+// says it; 0 when none did. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's and
+// Intel MPI's mpiexec (and srun --mpi=pmi2) PMI_SIZE, MVAPICH2's MV2_COMM_WORLD_SIZE;
+// srun --mpi=pmix sets no size of PMIx's, so there a PMIX_RANK with Slurm's
+// SLURM_STEP_NUM_TASKS (the tasks of this srun, not of the allocation) says it.
 std::pair<int, std::string> MpiLauncherSize() {
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+  const auto size_in = [](const char* variable) {
     int size = 0;
-    if (const char* value = std::getenv(variable);
-        value != nullptr && absl::SimpleAtoi(value, &size) && size > 0) {
-      return {size, variable};
+    const char* value = std::getenv(variable);
+    return value != nullptr && absl::SimpleAtoi(value, &size) && size > 0 ? size : 0;
+  };
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
+    if (const int size = size_in(variable); size > 0) return {size, variable};
+  }
+  if (std::getenv("PMIX_RANK") != nullptr) {
+    if (const int size = size_in("SLURM_STEP_NUM_TASKS"); size > 0) {
+      return {size, "SLURM_STEP_NUM_TASKS"};
     }
   }
   return {0, ""};

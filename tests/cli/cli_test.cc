@@ -2060,9 +2060,30 @@ TEST(CliTest, TrainMpiFlagsAreCheckedBeforeJoining) {
               "job of 4 processes\n");
   }
   {
+    // srun --mpi=pmix: PMIx's rank, and the size from Slurm's step.
+    pipesched::testing::ScopedEnvironment env(std::map<std::string, std::optional<std::string>>{
+        {"PMIX_RANK", "1"}, {"SLURM_STEP_NUM_TASKS", "3"}});
+    RunResult alone = run({});
+    EXPECT_EQ(alone.code, 2);
+    EXPECT_THAT(alone.err, HasSubstr("this process is one of 3 that an MPI launcher started "
+                                     "(SLURM_STEP_NUM_TASKS=3)"));
+  }
+  {
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"MV2_COMM_WORLD_SIZE", "2"}});
+    EXPECT_THAT(run({}).err, HasSubstr("(MV2_COMM_WORLD_SIZE=2)"));
+  }
+  {
     pipesched::testing::ScopedEnvironment env(
         std::map<std::string, std::optional<std::string>>{{"PMI_SIZE", "1"}});
     EXPECT_EQ(run({}).code, 0);  // a job of one process trains alone, as it is
+  }
+  {
+    // A Slurm step of several tasks without PMIx (srun --mpi=none, or a batch script's own
+    // step) says nothing of MPI: each process may mean to train alone.
+    pipesched::testing::ScopedEnvironment env(
+        std::map<std::string, std::optional<std::string>>{{"SLURM_STEP_NUM_TASKS", "4"}});
+    EXPECT_EQ(run({}).code, 0);
   }
   {
     pipesched::testing::ScopedEnvironment env(
