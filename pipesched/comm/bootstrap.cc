@@ -7,6 +7,10 @@
 //                           beside as .tmp.<rank>, then hard-linked into place, so a
 //                           reader never sees it half written and a second process with
 //                           the same rank fails to link (EEXIST)
+//   <channel>.<k>.<from>-<to>
+//                           the k-th point-to-point message from `from` to `to` on
+//                           `channel` (Send), put in place as exchange files are; the
+//                           receiver removes it once read, rank 0's Close() what is left
 //   gone.<rank>             written by Close() once `rank` has removed its files
 //   alive.<rank>            "<pid> <boot id>\n", flock()ed (exclusive) by `rank` from
 //                           joining until Close() has written its gone file: made
@@ -47,12 +51,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -89,6 +95,18 @@ absl::Status CheckRankAndSize(int rank, int size) {
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for ", size,
                                                    " processes: use 0 to ", size - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeer(int peer, int rank, int size) {
+  if (peer == rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bootstrap rank ", rank, " cannot send to or receive from itself: give another rank"));
+  }
+  if (peer < 0 || peer >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("peer rank ", peer, " is out of range for ",
+                                                   size, " processes: use 0 to ", size - 1));
   }
   return absl::OkStatus();
 }
@@ -151,6 +169,8 @@ struct Group {
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::pair<std::string, std::int64_t>, Round> rounds;
+  // Point-to-point messages sent and not yet received, by (from, to, channel), in order.
+  std::map<std::tuple<int, int, std::string>, std::deque<std::string>> mail;
   std::optional<std::string> failure;  // Fail(): "process <rank> failed: <reason>"
 };
 
@@ -191,6 +211,61 @@ class InProcessBootstrap final : public Bootstrap {
     group_->cv.notify_all();
   }
 
+  absl::Status Send(int to, std::string_view channel, std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(to, channel));
+    Group& g = *group_;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      if (aborted_.load(std::memory_order_acquire)) {
+        return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
+                                                 Absl(channel), "' (sending to rank ", to, ")"));
+      }
+      if (g.failure.has_value()) return absl::AbortedError(*g.failure);
+      g.mail[{rank_, to, std::string(channel)}].emplace_back(bytes);
+    }
+    g.cv.notify_all();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Receive(int from, std::string_view channel) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(from, channel));
+    Group& g = *group_;
+    std::int64_t k;  // counted once received: a failed Receive leaves the number
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      k = received_[{from, std::string(channel)}];
+    }
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(g.options.timeout_seconds);
+    std::unique_lock<std::mutex> lock(g.mu);
+    std::deque<std::string>& box = g.mail[{from, rank_, std::string(channel)}];
+    auto ready = [&] {
+      return !box.empty() || aborted_.load(std::memory_order_acquire) || g.failure.has_value();
+    };
+    if (deadline.has_value()) {
+      g.cv.wait_until(lock, *deadline, ready);
+    } else {
+      g.cv.wait(lock, ready);
+    }
+    if (!box.empty() && !aborted_.load(std::memory_order_acquire)) {
+      std::string out = std::move(box.front());
+      box.pop_front();
+      lock.unlock();
+      std::lock_guard<std::mutex> seq_lock(seq_mu_);
+      ++received_[{from, std::string(channel)}];
+      return out;
+    }
+    if (aborted_.load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
+                                               Absl(channel), "' (message ", k, " from rank ", from,
+                                               ")"));
+    }
+    if (g.failure.has_value()) return absl::AbortedError(*g.failure);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "in-process bootstrap: rank ", rank_, " waited ", g.options.timeout_seconds,
+        " s on channel '", Absl(channel), "' (message ", k, ") for a message from rank ", from,
+        " (not started, not sending it, or failed earlier?)"));
+  }
+
   absl::Status Close() override {
     if (closed_) return absl::OkStatus();
     PS_RETURN_IF_ERROR(Exchange(kCloseChannel, "").status());
@@ -199,6 +274,16 @@ class InProcessBootstrap final : public Bootstrap {
   }
 
  private:
+  absl::Status CheckPointToPoint(int peer, std::string_view channel) const {
+    PS_RETURN_IF_ERROR(CheckChannel(channel));
+    PS_RETURN_IF_ERROR(internal::CheckPeer(peer, rank_, group_->size));
+    if (closed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bootstrap rank ", rank_, ": Send or Receive after Close()"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
                                                     std::string_view bytes) {
     if (closed_) {
@@ -259,6 +344,7 @@ class InProcessBootstrap final : public Bootstrap {
   std::atomic<bool> aborted_{false};
   std::mutex seq_mu_;
   std::map<std::string, std::int64_t, std::less<>> next_;
+  std::map<std::pair<int, std::string>, std::int64_t> received_;  // Receive: by (from, channel)
   bool closed_ = false;
 };
 
@@ -375,6 +461,59 @@ class FileBootstrap final : public Bootstrap {
                                                      std::string_view bytes) override {
     PS_RETURN_IF_ERROR(CheckChannel(channel));
     return Exchange(channel, bytes);
+  }
+
+  absl::Status Send(int to, std::string_view channel, std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(to, channel));
+    if (aborted_.load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
+                                               ": aborted on channel '", Absl(channel),
+                                               "' (sending to rank ", to, ")"));
+    }
+    PS_RETURN_IF_ERROR(FailedMarker());
+    std::int64_t k;
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      k = sent_[{to, std::string(channel)}]++;
+    }
+    std::call_once(beat_started_, [this] { StartBeating(); });
+    return PutFile(MessageFileOf(channel, k, rank_, to), bytes);
+  }
+
+  absl::StatusOr<std::string> Receive(int from, std::string_view channel) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(from, channel));
+    std::int64_t k;  // counted once received: a failed Receive leaves the number
+    {
+      std::lock_guard<std::mutex> lock(seq_mu_);
+      k = received_[{from, std::string(channel)}];
+    }
+    std::call_once(beat_started_, [this] { StartBeating(); });
+    const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
+    const std::string path = MessageFileOf(channel, k, from, rank_);
+    for (Backoff wait;;) {
+      if (aborted_.load(std::memory_order_acquire)) {
+        return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
+                                                 ": aborted on channel '", Absl(channel),
+                                                 "' (message ", k, " from rank ", from, ")"));
+      }
+      if (Exists(path)) {
+        PS_ASSIGN_OR_RETURN(std::string out,
+                            ReadFile(path, std::numeric_limits<std::int64_t>::max()));
+        (void)::unlink(path.c_str());
+        std::lock_guard<std::mutex> lock(seq_mu_);
+        ++received_[{from, std::string(channel)}];
+        return out;
+      }
+      PS_RETURN_IF_ERROR(Failure());
+      if (deadline.has_value() && Clock::now() >= *deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("file bootstrap ", QuoteForMessage(dir_.string(), 200), ": rank ", rank_,
+                         " waited ", options_.timeout_seconds, " s on channel '", Absl(channel),
+                         "' (message ", k, ") for a message from rank ", from,
+                         " (not started, not sending it, failed earlier, or given another path?)"));
+      }
+      wait.Sleep();
+    }
   }
 
   void Abort() override { aborted_.store(true, std::memory_order_release); }
@@ -636,6 +775,20 @@ class FileBootstrap final : public Bootstrap {
     return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", rank)).string();
   }
 
+  std::string MessageFileOf(std::string_view channel, std::int64_t k, int from, int to) const {
+    return (dir_ / absl::StrCat(Absl(channel), ".", k, ".", from, "-", to)).string();
+  }
+
+  absl::Status CheckPointToPoint(int peer, std::string_view channel) const {
+    PS_RETURN_IF_ERROR(CheckChannel(channel));
+    PS_RETURN_IF_ERROR(internal::CheckPeer(peer, rank_, size_));
+    if (closed_.load(std::memory_order_acquire)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bootstrap rank ", rank_, ": Send or Receive after Close()"));
+    }
+    return absl::OkStatus();
+  }
+
   // Writes `content` beside `path` and links it into place: readers see all or nothing,
   // and a file already at `path` (a second process with this rank) is an error.
   absl::Status PutFile(const std::string& path, std::string_view content) {
@@ -835,6 +988,8 @@ class FileBootstrap final : public Bootstrap {
   std::atomic<bool> aborted_{false};
   std::mutex seq_mu_;
   std::map<std::string, std::int64_t, std::less<>> next_;
+  // Point to point: messages sent by (to, channel), received by (from, channel).
+  std::map<std::pair<int, std::string>, std::int64_t> sent_, received_;
   std::atomic<std::int64_t> tmp_counter_{0};
   // Failure(): when it last looked for the marker (steady clock, microseconds), and
   // whether it found one (then it always reads it).

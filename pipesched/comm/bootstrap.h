@@ -64,6 +64,25 @@ class Bootstrap {
   virtual absl::StatusOr<std::vector<std::string>> AllGather(std::string_view channel,
                                                              std::string_view bytes) = 0;
 
+  // Point to point, for what only two processes share (the activations one pipeline
+  // stage hands the next when the two are in different processes). Send queues `bytes`
+  // for rank `to` on `channel` and returns without waiting for the receiver (the bytes
+  // are copied; nothing bounds how many sends wait to be received). Receive blocks until
+  // the next message from rank `from` on `channel` is there and returns it: the k-th
+  // Receive(from, channel) on rank t returns the k-th Send(t, channel) of rank `from`.
+  // Messages are matched by (sender, receiver, channel), so a pair's channels are
+  // independent of each other, of other pairs and of AllGather's channels (a channel
+  // name may serve both). Calls on one (peer, channel) must not overlap within a rank;
+  // others may, from any thread. Both are InvalidArgument for a channel AllGather
+  // refuses, a peer outside [0, size()) or this rank itself, and after Close(); Cancelled
+  // once Abort() was called and Aborted once the job failed (Failure()). Receive also
+  // fails as an exchange does when its peer is silent: DeadlineExceeded after
+  // BootstrapOptions::timeout_seconds naming the channel, the message number and `from`,
+  // and Aborted once `from` has ended or is judged gone by its heartbeat. A message
+  // that was sent but not received by Close() is dropped. Sizes: as AllGather's.
+  virtual absl::Status Send(int to, std::string_view channel, std::string_view bytes) = 0;
+  virtual absl::StatusOr<std::string> Receive(int from, std::string_view channel) = 0;
+
   // For a watchdog that gave up: this rank's exchanges waiting now, and its every later
   // call, fail with Cancelled (the other ranks are not told: Fail() does that).
   // Thread-safe; returns at once.

@@ -24,6 +24,9 @@ inline constexpr std::string_view kCloseChannel = "~close";
 absl::Status CheckChannel(std::string_view channel);
 // OK, or InvalidArgument for size < 1 or rank outside [0, size).
 absl::Status CheckRankAndSize(int rank, int size);
+// OK, or InvalidArgument for a point-to-point peer outside [0, size) or equal to `rank`
+// (Bootstrap::Send, Bootstrap::Receive).
+absl::Status CheckPeer(int peer, int rank, int size);
 // "rank 2" or "ranks 1, 3": the ranks whose `present` is false.
 std::string MissingRanks(const std::vector<bool>& present);
 // Now + `seconds`, or none for 0 (or less) and past 1e9 s (wait until aborted).

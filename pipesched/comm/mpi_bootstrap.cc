@@ -5,21 +5,27 @@
 // MPI_COMM_WORLD (so they never meet the embedder's), with one tag. Messages:
 //   'D' <channel size: 1 byte> <channel> <exchange k: 8 bytes, little-endian> <bytes>
 //        the sender's part of its k-th exchange on that channel
+//   'P' <channel size: 1 byte> <channel> <message k: 8 bytes, little-endian> <bytes>
+//        the sender's k-th Send to this rank on that channel (sent to that rank only)
 //   'F' <reason>
 //        the sender failed (Fail): every exchange of the job ends with its reason
 //   'H'  the sender's heartbeat, sent to every rank each second by its thread while
 //        BootstrapOptions::heartbeat_timeout_seconds is above 0
-// Any message from a rank is a sign of life; a rank missing from an exchange that has
-// not given one for the heartbeat timeout (by this rank's clock, while its thread ran)
-// ends the exchange with Aborted "process <r> has shown no sign of life ...". That finds
-// a process that is stopped (SIGSTOP, a debugger) or whose host is cut off, which the
-// MPI launcher does not: it ends the job only when a process exits.
-// A caller files its own part and queues one message per other rank (one payload shared
-// by all), then waits under the mutex for the other parts. The thread sends the queue
+// Any message from a rank is a sign of life; a rank missing from an exchange (or the
+// sender a Receive waits for) that has not given one for the heartbeat timeout (by this
+// rank's clock, while its thread ran) ends the wait with Aborted "process <r> has shown
+// no sign of life ...". That finds a process that is stopped (SIGSTOP, a debugger) or
+// whose host is cut off, which the MPI launcher does not: it ends the job only when a
+// process exits.
+// A caller of an exchange files its own part and queues one message per other rank (one
+// payload shared by all), then waits under the mutex for the other parts; a Send queues
+// one message and returns, a Receive waits for its message. The thread sends the queue
 // (MPI_Isend, each payload kept until its send completes), probes for what arrived
 // (MPI_Iprobe, then MPI_Recv of its size) and files each part under (channel, k,
-// sender); with nothing to do it waits on a condition variable that a new message in the
-// queue signals, for up to 20 us while a caller waits and up to 1 ms otherwise.
+// sender), each point-to-point message under (sender, channel, k) until a Receive takes
+// it; with nothing to do it waits on a condition variable that a new message in the
+// queue signals, for up to 20 us while a caller waits (an exchange or a Receive) and up
+// to 1 ms otherwise.
 #include "pipesched/comm/bootstrap.h"
 
 #ifdef PIPESCHED_HAS_MPI
@@ -43,6 +49,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -154,6 +161,31 @@ std::uint64_t GetUint64(std::string_view in) {
   return v;
 }
 
+// The bytes of one exchange's part or one Send: MPI counts in int, so a message is at
+// most INT_MAX bytes, its header (type, channel size, at most 64 characters, k) included.
+constexpr std::size_t kMostBytes = static_cast<std::size_t>(INT_MAX) - 2 - 64 - 8;
+
+// OK, or InvalidArgument for `size` bytes on `channel` over kMostBytes (`carrier`: "exchange",
+// "message"), which the caller refuses before anything is numbered or sent.
+absl::Status CheckSize(std::string_view channel, std::size_t size, std::string_view carrier) {
+  if (size <= kMostBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "MPI bootstrap: ", size, " bytes on channel '", Absl(channel), "' are more than one ",
+      Absl(carrier), " carries (", kMostBytes, ", MPI's int count): give them in parts"));
+}
+
+// A numbered message ('D' or 'P', see the head of this file).
+std::string NumberedMessage(char type, std::string_view channel, std::int64_t k,
+                            std::string_view bytes) {
+  std::string message(1, type);
+  message.reserve(2 + channel.size() + 8 + bytes.size());  // one allocation, bytes may be large
+  message.push_back(static_cast<char>(channel.size()));
+  message.append(channel);
+  PutUint64(message, static_cast<std::uint64_t>(k));
+  message.append(bytes);
+  return message;
+}
+
 class MpiBootstrap final : public Bootstrap {
  public:
   MpiBootstrap(MPI_Comm comm, int rank, int size, BootstrapOptions options)
@@ -200,6 +232,59 @@ class MpiBootstrap final : public Bootstrap {
                                                      std::string_view bytes) override {
     PS_RETURN_IF_ERROR(internal::CheckChannel(channel));
     return Exchange(channel, bytes);
+  }
+
+  absl::Status Send(int to, std::string_view channel, std::string_view bytes) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(to, channel));
+    PS_RETURN_IF_ERROR(CheckSize(channel, bytes.size(), "message"));
+    const std::pair<int, std::string> pair(to, std::string(channel));
+    std::unique_lock<std::mutex> lock(mu_);
+    // Counted once queued (a refused Send leaves the numbering as it was); calls on one
+    // (peer, channel) do not overlap, so nothing takes this number meanwhile.
+    const std::int64_t k = sent_next_[pair];
+    // The message is made without the lock: it may be large.
+    lock.unlock();
+    auto payload = std::make_shared<const std::string>(NumberedMessage('P', channel, k, bytes));
+    lock.lock();
+    // Nothing may follow this rank's close part (see Exchange), even a Send that raced
+    // Close() on another thread.
+    if (sent_close_) return AfterClose("Send or Receive");
+    PS_RETURN_IF_ERROR(Interrupted(MessageWhere(channel, k)));
+    ++sent_next_[pair];
+    outbox_.push_back({to, std::move(payload)});
+    lock.unlock();
+    thread_cv_.notify_one();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Receive(int from, std::string_view channel) override {
+    PS_RETURN_IF_ERROR(CheckPointToPoint(from, channel));
+    const std::optional<Clock::time_point> deadline =
+        internal::DeadlineAfter(options_.timeout_seconds);
+    const std::pair<int, std::string> pair(from, std::string(channel));
+    std::unique_lock<std::mutex> lock(mu_);
+    // Counted once received, so a Receive that timed out may be asked again for the same
+    // message.
+    const std::int64_t k = received_next_[pair];
+    const std::string where = MessageWhere(channel, k);
+    PS_RETURN_IF_ERROR(Interrupted(where));
+    const auto key = std::make_tuple(from, pair.second, k);
+    PS_RETURN_IF_ERROR(Wait(
+        lock, deadline, where, [&] { return arrived_.count(key) > 0; },
+        [&] {
+          // Only `from` is waited for.
+          std::vector<bool> present(static_cast<std::size_t>(size_), true);
+          present[from] = false;
+          return present;
+        },
+        [&] {
+          return absl::StrCat("a message from rank ", from, " (stopped, or not sending it?)");
+        }));
+    auto it = arrived_.find(key);
+    std::string message = std::move(it->second);
+    arrived_.erase(it);
+    ++received_next_[pair];
+    return message;
   }
 
   void Abort() override {
@@ -284,18 +369,8 @@ class MpiBootstrap final : public Bootstrap {
 
   absl::StatusOr<std::vector<std::string>> Exchange(std::string_view channel,
                                                     std::string_view bytes) {
-    if (closed_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bootstrap rank ", rank_, ": AllGather after Close()"));
-    }
-    // MPI counts in int: a message is at most INT_MAX bytes, its header included.
-    if (const std::size_t most = static_cast<std::size_t>(INT_MAX) - 2 - 64 - 8;
-        bytes.size() > most) {
-      return absl::InvalidArgumentError(absl::StrCat("MPI bootstrap: ", bytes.size(),
-                                                     " bytes on channel '", Absl(channel),
-                                                     "' are more than one exchange carries (", most,
-                                                     ", MPI's int count): give them in parts"));
-    }
+    if (closed_) return AfterClose("AllGather");
+    PS_RETURN_IF_ERROR(CheckSize(channel, bytes.size(), "exchange"));
     const std::optional<Clock::time_point> deadline =
         internal::DeadlineAfter(options_.timeout_seconds);
     std::unique_lock<std::mutex> lock(mu_);
@@ -304,21 +379,11 @@ class MpiBootstrap final : public Bootstrap {
     std::shared_ptr<const std::string> payload;
     if (size_ > 1) {
       lock.unlock();
-      std::string message = "D";
-      message.push_back(static_cast<char>(channel.size()));
-      message.append(channel);
-      PutUint64(message, static_cast<std::uint64_t>(k));
-      message.append(bytes);
-      payload = std::make_shared<const std::string>(std::move(message));
+      payload = std::make_shared<const std::string>(NumberedMessage('D', channel, k, bytes));
       lock.lock();
     }
-    auto cancelled = [&] {
-      return absl::CancelledError(absl::StrCat("bootstrap rank ", rank_, ": aborted on channel '",
-                                               Absl(channel), "' (exchange ", k, ")"));
-    };
-    if (aborted_) return cancelled();
-    if (failure_.has_value()) return absl::AbortedError(*failure_);
-    PS_RETURN_IF_ERROR(error_);
+    const std::string where = absl::StrCat("channel '", Absl(channel), "' (exchange ", k, ")");
+    PS_RETURN_IF_ERROR(Interrupted(where));
     const auto key = std::make_pair(std::string(channel), k);
     Round& round = rounds_.try_emplace(key, size_).first->second;
     round.slots[rank_] = std::string(bytes);
@@ -333,9 +398,30 @@ class MpiBootstrap final : public Bootstrap {
     // context a later one reuses, where anything sent after it would be taken for that
     // communicator's.
     if (channel == internal::kCloseChannel) sent_close_ = true;
-    auto ready = [&] {
-      return round.arrived == size_ || aborted_ || failure_.has_value() || !error_.ok();
-    };
+    PS_RETURN_IF_ERROR(Wait(
+        lock, deadline, where, [&] { return round.arrived == size_; },
+        [&] { return Present(round); },
+        [&] {
+          return absl::StrCat(internal::MissingRanks(Present(round)),
+                              " (stopped, or not making this exchange?)");
+        }));
+    std::vector<std::string> out;
+    out.reserve(size_);
+    for (std::optional<std::string>& slot : round.slots) out.push_back(std::move(*slot));
+    rounds_.erase(key);
+    return out;
+  }
+
+  // What an exchange and a Receive share: waits, with `lock` (on mu_) held, until
+  // `arrived()`, looking every 0.25 s at the silence of the ranks that `present()` (by
+  // rank) says are not there. OK once arrived; else Aborted (a rank failed, or was judged
+  // silent here: latched), the thread's error, DeadlineExceeded "... waited T s on
+  // <where> for <missing()>", or Cancelled (Abort()).
+  template <typename ArrivedFn, typename PresentFn, typename MissingFn>
+  absl::Status Wait(std::unique_lock<std::mutex>& lock, std::optional<Clock::time_point> deadline,
+                    std::string_view where, ArrivedFn arrived, PresentFn present,
+                    MissingFn missing) {
+    auto ready = [&] { return arrived() || aborted_ || failure_.has_value() || !error_.ok(); };
     bool in_time = true;
     ++waiting_;
     thread_cv_.notify_one();  // to poll closely from now on
@@ -348,7 +434,7 @@ class MpiBootstrap final : public Bootstrap {
         in_time = false;
         break;
       }
-      if (absl::Status silent = JudgeSilence(Present(round)); !silent.ok()) {
+      if (absl::Status silent = JudgeSilence(present()); !silent.ok()) {
         failure_ = std::string(silent.message());
         g_job_failed = true;
         cv_.notify_all();
@@ -356,23 +442,48 @@ class MpiBootstrap final : public Bootstrap {
       }
     }
     --waiting_;
-    if (round.arrived == size_) {
-      std::vector<std::string> out;
-      out.reserve(size_);
-      for (std::optional<std::string>& slot : round.slots) out.push_back(std::move(*slot));
-      rounds_.erase(key);
-      return out;
-    }
+    if (arrived()) return absl::OkStatus();
     if (failure_.has_value()) return absl::AbortedError(*failure_);
     PS_RETURN_IF_ERROR(error_);
     if (!in_time) {
       g_job_failed = true;
-      return absl::DeadlineExceededError(absl::StrCat(
-          "MPI bootstrap: rank ", rank_, " waited ", options_.timeout_seconds, " s on channel '",
-          Absl(channel), "' (exchange ", k, ") for ", internal::MissingRanks(Present(round)),
-          " (stopped, or not making this exchange?)"));
+      return absl::DeadlineExceededError(absl::StrCat("MPI bootstrap: rank ", rank_, " waited ",
+                                                      options_.timeout_seconds, " s on ",
+                                                      Absl(where), " for ", missing()));
     }
-    return cancelled();
+    return Cancelled(where);
+  }
+
+  // Before a call numbers and queues anything (with the mutex held): Cancelled once
+  // Abort() was called, Aborted once the job failed, or the thread's error.
+  absl::Status Interrupted(std::string_view where) const {
+    if (aborted_) return Cancelled(where);
+    if (failure_.has_value()) return absl::AbortedError(*failure_);
+    return error_;
+  }
+
+  absl::Status Cancelled(std::string_view where) const {
+    return absl::CancelledError(
+        absl::StrCat("bootstrap rank ", rank_, ": aborted on ", Absl(where)));
+  }
+
+  absl::Status AfterClose(std::string_view call) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bootstrap rank ", rank_, ": ", Absl(call), " after Close()"));
+  }
+
+  static std::string MessageWhere(std::string_view channel, std::int64_t k) {
+    return absl::StrCat("channel '", Absl(channel), "' (message ", k, ")");
+  }
+
+  // Send's and Receive's arguments, as the other kinds check them: InvalidArgument for
+  // a channel AllGather refuses, a peer that is not another rank of the job, or a call
+  // after Close().
+  absl::Status CheckPointToPoint(int peer, std::string_view channel) const {
+    PS_RETURN_IF_ERROR(internal::CheckChannel(channel));
+    PS_RETURN_IF_ERROR(internal::CheckPeer(peer, rank_, size_));
+    if (closed_) return AfterClose("Send or Receive");
+    return absl::OkStatus();
   }
 
   // Which ranks' parts of `round` are there.
@@ -419,7 +530,7 @@ class MpiBootstrap final : public Bootstrap {
       return;
     }
     const std::size_t channel_size = m.size() >= 2 ? static_cast<unsigned char>(m[1]) : 0;
-    if (m.empty() || m[0] != 'D' || m.size() < 2 + channel_size + 8) {
+    if (m.empty() || (m[0] != 'D' && m[0] != 'P') || m.size() < 2 + channel_size + 8) {
       SetError(absl::InternalError(absl::StrCat(
           "MPI bootstrap: rank ", rank_, " got a message of ", m.size(), " bytes from rank ", from,
           " that is no bootstrap message (is another program using its communicator?)")));
@@ -427,6 +538,20 @@ class MpiBootstrap final : public Bootstrap {
     }
     const std::string channel(m.substr(2, channel_size));
     const auto k = static_cast<std::int64_t>(GetUint64(m.substr(2 + channel_size, 8)));
+    if (m[0] == 'P') {
+      auto [it, filed] = arrived_.try_emplace(std::make_tuple(from, channel, k));
+      if (!filed) {
+        SetError(absl::InternalError(absl::StrCat("MPI bootstrap: rank ", rank_, " got rank ", from,
+                                                  "'s message ", k, " on channel '", channel,
+                                                  "' twice")));
+        return;
+      }
+      // In place: a message may be large.
+      message.erase(0, 2 + channel_size + 8);
+      it->second = std::move(message);
+      cv_.notify_all();
+      return;
+    }
     Round& round = rounds_.try_emplace(std::make_pair(channel, k), size_).first->second;
     if (round.slots[from].has_value()) {
       SetError(absl::InternalError(absl::StrCat("MPI bootstrap: rank ", rank_, " got rank ", from,
@@ -604,13 +729,18 @@ class MpiBootstrap final : public Bootstrap {
   std::condition_variable thread_cv_;  // a message queued, or stopping
   std::map<std::string, std::int64_t, std::less<>> next_;
   std::map<std::pair<std::string, std::int64_t>, Round> rounds_;
+  // Point to point, by (peer, channel): the number of the next message to send or receive.
+  std::map<std::pair<int, std::string>, std::int64_t> sent_next_;
+  std::map<std::pair<int, std::string>, std::int64_t> received_next_;
+  // Messages not yet received, by (sender, channel, k).
+  std::map<std::tuple<int, std::string, std::int64_t>, std::string> arrived_;
   std::deque<Outgoing> outbox_;
   bool aborted_ = false;
   std::optional<std::string> failure_;  // "process <rank> failed: <reason>"
   absl::Status error_;                  // an MPI call of the thread failed
   bool stopping_ = false;
   Clock::time_point stop_drain_until_;
-  int waiting_ = 0;           // callers waiting in an exchange: the thread then polls closely
+  int waiting_ = 0;           // callers waiting (exchange, Receive): the thread polls closely
   bool sent_close_ = false;   // this rank's close part is queued
   bool told_others_ = false;  // Fail() sent its reason
   std::vector<Clock::time_point> last_heard_;   // by rank: the last message from it

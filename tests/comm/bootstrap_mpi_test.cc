@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -239,6 +241,283 @@ TEST(MpiBootstrapTest, APartOverMpisCountIsRefused) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_THAT(*after, ElementsAre("small", "small", "small"));
   EXPECT_TRUE(b->Close().ok());
+}
+
+// Point to point. Byte i of the n-th message from `from` to `to`: differs from message
+// to message and along each, so a message cut, shifted or taken for another fails.
+std::string Series(int from, int to, int n, std::size_t size) {
+  std::string bytes(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) {
+    bytes[i] = static_cast<char>((from * 31 + to * 7 + n * 13 + i) % 251);
+  }
+  return bytes;
+}
+
+// Every rank sends every other rank one series on one channel, sizes from nothing to
+// 3 MB (past any eager limit), all before it receives: each receives each sender's
+// series whole and in order.
+TEST(MpiBootstrapTest, ReceiveReturnsEachSendersMessagesInOrder) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  const int r = b->rank();
+  const std::vector<std::size_t> sizes = {0, 1, 100, 65537, 3 << 20, 7, 0};
+  for (int n = 0; n < static_cast<int>(sizes.size()); ++n) {
+    for (int to = 0; to < 3; ++to) {
+      if (to != r) {
+        ASSERT_TRUE(b->Send(to, "series", Series(r, to, n, sizes[n])).ok());
+      }
+    }
+  }
+  for (int from = 0; from < 3; ++from) {
+    if (from == r) continue;
+    for (int n = 0; n < static_cast<int>(sizes.size()); ++n) {
+      absl::StatusOr<std::string> got = b->Receive(from, "series");
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->size(), sizes[n]) << "message " << n << " from rank " << from;
+      // Not EXPECT_EQ: it would print megabytes.
+      EXPECT_TRUE(*got == Series(from, r, n, sizes[n])) << "message " << n << " from rank " << from;
+    }
+  }
+  EXPECT_TRUE(b->Close().ok());
+}
+
+// Messages sent before the receiver asks wait for it; one never received does not hold
+// up Close().
+TEST(MpiBootstrapTest, AMessageSentBeforeItsReceiveIsKept) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  if (b->rank() == 0) {
+    ASSERT_TRUE(b->Send(1, "early", "first").ok());
+    ASSERT_TRUE(b->Send(1, "early", "second").ok());
+    ASSERT_TRUE(b->Send(1, "early", "never received").ok());
+  }
+  // Rank 0's messages leave before its barrier part (MPI keeps a pair's order).
+  ASSERT_TRUE(Barrier(*b, "sent").ok());
+  if (b->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    absl::StatusOr<std::string> first = b->Receive(0, "early");
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, "first");
+    absl::StatusOr<std::string> second = b->Receive(0, "early");
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(*second, "second");
+  }
+  EXPECT_TRUE(b->Close().ok());
+}
+
+// Ranks 0 and 1 play ping-pong on two channels at once, one thread per channel, in
+// opposite orders: on "ping" rank 0 sends first, on "pong" rank 1 does (and each rank
+// starts its threads in its own order). No message lands on the other channel.
+TEST(MpiBootstrapTest, APairsChannelsAreIndependentAcrossThreads) {
+  std::unique_ptr<Bootstrap> b = Create(/*timeout_seconds=*/30);
+  ASSERT_NE(b, nullptr);
+  const int r = b->rank();
+  if (r < 2) {
+    const int peer = 1 - r;
+    constexpr int kRounds = 50;
+    auto play = [&](const std::string& channel, bool sends_first) {
+      for (int k = 0; k < kRounds; ++k) {
+        for (int step = 0; step < 2; ++step) {
+          if ((step == 0) == sends_first) {
+            EXPECT_TRUE(b->Send(peer, channel, absl::StrCat(channel, " ", k, " from ", r)).ok());
+          } else {
+            absl::StatusOr<std::string> got = b->Receive(peer, channel);
+            ASSERT_TRUE(got.ok()) << got.status();
+            EXPECT_EQ(*got, absl::StrCat(channel, " ", k, " from ", peer));
+          }
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      const bool ping = (i == 0) == (r == 0);
+      threads.emplace_back([&, ping] { play(ping ? "ping" : "pong", ping == (r == 0)); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  EXPECT_TRUE(b->Close().ok());
+}
+
+// Each rank sends to the next and receives from the one before: round after round, then
+// a token that each rank adds its own number to.
+TEST(MpiBootstrapTest, MessagesGoRoundARing) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  const int r = b->rank();
+  const int next = (r + 1) % 3;
+  const int previous = (r + 2) % 3;
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE(b->Send(next, "ring", absl::StrCat("round ", round, " from ", r)).ok());
+    absl::StatusOr<std::string> got = b->Receive(previous, "ring");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, absl::StrCat("round ", round, " from ", previous));
+  }
+  if (r == 0) {
+    ASSERT_TRUE(b->Send(next, "token", "0").ok());
+  }
+  absl::StatusOr<std::string> token = b->Receive(previous, "token");
+  ASSERT_TRUE(token.ok()) << token.status();
+  if (r != 0) {
+    ASSERT_TRUE(b->Send(next, "token", absl::StrCat(*token, r)).ok());
+  } else {
+    EXPECT_EQ(*token, "012");
+  }
+  EXPECT_TRUE(b->Close().ok());
+}
+
+// One channel name used by AllGather on one thread and by Send/Receive on another at
+// the same time, then by both in turn on one thread: neither takes the other's bytes.
+TEST(MpiBootstrapTest, AChannelNameServesAllGatherAndPointToPointApart) {
+  std::unique_ptr<Bootstrap> b = Create(/*timeout_seconds=*/30);
+  ASSERT_NE(b, nullptr);
+  const int r = b->rank();
+  const int next = (r + 1) % 3;
+  const int previous = (r + 2) % 3;
+  constexpr int kRounds = 20;
+  std::thread gatherer([&] {
+    for (int k = 0; k < kRounds; ++k) {
+      absl::StatusOr<std::vector<std::string>> got =
+          b->AllGather("shared", absl::StrCat("part ", k, " of ", r));
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_THAT(*got,
+                  ElementsAre(absl::StrCat("part ", k, " of 0"), absl::StrCat("part ", k, " of 1"),
+                              absl::StrCat("part ", k, " of 2")));
+    }
+  });
+  for (int k = 0; k < kRounds; ++k) {
+    EXPECT_TRUE(b->Send(next, "shared", absl::StrCat("message ", k, " of ", r)).ok());
+    absl::StatusOr<std::string> got = b->Receive(previous, "shared");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, absl::StrCat("message ", k, " of ", previous));
+  }
+  gatherer.join();
+  ASSERT_TRUE(b->Send(next, "both", "sent").ok());
+  absl::StatusOr<std::vector<std::string>> gathered = b->AllGather("both", "gathered");
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_THAT(*gathered, ElementsAre("gathered", "gathered", "gathered"));
+  absl::StatusOr<std::string> received = b->Receive(previous, "both");
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, "sent");
+  EXPECT_TRUE(b->Close().ok());
+}
+
+// A peer that is not another rank, a bad channel and a message over MPI's count are
+// refused, and count for nothing: the channel's next message is still message 0.
+TEST(MpiBootstrapTest, PointToPointRefusesBadPeersChannelsAndSizes) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  const int r = b->rank();
+  const int next = (r + 1) % 3;
+  const int previous = (r + 2) % 3;
+  for (const int peer : {-1, 3, r}) {
+    const std::string rule =
+        peer == r
+            ? absl::StrCat("bootstrap rank ", r,
+                           " cannot send to or receive from itself: give another rank")
+            : absl::StrCat("peer rank ", peer, " is out of range for 3 processes: use 0 to 2");
+    const absl::Status send = b->Send(peer, "refused", "x");
+    EXPECT_EQ(send.code(), absl::StatusCode::kInvalidArgument) << send;
+    EXPECT_EQ(send.message(), rule);
+    const absl::Status receive = b->Receive(peer, "refused").status();
+    EXPECT_EQ(receive.code(), absl::StatusCode::kInvalidArgument) << receive;
+    EXPECT_EQ(receive.message(), rule);
+  }
+  for (const std::string& channel :
+       {std::string("bad channel"), std::string(65, 'c'), std::string(""), std::string("~close")}) {
+    for (const absl::Status& refused :
+         {b->Send(next, channel, "x"), b->Receive(previous, channel).status()}) {
+      EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+      EXPECT_THAT(std::string(refused.message()),
+                  HasSubstr("is not 1 to 64 characters of letters, digits, '_' and '-'"));
+    }
+  }
+  // Address space that is never read: the size is refused before any byte is.
+  const std::size_t size = std::size_t{1} << 31;
+  void* reserved = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED);
+  const absl::Status big =
+      b->Send(next, "refused", std::string_view(static_cast<const char*>(reserved), size));
+  ::munmap(reserved, size);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument) << big;
+  EXPECT_THAT(std::string(big.message()),
+              HasSubstr("2147483648 bytes on channel 'refused' are more than one message carries "
+                        "(2147483573, MPI's int count): give them in parts"));
+  ASSERT_TRUE(b->Send(next, "refused", "message 0").ok());
+  absl::StatusOr<std::string> got = b->Receive(previous, "refused");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "message 0");
+  EXPECT_TRUE(b->Close().ok());
+  for (const absl::Status& late :
+       {b->Send(next, "late", "x"), b->Receive(previous, "late").status()}) {
+    EXPECT_EQ(late.code(), absl::StatusCode::kInvalidArgument) << late;
+    EXPECT_EQ(late.message(),
+              absl::StrCat("bootstrap rank ", r, ": Send or Receive after Close()"));
+  }
+}
+
+// A Receive whose sender does not send times out, naming the sender, the channel and the
+// message number (rank 2 sends message 0 only).
+TEST(MpiBootstrapTest, AReceiveFromASilentSenderIsNamedAtTheTimeout) {
+  std::unique_ptr<Bootstrap> b = Create(/*timeout_seconds=*/1);
+  ASSERT_NE(b, nullptr);
+  if (b->rank() == 2) {
+    ASSERT_TRUE(b->Send(0, "quiet", "only one").ok());
+  }
+  if (b->rank() == 0) {
+    absl::StatusOr<std::string> got = b->Receive(2, "quiet");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, "only one");
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status waited = b->Receive(2, "quiet").status();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+    EXPECT_EQ(waited.message(),
+              "MPI bootstrap: rank 0 waited 1 s on channel 'quiet' (message 1) for a message "
+              "from rank 2 (stopped, or not sending it?)");
+    EXPECT_GE(took, 0.9);
+    EXPECT_LT(took, 10);
+  }
+}
+
+// Abort() from another thread ends a waiting Receive with Cancelled, and later Sends.
+TEST(MpiBootstrapTest, AbortEndsAWaitingReceive) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(Barrier(*b, "before").ok());
+  if (b->rank() == 0) {
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      b->Abort();
+    });
+    const absl::Status waited = b->Receive(1, "abandoned").status();
+    aborter.join();
+    EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+    EXPECT_EQ(waited.message(), "bootstrap rank 0: aborted on channel 'abandoned' (message 0)");
+    const absl::Status later = b->Send(1, "abandoned", "x");
+    EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
+    EXPECT_EQ(later.message(), "bootstrap rank 0: aborted on channel 'abandoned' (message 0)");
+  }
+}
+
+// Fail() on rank 1 ends the Receives waiting for it on the others with its reason, and
+// its own later Sends.
+TEST(MpiBootstrapTest, AFailingRankEndsTheOthersReceives) {
+  std::unique_ptr<Bootstrap> b = Create();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(Barrier(*b, "before").ok());
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status;
+  if (b->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    b->Fail("stage 1 ran out of memory");
+    status = b->Send(0, "activations", "x");
+  } else {
+    status = b->Receive(1, "activations").status();
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_EQ(status.message(), "process 1 failed: stage 1 ran out of memory");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 }  // namespace

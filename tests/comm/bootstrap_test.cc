@@ -198,6 +198,180 @@ TEST(FileBootstrapTest, ExchangesInCallOrderAndRemovesItsDirectory) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " left behind";
 }
 
+// Point to point (Send / Receive) on `ranks` (3 or more): a ring of three messages per
+// rank, 0 bytes to 3 MB, each received in order from the rank before; two channels of one
+// pair sent in one order and received in the other, the second message there before its
+// Receive asks; and a channel name that an AllGather uses at the same time, unmixed.
+void ExpectPointToPoint(std::vector<std::unique_ptr<Bootstrap>>& ranks) {
+  const int size = static_cast<int>(ranks.size());
+  const std::vector<std::string> payloads = {"", std::string(3 << 20, 'p'), "third"};
+  OnThreads(size, [&](int r) {
+    Bootstrap& b = *ranks[r];
+    const int next = (r + 1) % size;
+    const int previous = (r + size - 1) % size;
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_TRUE(b.Send(next, "ring", absl::StrCat(r, ">", k, ":", payloads[k])).ok());
+    }
+    for (int k = 0; k < 3; ++k) {
+      auto got = b.Receive(previous, "ring");
+      ASSERT_TRUE(got.ok()) << got.status();
+      const std::string expected = absl::StrCat(previous, ">", k, ":", payloads[k]);
+      EXPECT_TRUE(*got == expected) << "rank " << r << " message " << k << ": " << got->size()
+                                    << " bytes, " << got->substr(0, 8) << "...";
+    }
+  });
+  // Rank 1 sends "act" then "grad" to rank 2, which asks for "grad" first.
+  OnThreads(size, [&](int r) {
+    if (r == 1) {
+      ASSERT_TRUE(ranks[1]->Send(2, "act", "activation").ok());
+      ASSERT_TRUE(ranks[1]->Send(2, "grad", "gradient").ok());
+    } else if (r == 2) {
+      auto grad = ranks[2]->Receive(1, "grad");
+      auto act = ranks[2]->Receive(1, "act");
+      ASSERT_TRUE(grad.ok() && act.ok()) << grad.status() << act.status();
+      EXPECT_EQ(*grad, "gradient");
+      EXPECT_EQ(*act, "activation");
+    }
+  });
+  // "mixed" carries an AllGather on every rank and, on another thread, a message from
+  // rank 0 to rank 1.
+  std::vector<std::string> gathered(size), received(size);
+  OnThreads(size * 2, [&](int t) {
+    const int r = t / 2;
+    if (t % 2 == 0) {
+      auto all = ranks[r]->AllGather("mixed", absl::StrCat("part ", r));
+      ASSERT_TRUE(all.ok()) << all.status();
+      gathered[r] = (*all)[size - 1];
+    } else if (r == 0) {
+      ASSERT_TRUE(ranks[0]->Send(1, "mixed", "message").ok());
+    } else if (r == 1) {
+      auto got = ranks[1]->Receive(0, "mixed");
+      ASSERT_TRUE(got.ok()) << got.status();
+      received[1] = *got;
+    }
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(gathered[r], absl::StrCat("part ", size - 1));
+  EXPECT_EQ(received[1], "message");
+}
+
+// The refusals every kind shares: a peer out of range or this rank, a bad channel, a call
+// after Close(); an unsent message is a timeout naming its sender, channel and number.
+void ExpectPointToPointRefusals(std::vector<std::unique_ptr<Bootstrap>>& ranks) {
+  Bootstrap& one = *ranks[1];
+  for (int peer : {-1, 3}) {
+    EXPECT_THAT(one.Send(peer, "x", ""),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("peer rank ", peer,
+                                                " is out of range for 3 processes: use 0 to 2"))));
+    EXPECT_THAT(one.Receive(peer, "x"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr(absl::StrCat("peer rank ", peer))));
+  }
+  EXPECT_THAT(one.Send(1, "x", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bootstrap rank 1 cannot send to or receive from itself")));
+  EXPECT_THAT(one.Receive(1, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("from itself")));
+  EXPECT_THAT(one.Send(0, "a.b", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not 1 to 64 characters")));
+  EXPECT_THAT(one.Receive(0, "~close"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not 1 to 64 characters")));
+  // Rank 2 received one message on "late" from rank 0, which sent no second.
+  ASSERT_TRUE(ranks[0]->Send(2, "late", "first").ok());
+  PS_ASSERT_OK_AND_ASSIGN(std::string first, ranks[2]->Receive(0, "late"));
+  EXPECT_EQ(first, "first");
+  EXPECT_THAT(ranks[2]->Receive(0, "late"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("rank 2 waited 0.3 s on channel 'late' (message 1) for a "
+                                 "message from rank 0 (not started, not sending it")));
+  // A failed Receive keeps its number: the message sent afterwards is that one.
+  ASSERT_TRUE(ranks[0]->Send(2, "late", "second").ok());
+  PS_ASSERT_OK_AND_ASSIGN(std::string second, ranks[2]->Receive(0, "late"));
+  EXPECT_EQ(second, "second");
+  // A message sent and never received does not keep the ranks from closing.
+  ASSERT_TRUE(ranks[1]->Send(0, "unread", "dropped").ok());
+  std::vector<absl::Status> closed(3);
+  OnThreads(3, [&](int r) { closed[r] = ranks[r]->Close(); });
+  for (const absl::Status& s : closed) PS_EXPECT_OK(s);
+  EXPECT_THAT(one.Send(0, "x", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after Close()")));
+  EXPECT_THAT(one.Receive(0, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after Close()")));
+}
+
+// Abort ends this rank's Receive (Cancelled) and its later calls; another rank's Fail ends
+// a Receive waiting on any rank with the failure's reason.
+void ExpectPointToPointEndsOnAbortAndFailure(std::vector<std::unique_ptr<Bootstrap>>& ranks) {
+  absl::Status waited;
+  std::thread waiter([&] { waited = ranks[0]->Receive(1, "act-1").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ranks[0]->Abort();
+  waiter.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kCancelled,
+                               HasSubstr("aborted on channel 'act-1' (message 0 from rank 1)")));
+  EXPECT_THAT(ranks[0]->Send(1, "x", ""),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("(sending to rank 1)")));
+  std::thread failing([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ranks[2]->Fail("stage 3 ran out of memory");
+  });
+  EXPECT_THAT(ranks[1]->Receive(0, "grad-0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("process 2 failed: stage 3 ran out of memory")));
+  failing.join();
+  EXPECT_THAT(ranks[1]->Send(0, "x", ""),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("process 2 failed")));
+}
+
+// Three file bootstraps in `dir`, made on threads (each waits for the others' join).
+std::vector<std::unique_ptr<Bootstrap>> FileRanks(const std::string& dir, int size,
+                                                  double timeout_seconds) {
+  std::vector<std::unique_ptr<Bootstrap>> ranks(size);
+  OnThreads(size, [&](int r) {
+    auto b = CreateFileBootstrap(dir, r, size, {.timeout_seconds = timeout_seconds});
+    ASSERT_TRUE(b.ok()) << b.status();
+    ranks[r] = std::move(b).value();
+  });
+  return ranks;
+}
+
+TEST(InProcessBootstrapTest, SendsAndReceivesInOrderPerPairAndChannel) {
+  PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(4));
+  ExpectPointToPoint(ranks);
+  PS_ASSERT_OK_AND_ASSIGN(auto three, CreateInProcessBootstraps(3, {.timeout_seconds = 0.3}));
+  ExpectPointToPointRefusals(three);
+  PS_ASSERT_OK_AND_ASSIGN(auto ending, CreateInProcessBootstraps(3, {.timeout_seconds = 10}));
+  ExpectPointToPointEndsOnAbortAndFailure(ending);
+}
+
+TEST(FileBootstrapTest, SendsAndReceivesInOrderPerPairAndChannel) {
+  const std::string dir = FreshDir("p2p");
+  std::vector<std::unique_ptr<Bootstrap>> ranks = FileRanks(dir, 3, 30);
+  ASSERT_TRUE(ranks[0] && ranks[1] && ranks[2]);
+  ExpectPointToPoint(ranks);
+  // Each message's file is gone once received.
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find('-'), std::string::npos)
+        << entry.path() << " left behind";
+  }
+  std::vector<absl::Status> closed(3);
+  OnThreads(3, [&](int r) { closed[r] = ranks[r]->Close(); });
+  for (const absl::Status& s : closed) PS_EXPECT_OK(s);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " left behind";
+
+  const std::string refusals_dir = FreshDir("p2p_refusals");
+  std::vector<std::unique_ptr<Bootstrap>> three = FileRanks(refusals_dir, 3, 0.3);
+  ASSERT_TRUE(three[0] && three[1] && three[2]);
+  ExpectPointToPointRefusals(three);
+  EXPECT_FALSE(std::filesystem::exists(refusals_dir)) << "the unread message's file stayed";
+
+  const std::string ending_dir = FreshDir("p2p_ending");
+  std::vector<std::unique_ptr<Bootstrap>> ending = FileRanks(ending_dir, 3, 10);
+  ASSERT_TRUE(ending[0] && ending[1] && ending[2]);
+  ExpectPointToPointEndsOnAbortAndFailure(ending);
+  ending.clear();
+  std::filesystem::remove_all(ending_dir);
+}
+
 TEST(FileBootstrapTest, ALeftoverDirectoryIsRefused) {
   const std::string dir = FreshDir("leftover");
   std::filesystem::create_directory(dir);
