@@ -14,10 +14,14 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "pipesched/base/hash.h"
 #include "pipesched/base/status.h"
+#include "pipesched/base/strings.h"
 #include "pipesched/scheduler/lower.h"
 #include "pipesched/scheduler/validate.h"
 
@@ -69,7 +73,11 @@ struct Executor::Slot {
   std::unique_ptr<runtime::Event> b_start, b_end;        // B or I
   std::unique_ptr<runtime::Event> send_start, send_end;  // SEND_B out of this slot
   std::unique_ptr<runtime::Event> w_start, w_end;        // W
-  runtime::Buffer input;                                 // the received input (stage > 0)
+  // ExecutorOptions::pipeline, the next stage in another process: the activation sent
+  // to it (SEND_F) and the output gradient received from it (RECV_B).
+  std::unique_ptr<runtime::Event> send_f_start, send_f_end;
+  std::unique_ptr<runtime::Event> recv_b_start, recv_b_end;
+  runtime::Buffer input;     // the received input (stage > 0)
   bool input_ready = false;  // `input` allocated for the coming F (AllocateInput)
   bool recv_issued = false;  // its RECV_F issued already (IssueReceive)
   runtime::Buffer boundary;  // output, output gradient, input gradient
@@ -112,6 +120,21 @@ Executor::~Executor() {
   ranks_.clear();
 }
 
+int Executor::process_of_rank(int rank) const {
+  if (options_.pipeline == nullptr) return 0;
+  return static_cast<int>(static_cast<std::int64_t>(rank) * options_.pipeline->size() /
+                          num_ranks());
+}
+
+bool Executor::runs_rank(int rank) const {
+  return options_.pipeline == nullptr || process_of_rank(rank) == options_.pipeline->rank();
+}
+
+bool Executor::ProcessBoundary(int stage) const {
+  return stage > 0 && process_of_rank(schedule_.placement.RankOf(stage - 1)) !=
+                          process_of_rank(schedule_.placement.RankOf(stage));
+}
+
 Executor::Rank& Executor::rank_of(int replica, int stage) const {
   return *ranks_[replica * num_ranks() + schedule_.placement.RankOf(stage)];
 }
@@ -131,11 +154,12 @@ StageWork& Executor::work(int replica, int stage) const {
 
 std::int64_t Executor::activation_bytes(int stage) const {
   return static_cast<std::int64_t>(input_bytes_[stage] + boundary_bytes_[stage]) +
-         works_[stage]->stash_bytes();
+         sizes_[stage].stash;
 }
 
-bool Executor::LocalBoundary(int replica, int stage) const {
-  return stage > 0 && &rank_of(replica, stage - 1) == &rank_of(replica, stage) &&
+bool Executor::LocalBoundary(int /*replica*/, int stage) const {
+  // Replica d's rank r is one Rank of its own, so the replica does not matter.
+  return stage > 0 && schedule_.placement.RankOf(stage - 1) == schedule_.placement.RankOf(stage) &&
          !transport_->two_sided();
 }
 
@@ -152,11 +176,11 @@ scheduler::StageCosts Executor::WithMemoryCosts(int stage, scheduler::StageCosts
   return costs;
 }
 
-std::int64_t Executor::workspace_bytes(int stage) const { return works_[stage]->workspace_bytes(); }
+std::int64_t Executor::workspace_bytes(int stage) const { return sizes_[stage].workspace; }
 
-std::int64_t Executor::recompute_bytes(int stage) const { return works_[stage]->recompute_bytes(); }
+std::int64_t Executor::recompute_bytes(int stage) const { return sizes_[stage].recompute; }
 
-bool Executor::recomputes(int stage) const { return works_[stage]->recomputes(); }
+bool Executor::recomputes(int stage) const { return sizes_[stage].recomputes; }
 
 std::int64_t Executor::actions_per_step() const {
   std::int64_t n = 0;
@@ -176,6 +200,18 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
                                                            runtime::Backend& backend,
                                                            const StageWorkFactory& factory,
                                                            const ExecutorOptions& options) {
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Build(schedule, backend, factory, options);
+  // The other processes of a split pipeline may be waiting in an exchange of Build's:
+  // they stop with this reason instead of at their timeout.
+  if (!ex.ok() && options.pipeline != nullptr)
+    options.pipeline->Fail(std::string(ex.status().message()));
+  return ex;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Schedule& schedule,
+                                                          runtime::Backend& backend,
+                                                          const StageWorkFactory& factory,
+                                                          const ExecutorOptions& options) {
   if (options.num_replicas < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of data-parallel replicas must be at least 1, not ", options.num_replicas));
@@ -189,6 +225,25 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
         "the step timeout must be >= 0 seconds (0 = none), not ", options.step_timeout_seconds));
   }
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
+  if (comm::Bootstrap* pipeline = options.pipeline; pipeline != nullptr) {
+    if (options.processes != nullptr) {
+      return absl::InvalidArgumentError(
+          "a pipeline split across processes (ExecutorOptions::pipeline) does not combine with "
+          "data parallelism across processes (ExecutorOptions::processes) yet: give one of them, "
+          "and num_replicas for replicas within each process");
+    }
+    if (backend.kind() != runtime::BackendKind::kHost) {
+      return absl::FailedPreconditionError(
+          "a pipeline split across processes runs on the host backend only: on CUDA its "
+          "transfers need NCCL send/recv, which is not built yet");
+    }
+    if (pipeline->size() > schedule.num_ranks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a pipeline of ", schedule.num_ranks(), " ranks cannot be split across ",
+                       pipeline->size(), " processes: give at most ", schedule.num_ranks(),
+                       " (each process runs at least one rank)"));
+    }
+  }
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->options_ = options;
   ex->backend_ = &backend;
@@ -202,6 +257,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   const int num_devices = backend.device_count();
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < P; ++r) {
+      if (!ex->runs_rank(r)) {  // another process's (ExecutorOptions::pipeline)
+        ex->ranks_.push_back(nullptr);
+        continue;
+      }
       auto rank = std::make_unique<Rank>();
       rank->replica = d;
       rank->rank = r;
@@ -220,14 +279,21 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     }
   }
   for (auto& a : ex->ranks_) {
+    if (a == nullptr) continue;
     for (int j = 0; j < static_cast<int>(ex->ranks_.size()); ++j) {
-      if (ex->ranks_[j]->device == a->device) a->same_device.push_back(j);
+      if (ex->ranks_[j] != nullptr && ex->ranks_[j]->device == a->device) {
+        a->same_device.push_back(j);
+      }
     }
   }
 
   // Stage work per (replica, stage), and its sizes.
   for (int d = 0; d < D; ++d) {
     for (int s = 0; s < S; ++s) {
+      if (!ex->runs_stage(s)) {
+        ex->works_.push_back(nullptr);
+        continue;
+      }
       PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
                           factory(s, d, *ex->rank_of(d, s).device));
       if (work == nullptr) {
@@ -240,7 +306,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   // Sizes a work reports are checked before they are multiplied: every buffer of a step
   // (D x M micro-batches of the largest) stays far inside 64 bits.
   constexpr std::int64_t kMaxStepBytes = std::int64_t{1} << 56;
+  ex->sizes_.assign(S, {});
   for (int s = 0; s < S; ++s) {
+    if (ex->works_[s] == nullptr) continue;  // another process's
     const StageWork& w = *ex->works_[s];
     const struct {
       const char* name;
@@ -260,23 +328,31 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
             "): a step's D x M micro-batches of it must stay within ", "2^56 bytes"));
       }
     }
+    ex->sizes_[s] = {.input = static_cast<std::int64_t>(w.input_bytes()),
+                     .output = static_cast<std::int64_t>(w.output_bytes()),
+                     .target = static_cast<std::int64_t>(w.target_bytes()),
+                     .stash = w.stash_bytes(),
+                     .workspace = w.workspace_bytes(),
+                     .recompute = w.recompute_bytes(),
+                     .recomputes = w.recomputes()};
   }
+  if (options.pipeline != nullptr) PS_RETURN_IF_ERROR(ex->ExchangeStageSizes());
   for (int s = 0; s + 1 < S; ++s) {
-    if (ex->works_[s]->output_bytes() != ex->works_[s + 1]->input_bytes()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage ", s, " outputs ", ex->works_[s]->output_bytes(),
-                       " bytes per micro-batch but stage ", s + 1, " expects ",
-                       ex->works_[s + 1]->input_bytes()));
+    if (ex->sizes_[s].output != ex->sizes_[s + 1].input) {
+      return absl::InvalidArgumentError(absl::StrCat("stage ", s, " outputs ", ex->sizes_[s].output,
+                                                     " bytes per micro-batch but stage ", s + 1,
+                                                     " expects ", ex->sizes_[s + 1].input));
     }
   }
-  if (ex->works_[0]->input_bytes() == 0) {
+  if (ex->sizes_[0].input == 0) {
     return absl::InvalidArgumentError("the first stage takes no input (input_bytes() == 0)");
   }
-  if (ex->works_[S - 1]->target_bytes() == 0) {
+  if (ex->sizes_[S - 1].target == 0) {
     return absl::InvalidArgumentError("the last stage takes no targets (target_bytes() == 0)");
   }
   for (int d = 1; d < D; ++d) {
     for (int s = 0; s < S; ++s) {
+      if (ex->works_[s] == nullptr) continue;  // another process's
       std::vector<GradientSpan> a = ex->works_[s]->gradients();
       std::vector<GradientSpan> b = ex->work(d, s).gradients();
       bool same = a.size() == b.size();
@@ -314,7 +390,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   for (int s = 0; s < S; ++s) {
     Region region{kNone, kNone, kNone};
     std::size_t size = 0;
-    const std::size_t in = ex->works_[s]->input_bytes(), out = ex->works_[s]->output_bytes();
+    const auto in = static_cast<std::size_t>(ex->sizes_[s].input);
+    const auto out = static_cast<std::size_t>(ex->sizes_[s].output);
     ex->input_bytes_.push_back(s > 0 ? in : 0);
     if (s + 1 < S) {
       region.out = size;
@@ -333,6 +410,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   // Events per (replica, stage, micro-batch), created on the device they are recorded on.
   for (int d = 0; d < D; ++d) {
     for (int s = 0; s < S; ++s) {
+      if (!ex->runs_stage(s)) {  // another process's: no events here
+        for (int m = 0; m < M; ++m) ex->slots_.push_back(nullptr);
+        ex->allreduce_start_.push_back(nullptr);
+        ex->allreduce_end_.push_back(nullptr);
+        ex->phases_.emplace_back();
+        continue;
+      }
       runtime::Device& dev = *ex->rank_of(d, s).device;
       for (int m = 0; m < M; ++m) {
         auto sl = std::make_unique<Slot>();
@@ -349,6 +433,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
         PS_ASSIGN_OR_RETURN(sl->send_end, TimingEvent(dev, "SEND_B" + id + " done"));
         PS_ASSIGN_OR_RETURN(sl->w_start, TimingEvent(dev, "W" + id + " start"));
         PS_ASSIGN_OR_RETURN(sl->w_end, TimingEvent(dev, "W" + id + " done"));
+        if (s + 1 < S && ex->ProcessBoundary(s + 1)) {
+          PS_ASSIGN_OR_RETURN(sl->send_f_start, TimingEvent(dev, "SEND_F" + id + " start"));
+          PS_ASSIGN_OR_RETURN(sl->send_f_end, TimingEvent(dev, "SEND_F" + id + " done"));
+          PS_ASSIGN_OR_RETURN(sl->recv_b_start, TimingEvent(dev, "RECV_B" + id + " start"));
+          PS_ASSIGN_OR_RETURN(sl->recv_b_end, TimingEvent(dev, "RECV_B" + id + " done"));
+        }
         ex->slots_.push_back(std::move(sl));
       }
       PS_ASSIGN_OR_RETURN(auto ar_start,
@@ -368,6 +458,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   }
   if (reduce) {
     for (int s = 0; s < S; ++s) {
+      if (!ex->runs_stage(s)) {
+        ex->reducers_.push_back(nullptr);
+        continue;
+      }
       std::vector<runtime::Device*> devices;
       for (int d = 0; d < D; ++d) devices.push_back(ex->rank_of(d, s).device);
       PS_ASSIGN_OR_RETURN(
@@ -379,19 +473,25 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
     }
   }
 
-  // Step data: inputs on each replica's first rank, targets and losses on its last.
+  // Step data: inputs on each replica's first rank, targets and losses on its last (empty
+  // buffers where another process runs that rank).
   for (int d = 0; d < D; ++d) {
-    Rank& first = ex->rank_of(d, 0);
-    Rank& last = ex->rank_of(d, S - 1);
-    PS_ASSIGN_OR_RETURN(runtime::Buffer in, first.device->Allocate(static_cast<std::size_t>(M) *
-                                                                       ex->works_[0]->input_bytes(),
-                                                                   *first.compute));
-    PS_ASSIGN_OR_RETURN(
-        runtime::Buffer tg,
-        last.device->Allocate(static_cast<std::size_t>(M) * ex->works_[S - 1]->target_bytes(),
-                              *last.compute));
-    PS_ASSIGN_OR_RETURN(runtime::Buffer loss,
-                        last.device->Allocate(sizeof(float) * M, *last.compute));
+    runtime::Buffer in, tg, loss;
+    if (ex->runs_stage(0)) {
+      Rank& first = ex->rank_of(d, 0);
+      PS_ASSIGN_OR_RETURN(
+          in, first.device->Allocate(
+                  static_cast<std::size_t>(M) * static_cast<std::size_t>(ex->sizes_[0].input),
+                  *first.compute));
+    }
+    if (ex->runs_stage(S - 1)) {
+      Rank& last = ex->rank_of(d, S - 1);
+      PS_ASSIGN_OR_RETURN(
+          tg, last.device->Allocate(
+                  static_cast<std::size_t>(M) * static_cast<std::size_t>(ex->sizes_[S - 1].target),
+                  *last.compute));
+      PS_ASSIGN_OR_RETURN(loss, last.device->Allocate(sizeof(float) * M, *last.compute));
+    }
     ex->inputs_.push_back(std::move(in));
     ex->targets_.push_back(std::move(tg));
     ex->losses_.push_back(std::move(loss));
@@ -399,6 +499,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   PS_RETURN_IF_ERROR(ex->SynchronizeAll());
   // One step clock per distinct device, on the compute stream of its first rank.
   for (auto& rk : ex->ranks_) {
+    if (rk == nullptr) continue;
     auto same = std::find_if(ex->clocks_.begin(), ex->clocks_.end(),
                              [&](const Clock& c) { return &c.stream->device() == rk->device; });
     if (same != ex->clocks_.end()) {
@@ -509,6 +610,21 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
       }
     }
   }
+  // ExecutorOptions::pipeline: this process issues its own ranks' actions, in the order
+  // every process walked, so that each Receive's message comes from an action that its
+  // sender issued earlier in that one order (none waits on a later one: no deadlock).
+  if (options.pipeline != nullptr) {
+    std::vector<std::size_t> index(ex->order_.size(), kNone);
+    std::vector<Issue> own;
+    for (std::size_t k = 0; k < ex->order_.size(); ++k) {
+      if (!ex->runs_rank(ex->order_[k].rank)) continue;
+      index[k] = own.size();
+      own.push_back(ex->order_[k]);
+    }
+    // An F's receive is issued with it or with the action before it on its rank: kept.
+    for (Issue& issue : own) issue.receive_issue = index[issue.receive_issue];
+    ex->order_ = std::move(own);
+  }
   return ex;
 }
 
@@ -534,6 +650,98 @@ MicrobatchIO Executor::MakeIO(int replica, int stage, int mb) const {
   io.loss_scale = 1.0f / static_cast<float>(num_microbatches());
   io.stash = sl.stash.get();
   return io;
+}
+
+std::string Executor::Channel(char kind, int stage, int replica, int mb) {
+  return absl::StrCat(std::string(1, kind), "-", stage, "-", replica, "-", mb);
+}
+
+absl::Status Executor::EnqueueSend(runtime::Stream& stream, int to_rank, std::string channel,
+                                   const void* data, std::size_t bytes) {
+  comm::Bootstrap* pipeline = options_.pipeline;
+  const int to = process_of_rank(to_rank);
+  // Send copies the bytes and returns: the buffer may be freed behind it on this stream.
+  return stream.EnqueueHost([pipeline, to, channel = std::move(channel), data, bytes] {
+    return pipeline->Send(to, channel, std::string_view(static_cast<const char*>(data), bytes));
+  });
+}
+
+absl::Status Executor::EnqueueReceive(runtime::Stream& stream, int from_rank, std::string channel,
+                                      void* data, std::size_t bytes) {
+  comm::Bootstrap* pipeline = options_.pipeline;
+  const int from = process_of_rank(from_rank);
+  // Blocks the stream's worker until the message is there (a step that stalls is ended
+  // by the watchdog, whose AbortStep aborts the bootstrap and so this Receive).
+  return stream.EnqueueHost(
+      [pipeline, from, channel = std::move(channel), data, bytes]() -> absl::Status {
+        PS_ASSIGN_OR_RETURN(const std::string message, pipeline->Receive(from, channel));
+        if (message.size() != bytes) {
+          return absl::InternalError(absl::StrCat(
+              "the message on channel '", channel, "' from process ", from, " has ", message.size(),
+              " bytes where ", bytes, " were expected (do the processes run the same stages?)"));
+        }
+        std::memcpy(data, message.data(), bytes);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status Executor::ExchangeStageSizes() {
+  comm::Bootstrap& pipeline = *options_.pipeline;
+  const int S = num_stages();
+  // The schedule as run, placement included: the processes' actions must match one to
+  // one, or their messages would never pair up.
+  Fnv1a64 hash;
+  for (const std::vector<Action>& program : schedule_.programs) {
+    for (const Action& a : program) hash.AddField(scheduler::ToString(a));
+    hash.AddField("|");
+  }
+  for (int s = 0; s < S; ++s) hash.AddField(absl::StrCat(schedule_.placement.RankOf(s)));
+  PS_RETURN_IF_ERROR(comm::CheckAgreement(
+      pipeline, "executor-schedule", "schedule",
+      absl::StrFormat("%s P=%d stages=%d M=%d replicas=%d hash=%016x", schedule_.name, num_ranks(),
+                      S, num_microbatches(), num_replicas(), hash.value())));
+  std::string mine;
+  for (int s = 0; s < S; ++s) {
+    if (!runs_stage(s)) continue;
+    const StageSizes& z = sizes_[s];
+    absl::StrAppend(&mine, s, " ", z.input, " ", z.output, " ", z.target, " ", z.stash, " ",
+                    z.workspace, " ", z.recompute, " ", z.recomputes ? 1 : 0, "\n");
+  }
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                      pipeline.AllGather("executor-stages", mine));
+  std::vector<bool> known(S, false);
+  for (int s = 0; s < S; ++s) known[s] = runs_stage(s);
+  for (int q = 0; q < static_cast<int>(all.size()); ++q) {
+    if (q == pipeline.rank()) continue;
+    for (absl::string_view line : absl::StrSplit(all[q], '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+      std::int64_t v[8] = {};
+      bool ok = f.size() == 8;
+      for (std::size_t i = 0; ok && i < 8; ++i) ok = absl::SimpleAtoi(f[i], &v[i]);
+      const int s = ok ? static_cast<int>(v[0]) : -1;
+      if (!ok || s < 0 || s >= S || process_of_rank(schedule_.placement.RankOf(s)) != q ||
+          known[s]) {
+        return absl::InternalError(absl::StrCat("process ", q, " reported stage sizes \"", line,
+                                                "\" that this process cannot place"));
+      }
+      sizes_[s] = {.input = v[1],
+                   .output = v[2],
+                   .target = v[3],
+                   .stash = v[4],
+                   .workspace = v[5],
+                   .recompute = v[6],
+                   .recomputes = v[7] != 0};
+      known[s] = true;
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    if (!known[s]) {
+      return absl::InternalError(
+          absl::StrCat("no process reported the sizes of stage ", s, " (process ",
+                       process_of_rank(schedule_.placement.RankOf(s)), " runs it)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::BeforeDeviceWork(int replica, int rank) {
@@ -573,6 +781,16 @@ absl::Status Executor::IssueReceive(int d, int s, int m) {
   // producer's F already precedes it: no hand-off between streams.
   Rank& rk = rank_of(d, s);
   Slot& sl = slot(d, s, m);
+  if (ProcessBoundary(s)) {
+    // From another process: its message, on the recv stream behind the allocation.
+    PS_RETURN_IF_ERROR(rk.recv->Wait(*sl.alloc));
+    PS_RETURN_IF_ERROR(sl.recv_start->Record(*rk.recv));
+    PS_RETURN_IF_ERROR(EnqueueReceive(*rk.recv, schedule_.placement.RankOf(s - 1),
+                                      Channel('f', s, d, m), sl.input.data(), input_bytes_[s]));
+    PS_RETURN_IF_ERROR(sl.recv_end->Record(*rk.recv));
+    sl.recv_issued = true;
+    return absl::OkStatus();
+  }
   Slot& prev = slot(d, s - 1, m);
   Rank& prk = rank_of(d, s - 1);
   const bool local = LocalBoundary(d, s);
@@ -612,6 +830,16 @@ absl::Status Executor::IssueForward(int d, int s, int m) {
   PS_RETURN_IF_ERROR(sl.f_start->Record(compute));
   PS_RETURN_IF_ERROR(w.Forward(MakeIO(d, s, m), compute));
   PS_RETURN_IF_ERROR(sl.f_end->Record(compute));
+  if (s + 1 < num_stages() && ProcessBoundary(s + 1)) {
+    // To the next stage's process: the output, sent from the send stream once F is done.
+    PS_RETURN_IF_ERROR(rk.send->Wait(*sl.f_end));
+    PS_RETURN_IF_ERROR(sl.send_f_start->Record(*rk.send));
+    PS_RETURN_IF_ERROR(EnqueueSend(*rk.send, schedule_.placement.RankOf(s + 1),
+                                   Channel('f', s + 1, d, m),
+                                   static_cast<std::byte*>(sl.boundary.data()) + regions_[s].out,
+                                   static_cast<std::size_t>(sizes_[s].output)));
+    PS_RETURN_IF_ERROR(sl.send_f_end->Record(*rk.send));
+  }
   return AfterDeviceWork(d, rk.rank);
 }
 
@@ -621,13 +849,34 @@ absl::Status Executor::IssueBackward(int d, int s, int m, bool input_only) {
   StageWork& w = work(d, s);
   runtime::Stream& compute = *rk.compute;
   PS_RETURN_IF_ERROR(BeforeDeviceWork(d, rk.rank));
-  if (s + 1 < num_stages()) PS_RETURN_IF_ERROR(compute.Wait(*slot(d, s + 1, m).send_end));
+  if (s + 1 < num_stages() && ProcessBoundary(s + 1)) {
+    // The output gradient from the next stage's process, into the boundary buffer that
+    // this micro-batch's F allocated, on the recv stream.
+    PS_RETURN_IF_ERROR(rk.recv->Wait(*sl.f_end));
+    PS_RETURN_IF_ERROR(sl.recv_b_start->Record(*rk.recv));
+    PS_RETURN_IF_ERROR(
+        EnqueueReceive(*rk.recv, schedule_.placement.RankOf(s + 1), Channel('b', s + 1, d, m),
+                       static_cast<std::byte*>(sl.boundary.data()) + regions_[s].grad_out,
+                       static_cast<std::size_t>(sizes_[s].output)));
+    PS_RETURN_IF_ERROR(sl.recv_b_end->Record(*rk.recv));
+    PS_RETURN_IF_ERROR(compute.Wait(*sl.recv_b_end));
+  } else if (s + 1 < num_stages()) {
+    PS_RETURN_IF_ERROR(compute.Wait(*slot(d, s + 1, m).send_end));
+  }
   PS_RETURN_IF_ERROR(sl.b_start->Record(compute));
   const MicrobatchIO io = MakeIO(d, s, m);
   PS_RETURN_IF_ERROR(input_only ? w.BackwardInput(io, compute) : w.Backward(io, compute));
   PS_RETURN_IF_ERROR(sl.b_end->Record(compute));
   sl.split = input_only;
-  if (s > 0) {
+  if (s > 0 && ProcessBoundary(s)) {
+    // To the previous stage's process: the input gradient, sent from the send stream.
+    PS_RETURN_IF_ERROR(rk.send->Wait(*sl.b_end));
+    PS_RETURN_IF_ERROR(sl.send_start->Record(*rk.send));
+    PS_RETURN_IF_ERROR(EnqueueSend(
+        *rk.send, schedule_.placement.RankOf(s - 1), Channel('b', s, d, m),
+        static_cast<std::byte*>(sl.boundary.data()) + regions_[s].grad_in, w.input_bytes()));
+    PS_RETURN_IF_ERROR(sl.send_end->Record(*rk.send));
+  } else if (s > 0) {
     // Push the input gradient into the previous stage's boundary buffer (allocated at its
     // F, which precedes this B through the data dependencies).
     // (To a stage on the same rank: on the compute stream, right behind this action.)
@@ -675,6 +924,8 @@ absl::Status Executor::Release(int d, int s, int m) {
     PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.send));
   } else {
     if (s > 0) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_end));
+    // The send stream's message of the output to another process reads it too.
+    if (sl.send_f_end) PS_RETURN_IF_ERROR(rk.compute->Wait(*sl.send_f_end));
     PS_RETURN_IF_ERROR(sl.boundary.FreeAsync(*rk.compute));
   }
   PS_RETURN_IF_ERROR(sl.input.FreeAsync(*rk.compute));
@@ -810,6 +1061,7 @@ absl::Status Executor::AwaitEvent(runtime::Event& event) {
 absl::Status Executor::AwaitStep() {
   const int D = num_replicas(), P = num_ranks();
   for (auto& rk : ranks_) {
+    if (rk == nullptr) continue;  // another process's
     const std::vector<runtime::Stream*> streams = rk->streams();
     for (int i = 0; i < 4; ++i) {
       absl::Status recorded = rk->drained[i]->Record(*streams[i]);
@@ -821,7 +1073,10 @@ absl::Status Executor::AwaitStep() {
   std::vector<std::vector<bool>> done(static_cast<std::size_t>(D) * P);
   std::vector<std::size_t> cursor(done.size(), 0);
   for (int d = 0; d < D; ++d) {
-    for (int r = 0; r < P; ++r) done[d * P + r].assign(schedule_.programs[r].size(), false);
+    for (int r = 0; r < P; ++r) {
+      // Another process's rank is not watched here: its actions count as done.
+      done[d * P + r].assign(schedule_.programs[r].size(), !runs_rank(r));
+    }
   }
   std::vector<std::array<bool, 4>> drained(ranks_.size(), {false, false, false, false});
   auto last_progress = WatchClock::now();
@@ -829,9 +1084,12 @@ absl::Status Executor::AwaitStep() {
   // A failure anywhere: the first stream error, else the first all-reduce error.
   auto first_error = [this]() -> absl::Status {
     for (auto& rk : ranks_) {
+      if (rk == nullptr) continue;
       for (runtime::Stream* stream : rk->streams()) PS_RETURN_IF_ERROR(stream->status());
     }
-    for (auto& reducer : reducers_) PS_RETURN_IF_ERROR(reducer->AsyncError());
+    for (auto& reducer : reducers_) {
+      if (reducer != nullptr) PS_RETURN_IF_ERROR(reducer->AsyncError());
+    }
     return absl::OkStatus();
   };
   for (;;) {
@@ -859,6 +1117,7 @@ absl::Status Executor::AwaitStep() {
     }
     bool all_drained = true;
     for (std::size_t j = 0; j < ranks_.size(); ++j) {
+      if (ranks_[j] == nullptr) continue;
       for (int i = 0; i < 4; ++i) {
         if (drained[j][i]) continue;
         drained[j][i] = Completed(ranks_[j]->drained[i].get());
@@ -928,7 +1187,20 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
                           " started and has not finished (its stage callback or kernel has not "
                           "returned)");
     }
-    if (a.op == Op::kF && a.stage > 0 && !is_done(sl.recv_end.get())) {
+    if (a.op == Op::kF && ProcessBoundary(a.stage) && !is_done(sl.recv_end.get())) {
+      return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
+                          ": the activation from process ",
+                          process_of_rank(schedule_.placement.RankOf(a.stage - 1)),
+                          " has not come (channel '", Channel('f', a.stage, d, a.microbatch), "')");
+    }
+    if ((a.op == Op::kB || a.op == Op::kI) && a.stage + 1 < S && ProcessBoundary(a.stage + 1) &&
+        !is_done(sl.recv_b_end.get())) {
+      return absl::StrCat(
+          name, " waits for transfer RECV_B of micro-batch ", a.microbatch,
+          ": the gradient from process ", process_of_rank(schedule_.placement.RankOf(a.stage + 1)),
+          " has not come (channel '", Channel('b', a.stage + 1, d, a.microbatch), "')");
+    }
+    if (a.op == Op::kF && a.stage > 0 && !ProcessBoundary(a.stage) && !is_done(sl.recv_end.get())) {
       const Slot& prev = slot(d, a.stage - 1, a.microbatch);
       if (!is_done(prev.f_end.get())) {
         return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
@@ -938,7 +1210,7 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
       return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
                           " (event '", sl.recv_end->name(), "' not reached: the copy has not run)");
     }
-    if ((a.op == Op::kB || a.op == Op::kI) && a.stage + 1 < S) {
+    if ((a.op == Op::kB || a.op == Op::kI) && a.stage + 1 < S && !ProcessBoundary(a.stage + 1)) {
       const Slot& next = slot(d, a.stage + 1, a.microbatch);
       if (!is_done(next.send_end.get())) {
         if (!is_done(next.b_end.get())) {
@@ -963,6 +1235,7 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
       stalled_seconds, options_.step_timeout_seconds);
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < P; ++r) {
+      if (!runs_rank(r)) continue;  // another process's: it diagnoses its own
       const std::vector<Action>& program = schedule_.programs[r];
       const std::vector<bool>& row_done = done[d * P + r];
       std::vector<std::string> blocked;
@@ -1026,8 +1299,13 @@ void Executor::KeepWhatAbandonedWorkUses() {
 
 absl::Status Executor::AbortStep(absl::Status why) {
   aborted_ = true;
-  for (auto& reducer : reducers_) reducer->Abort();
+  for (auto& reducer : reducers_) {
+    if (reducer != nullptr) reducer->Abort();
+  }
+  // A host function blocked in Receive returns once the bootstrap is aborted.
+  if (options_.pipeline != nullptr) options_.pipeline->Abort();
   for (auto& rk : ranks_) {
+    if (rk == nullptr) continue;
     for (runtime::Stream* stream : rk->streams()) stream->Abort(why);
   }
   // Aborted streams drain at once (event records only) unless a host function does
@@ -1036,6 +1314,7 @@ absl::Status Executor::AbortStep(absl::Status why) {
   const auto start = WatchClock::now();
   std::vector<runtime::Event*> pending;
   for (auto& rk : ranks_) {
+    if (rk == nullptr) continue;
     const std::vector<runtime::Stream*> streams = rk->streams();
     for (int i = 0; i < 4; ++i) {
       if (rk->drained[i]->Record(*streams[i]).ok()) pending.push_back(rk->drained[i].get());
@@ -1058,6 +1337,7 @@ absl::Status Executor::AbortStep(absl::Status why) {
 absl::Status Executor::SynchronizeAll() {
   absl::Status first = absl::OkStatus();
   for (auto& rk : ranks_) {
+    if (rk == nullptr) continue;
     for (runtime::Stream* s : {rk->compute.get(), rk->recv.get(), rk->send.get(), rk->comm.get()}) {
       if (s == nullptr) continue;
       absl::Status status = s->Synchronize();
@@ -1076,8 +1356,8 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
                      "): its streams stay failed; make a new Executor"));
   }
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
-  const std::size_t in_bytes = static_cast<std::size_t>(M) * works_[0]->input_bytes();
-  const std::size_t tg_bytes = static_cast<std::size_t>(M) * works_[S - 1]->target_bytes();
+  const std::size_t in_bytes = static_cast<std::size_t>(M) * sizes_[0].input;
+  const std::size_t tg_bytes = static_cast<std::size_t>(M) * sizes_[S - 1].target;
   if ((!inputs.inputs.empty() && inputs.inputs.data() == nullptr) ||
       (!inputs.targets.empty() && inputs.targets.data() == nullptr)) {
     return absl::InvalidArgumentError(
@@ -1090,14 +1370,18 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
                      inputs.inputs.size(), " and ", inputs.targets.size()));
   }
   for (int d = 0; d < D; ++d) {
-    PS_RETURN_IF_ERROR(rank_of(d, 0).device->CopyFromHost(
-        inputs_[d].data(), inputs.inputs.data() + d * in_bytes, in_bytes));
-    PS_RETURN_IF_ERROR(rank_of(d, S - 1).device->CopyFromHost(
-        targets_[d].data(), inputs.targets.data() + d * tg_bytes, tg_bytes));
+    if (runs_stage(0)) {
+      PS_RETURN_IF_ERROR(rank_of(d, 0).device->CopyFromHost(
+          inputs_[d].data(), inputs.inputs.data() + d * in_bytes, in_bytes));
+    }
+    if (runs_stage(S - 1)) {
+      PS_RETURN_IF_ERROR(rank_of(d, S - 1).device->CopyFromHost(
+          targets_[d].data(), inputs.targets.data() + d * tg_bytes, tg_bytes));
+    }
   }
   std::map<runtime::Device*, std::int64_t> baseline;
   for (auto& rk : ranks_) {
-    if (baseline.count(rk->device)) continue;
+    if (rk == nullptr || baseline.count(rk->device)) continue;
     rk->device->ResetPeakMemory();
     baseline[rk->device] = rk->device->memory_stats().current_bytes;
   }
@@ -1107,6 +1391,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   absl::Status issued = [&]() -> absl::Status {
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) {
+        if (!runs_stage(s)) continue;
         runtime::Stream& compute = *rank_of(d, s).compute;
         PS_RETURN_IF_ERROR(phases_[d * S + s].zero_start->Record(compute));
         PS_RETURN_IF_ERROR(work(d, s).ZeroGrad(compute));
@@ -1120,6 +1405,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     }
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) {
+        if (!runs_stage(s)) continue;
         Rank& rk = rank_of(d, s);
         if (data_parallel_size() > 1) {
           PS_RETURN_IF_ERROR(rk.compute->Wait(*allreduce_end_[d * S + s]));
@@ -1133,15 +1419,20 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   }();
   absl::Status synced = issued.ok() ? AwaitStep() : AbortStep(issued);
   const auto t1 = std::chrono::steady_clock::now();
-  for (auto& rk : ranks_) rk->free_pending = false;
+  for (auto& rk : ranks_) {
+    if (rk != nullptr) rk->free_pending = false;
+  }
   if (!issued.ok() || !synced.ok()) {
     failed_step_ = issued.ok() ? synced : issued;
+    // The other processes of a split pipeline wait for this one's messages: they stop now.
+    if (options_.pipeline != nullptr) options_.pipeline->Fail(std::string(failed_step_.message()));
     // Drop what a failed step left behind, once its streams are idle. Not when a host
     // function was abandoned still running: it may use any of these buffers (and on CUDA
     // freeing one now would wait for it, forever for one that never returns); they stay
     // for the destructor, which keeps them if it has not returned by then.
     if (!abandoned_) {
       for (auto& sl : slots_) {
+        if (sl == nullptr) continue;
         sl->input = runtime::Buffer();
         sl->input_ready = false;
         sl->recv_issued = false;
@@ -1155,14 +1446,35 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   StepResult result;
   result.step_micros = std::chrono::duration<double, std::micro>(t1 - t0).count();
   double loss_sum = 0;
-  for (int d = 0; d < D; ++d) {
-    std::vector<float> losses(M);
-    PS_RETURN_IF_ERROR(
-        rank_of(d, S - 1).device->CopyToHost(losses.data(), losses_[d].data(), sizeof(float) * M));
-    for (float l : losses) loss_sum += l;
+  if (runs_stage(S - 1)) {
+    for (int d = 0; d < D; ++d) {
+      std::vector<float> losses(M);
+      PS_RETURN_IF_ERROR(rank_of(d, S - 1).device->CopyToHost(losses.data(), losses_[d].data(),
+                                                              sizeof(float) * M));
+      for (float l : losses) loss_sum += l;
+    }
+  }
+  if (options_.pipeline != nullptr) {
+    // The last stage's process has the loss; every process returns it.
+    const int owner = process_of_rank(schedule_.placement.RankOf(S - 1));
+    absl::StatusOr<std::string> sum = comm::Broadcast(*options_.pipeline, "executor-loss",
+                                                      absl::StrFormat("%.17g", loss_sum), owner);
+    if (sum.ok() && !absl::SimpleAtod(*sum, &loss_sum)) {
+      sum = absl::InternalError(
+          absl::StrCat("process ", owner, " sent the loss \"", *sum, "\", which is no number"));
+    }
+    if (!sum.ok()) {  // the processes' exchanges are out of step from here: no more steps
+      failed_step_ = sum.status();
+      return sum.status();
+    }
   }
   result.loss = loss_sum / (static_cast<double>(D) * M);
   for (int row = 0; row < D * P; ++row) {
+    if (ranks_[row] == nullptr) {  // another process's
+      result.peak_activation_bytes.push_back(0);
+      result.device_of_row.push_back(-1);
+      continue;
+    }
     runtime::Device* device = ranks_[row]->device;
     result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
     result.device_of_row.push_back(ranks_[row]->clock);  // clocks_: one per distinct device
@@ -1266,9 +1578,17 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
           }
           PS_RETURN_IF_ERROR(
               add(row, trace::kComputeLane, a.stage, a.microbatch, "F", *sl.f_start, *sl.f_end));
+          if (sl.send_f_start) {  // to the next stage's process
+            PS_RETURN_IF_ERROR(add(row, trace::kSendLane, a.stage, a.microbatch, "SEND_F",
+                                   *sl.send_f_start, *sl.send_f_end));
+          }
           break;
         case Op::kB:
         case Op::kI:
+          if (sl.recv_b_start) {  // from the next stage's process
+            PS_RETURN_IF_ERROR(add(row, trace::kRecvLane, a.stage, a.microbatch, "RECV_B",
+                                   *sl.recv_b_start, *sl.recv_b_end));
+          }
           PS_RETURN_IF_ERROR(add(row, trace::kComputeLane, a.stage, a.microbatch,
                                  a.op == Op::kB ? "B" : "I", *sl.b_start, *sl.b_end));
           if (a.stage > 0) {
@@ -1295,6 +1615,7 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
     phases->clear();
     for (int d = 0; d < D; ++d) {
       for (int s = 0; s < S; ++s) {
+        if (!runs_stage(s)) continue;
         const int row = d * P + schedule_.placement.RankOf(s);
         const PhaseEvents& e = phases_[d * S + s];
         for (const auto& [op, start, end] :

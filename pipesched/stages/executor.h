@@ -86,6 +86,25 @@ struct ExecutorOptions {
   // q * num_replicas + d). Each stage's all-reduce uses bootstrap channel "stage-<s>".
   // null: this process holds every replica.
   comm::Bootstrap* processes = nullptr;
+  // A pipeline whose ranks live in different processes (host backend), not owned; it
+  // must outlive the Executor. Its K = pipeline->size() processes split the P pipeline
+  // ranks into contiguous blocks: rank r runs in process r * K / P (K <= P), with its
+  // streams, stages and the num_replicas local replicas of them; each process creates
+  // an Executor with the same schedule and options, and makes the StageWork of its own
+  // stages only. Activations and gradients that cross from one process to the next go
+  // by Bootstrap::Send / Receive on the channels "f-<stage>-<replica>-<mb>" (the
+  // activation into `stage`) and "b-<stage>-<replica>-<mb>" (the gradient out of it),
+  // run by host functions on the send and recv streams: SEND_F and RECV_B spans in the
+  // timeline, beside the RECV_F and SEND_B of the receiving and sending stage. Create
+  // exchanges every stage's sizes ("executor-stages") and checks that the processes run
+  // the same schedule ("executor-schedule"); each Step ends with an exchange of the loss
+  // ("executor-loss"), so every process returns the same StepResult::loss. A step that
+  // fails calls pipeline->Fail, so that the other processes stop too. Its StepResult
+  // holds this process's rows only: the others' rows have no spans, no peak bytes (0)
+  // and device -1. Not with `processes` (data parallelism across processes), nor on
+  // CUDA (whose host functions must not block: NCCL send/recv will carry it there):
+  // InvalidArgument and FailedPrecondition. null: this process holds every rank.
+  comm::Bootstrap* pipeline = nullptr;
 };
 
 // Makes the StageWork of virtual stage `stage` of replica `replica` on `device`.
@@ -162,8 +181,13 @@ class Executor {
   int data_parallel_size() const {
     return options_.num_replicas * (options_.processes != nullptr ? options_.processes->size() : 1);
   }
+  // The process of ExecutorOptions::pipeline that runs pipeline rank `rank` (0 without
+  // one), and whether that is this process.
+  int process_of_rank(int rank) const;
+  bool runs_rank(int rank) const;
+  bool runs_stage(int stage) const { return runs_rank(schedule_.placement.RankOf(stage)); }
   // The device of (replica, rank) and the StageWork of (replica, stage); indices must be
-  // in range (not checked).
+  // in range, and the rank (the stage's) one this process runs (not checked).
   runtime::Device& device(int replica, int rank) const;
   StageWork& work(int replica, int stage) const;
   // Bytes one in-flight micro-batch of `stage` holds from its F to its last backward:
@@ -181,6 +205,9 @@ class Executor {
   // both copies across the boundary run on that compute stream, in its order, instead
   // of on the recv and send streams behind event hand-offs.
   bool LocalBoundary(int replica, int stage) const;
+  // Whether stage-1 -> stage crosses from one process of ExecutorOptions::pipeline to
+  // another (messages through the bootstrap instead of copies).
+  bool ProcessBoundary(int stage) const;
   // What one B or I of `stage` allocates while it runs (StageWork::workspace_bytes). What
   // scheduler::StageCosts::workspace_bytes wants.
   std::int64_t workspace_bytes(int stage) const;
@@ -198,6 +225,11 @@ class Executor {
   struct Issue;
   struct Kept;
   Executor() = default;
+  // Create, less its telling the other processes of ExecutorOptions::pipeline that it failed.
+  static absl::StatusOr<std::unique_ptr<Executor>> Build(const scheduler::Schedule& schedule,
+                                                         runtime::Backend& backend,
+                                                         const StageWorkFactory& factory,
+                                                         const ExecutorOptions& options);
   absl::Status IssueAction(const Issue& issue);
   // Allocates (replica, stage, mb)'s input buffer on its compute stream and records the
   // slot's `alloc` event there, which the receive waits for.
@@ -213,6 +245,16 @@ class Executor {
   absl::Status BeforeDeviceWork(int replica, int rank);
   absl::Status AfterDeviceWork(int replica, int rank);
   MicrobatchIO MakeIO(int replica, int stage, int mb) const;
+  // ExecutorOptions::pipeline: the message channel of a crossing ('f' activation into
+  // `stage`, 'b' gradient out of it), and the host functions that move one.
+  static std::string Channel(char kind, int stage, int replica, int mb);
+  absl::Status EnqueueSend(runtime::Stream& stream, int to_rank, std::string channel,
+                           const void* data, std::size_t bytes);
+  absl::Status EnqueueReceive(runtime::Stream& stream, int from_rank, std::string channel,
+                              void* data, std::size_t bytes);
+  // ExecutorOptions::pipeline: every stage's sizes from the process that runs it, and the
+  // check that every process runs the same schedule.
+  absl::Status ExchangeStageSizes();
   absl::Status SynchronizeAll();
   // Watchdog (executor.cc, "Hang watchdog"): polls the step to its end, or aborts it.
   absl::Status AwaitStep();
@@ -237,8 +279,15 @@ class Executor {
   struct PhaseEvents {  // StepResult::phases
     std::unique_ptr<runtime::Event> zero_start, zero_end, opt_start, opt_end;
   };
-  std::vector<PhaseEvents> phases_;          // [replica * S + stage]
-  std::vector<Issue> order_;                 // the issue order
+  std::vector<PhaseEvents> phases_;  // [replica * S + stage]
+  std::vector<Issue> order_;         // the issue order
+  // Per stage, what its StageWork reports (the stages of other processes' through
+  // ExchangeStageSizes).
+  struct StageSizes {
+    std::int64_t input = 0, output = 0, target = 0, stash = 0, workspace = 0, recompute = 0;
+    bool recomputes = false;
+  };
+  std::vector<StageSizes> sizes_;            // [stage]
   std::vector<std::size_t> boundary_bytes_;  // [stage]
   std::vector<std::size_t> input_bytes_;     // [stage]: the received input (0 for stage 0)
   struct Region {

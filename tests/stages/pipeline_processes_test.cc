@@ -1,0 +1,340 @@
+// A pipeline whose ranks live in different processes (ExecutorOptions::pipeline): the
+// processes are threads here, each with its own host backend and bootstrap rank. Every
+// schedule with P >= 2, split over 2 processes (and over P), trains as one process does:
+// the same losses to the bit, parameters as sequential training's; each process's
+// timeline holds its own rows, with the messages that cross; the configurations that
+// cannot work are refused by name, and a process that fails stops the others.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipesched/comm/bootstrap.h"
+#include "pipesched/runtime/runtime.h"
+#include "pipesched/scheduler/registry.h"
+#include "pipesched/stages/executor.h"
+#include "stages/schedule_cases.h"
+#include "stages/toy_stage_work.h"
+#include "testing/status_matchers.h"
+
+namespace pipesched::stages {
+namespace {
+
+using ::pipesched::testing::StatusIs;
+using ::testing::HasSubstr;
+using testing::ToyOptions;
+using testing::ToyReference;
+using testing::ToyStage;
+
+std::unique_ptr<runtime::Backend> HostBackend(int devices) {
+  auto backend = runtime::CreateBackend(
+      {.kind = runtime::BackendKind::kHost, .num_devices = devices, .strict = true});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::move(backend).value();
+}
+
+StageWorkFactory ToyFactory(int num_stages, ToyOptions options) {
+  return
+      [num_stages, options](int stage, int,
+                            runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+        return std::make_unique<ToyStage>(stage, num_stages, options, device);
+      };
+}
+
+void ToyData(int step, int g, std::size_t n, std::vector<float>& x, std::vector<float>& t) {
+  x.resize(g * n);
+  t.resize(g * n);
+  for (std::size_t i = 0; i < g * n; ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(step));
+    t[i] = 0.5f * std::cos(0.11f * static_cast<float>(i)) - 0.2f;
+  }
+}
+
+StepInputs AsInputs(const std::vector<float>& x, const std::vector<float>& t) {
+  return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
+}
+
+constexpr int kSteps = 3;
+const ToyOptions kToy{.features = 3, .batch = 2, .lr = 0.05f};
+constexpr std::size_t kValuesPerMicrobatch = 6;  // features x batch
+
+// What one process of a split pipeline ends with.
+struct ProcessRun {
+  absl::Status status;
+  std::vector<double> losses;
+  std::vector<StepResult> results;
+  // Per (replica, stage) this process runs: {replica, stage, a, b}.
+  struct Param {
+    int replica, stage;
+    float a, b;
+  };
+  std::vector<Param> params;
+};
+
+// One thread per bootstrap, each running its part of `schedule` (D = replicas) for
+// kSteps steps on its own host backend.
+std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas,
+                                 std::vector<std::unique_ptr<comm::Bootstrap>>& bootstraps,
+                                 ToyOptions toy = kToy) {
+  const int processes = static_cast<int>(bootstraps.size());
+  std::vector<ProcessRun> runs(processes);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < processes; ++q) {
+    threads.emplace_back([&, q] {
+      ProcessRun& run = runs[q];
+      auto backend = HostBackend(schedule.num_ranks() * replicas);
+      absl::StatusOr<std::unique_ptr<Executor>> ex =
+          Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), toy),
+                           {.num_replicas = replicas, .pipeline = bootstraps[q].get()});
+      if (!ex.ok()) {
+        run.status = ex.status();
+        return;
+      }
+      std::vector<float> x, t;
+      for (int step = 0; step < kSteps; ++step) {
+        ToyData(step, replicas * schedule.num_microbatches, kValuesPerMicrobatch, x, t);
+        absl::StatusOr<StepResult> r = (*ex)->Step(AsInputs(x, t));
+        if (!r.ok()) {
+          run.status = r.status();
+          return;
+        }
+        run.losses.push_back(r->loss);
+        run.results.push_back(*std::move(r));
+      }
+      for (int d = 0; d < replicas; ++d) {
+        for (int s = 0; s < schedule.num_stages(); ++s) {
+          if (!(*ex)->runs_stage(s)) continue;
+          auto& toy_stage = static_cast<ToyStage&>((*ex)->work(d, s));
+          run.params.push_back({d, s, toy_stage.a(), toy_stage.b()});
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+// The same through in-process bootstraps.
+std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas, int processes) {
+  auto bootstraps = comm::CreateInProcessBootstraps(processes, {.timeout_seconds = 30});
+  EXPECT_TRUE(bootstraps.ok()) << bootstraps.status();
+  return RunSplit(schedule, replicas, *bootstraps);
+}
+
+// The losses of the same steps in one process.
+std::vector<double> LossesAlone(const scheduler::Schedule& schedule, int replicas) {
+  auto backend = HostBackend(schedule.num_ranks() * replicas);
+  auto ex = Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), kToy),
+                             {.num_replicas = replicas});
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  std::vector<double> losses;
+  std::vector<float> x, t;
+  for (int step = 0; step < kSteps && ex.ok(); ++step) {
+    ToyData(step, replicas * schedule.num_microbatches, kValuesPerMicrobatch, x, t);
+    auto r = (*ex)->Step(AsInputs(x, t));
+    EXPECT_TRUE(r.ok()) << r.status();
+    losses.push_back(r.ok() ? r->loss : NAN);
+  }
+  return losses;
+}
+
+TEST(PipelineProcessesTest, EverySplitScheduleTrainsAsOneProcess) {
+  int runs = 0;
+  for (const testing::ScheduleCase& c : testing::AllScheduleCases()) {
+    if (c.p < 2 || c.m == 8) continue;  // M = 8 adds nothing a crossing does not have at 4
+    PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule, testing::GenerateCase(c));
+    const std::vector<double> alone = LossesAlone(schedule, c.d);
+    std::vector<int> splits = {2};
+    if (c.p > 2 && c.d == 1) splits.push_back(c.p);  // one rank a process (D: at 2)
+    for (int processes : splits) {
+      SCOPED_TRACE(absl::StrCat(c.Name(), " over ", processes, " processes"));
+      ++runs;
+      const std::vector<ProcessRun> split = RunSplit(schedule, c.d, processes);
+      ToyReference ref(schedule.num_stages(), kToy);
+      std::vector<float> x, t;
+      for (int step = 0; step < kSteps; ++step) {
+        ToyData(step, c.d * c.m, kValuesPerMicrobatch, x, t);
+        ref.Step(x, t, c.d * c.m);
+      }
+      std::vector<int> seen(schedule.num_stages(), 0);
+      for (int q = 0; q < processes; ++q) {
+        ASSERT_TRUE(split[q].status.ok()) << "process " << q << ": " << split[q].status;
+        EXPECT_EQ(split[q].losses, alone) << "process " << q;  // to the bit
+        for (const ProcessRun::Param& p : split[q].params) {
+          ++seen[p.stage];
+          EXPECT_NEAR(p.a, ref.a[p.stage], 1e-5 * std::abs(ref.a[p.stage]) + 1e-7)
+              << "stage " << p.stage << " replica " << p.replica;
+          EXPECT_NEAR(p.b, ref.b[p.stage], 1e-5 * std::abs(ref.b[p.stage]) + 1e-7)
+              << "stage " << p.stage << " replica " << p.replica;
+        }
+      }
+      for (int s = 0; s < schedule.num_stages(); ++s) {
+        EXPECT_EQ(seen[s], c.d) << "stage " << s << " is run by one process, per replica";
+      }
+    }
+  }
+  EXPECT_GE(runs, 30);
+}
+
+// 1F1B, P = 4 over 2 processes: process 0 runs ranks 0 and 1, process 1 ranks 2 and 3.
+// Each timeline has spans on its own rows only; the crossing 1 -> 2 shows as SEND_F and
+// RECV_B on rank 1 and RECV_F and SEND_B on rank 2, one per micro-batch.
+TEST(PipelineProcessesTest, EachProcessTimesItsOwnRanksAndTheCrossingMessages) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 4}));
+  const std::vector<ProcessRun> split = RunSplit(schedule, 1, 2);
+  for (int q = 0; q < 2; ++q) {
+    ASSERT_TRUE(split[q].status.ok()) << split[q].status;
+    const StepResult& r = split[q].results.back();
+    std::map<std::pair<int, std::string>, int> count;  // (row, op)
+    for (const trace::Span& span : r.timeline.spans) ++count[{span.rank, span.op}];
+    for (const auto& [key, n] : count) {
+      EXPECT_EQ(key.first / 2, q) << "process " << q << " timed row " << key.first;
+    }
+    ASSERT_EQ(r.peak_activation_bytes.size(), 4u);
+    ASSERT_EQ(r.device_of_row.size(), 4u);
+    for (int row = 0; row < 4; ++row) {
+      EXPECT_EQ(r.device_of_row[row] == -1, row / 2 != q) << "row " << row;
+      if (row / 2 != q) {
+        EXPECT_EQ(r.peak_activation_bytes[row], 0);
+      }
+    }
+    if (q == 0) {
+      EXPECT_EQ((count[{1, "SEND_F"}]), 4);
+      EXPECT_EQ((count[{1, "RECV_B"}]), 4);
+      EXPECT_EQ((count[{1, "SEND_B"}]), 4);  // to rank 0, in this process
+      EXPECT_EQ((count[{0, "SEND_F"}]), 0);
+    } else {
+      EXPECT_EQ((count[{2, "RECV_F"}]), 4);
+      EXPECT_EQ((count[{2, "SEND_B"}]), 4);
+      EXPECT_EQ((count[{2, "SEND_F"}]), 0);
+      EXPECT_EQ((count[{3, "F"}]), 4);
+    }
+  }
+  // The loss is the last stage's, in process 1, and every process returns it.
+  EXPECT_EQ(split[0].losses, split[1].losses);
+}
+
+// The file kind (what `pipesched launch` gives) carries the messages as files: ZB-H1 (I and
+// W apart), P = 2 with D = 2 over 2 processes trains as one process does.
+TEST(PipelineProcessesTest, TheFileBootstrapCarriesThePipelineToo) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("zb-h1", {.num_ranks = 2, .num_microbatches = 4}));
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) /
+                           absl::StrCat("pipeline_processes_test_", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::vector<std::unique_ptr<comm::Bootstrap>> bootstraps(2);
+  std::vector<std::thread> joining;
+  for (int q = 0; q < 2; ++q) {
+    joining.emplace_back([&, q] {
+      auto b = comm::CreateFileBootstrap(dir, q, 2, {.timeout_seconds = 30});
+      ASSERT_TRUE(b.ok()) << b.status();
+      bootstraps[q] = *std::move(b);
+    });
+  }
+  for (std::thread& t : joining) t.join();
+  ASSERT_TRUE(bootstraps[0] && bootstraps[1]);
+  const std::vector<ProcessRun> split = RunSplit(schedule, 2, bootstraps);
+  const std::vector<double> alone = LossesAlone(schedule, 2);
+  for (int q = 0; q < 2; ++q) {
+    ASSERT_TRUE(split[q].status.ok()) << split[q].status;
+    EXPECT_EQ(split[q].losses, alone) << "process " << q;
+  }
+  std::vector<absl::Status> closed(2);
+  std::vector<std::thread> closing;
+  for (int q = 0; q < 2; ++q) closing.emplace_back([&, q] { closed[q] = bootstraps[q]->Close(); });
+  for (std::thread& t : closing) t.join();
+  PS_EXPECT_OK(closed[0]);
+  PS_EXPECT_OK(closed[1]);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(PipelineProcessesTest, WhatCannotBeSplitIsRefused) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  auto backend = HostBackend(2);
+  PS_ASSERT_OK_AND_ASSIGN(auto three, comm::CreateInProcessBootstraps(3));
+  EXPECT_THAT(
+      Executor::Create(schedule, *backend, ToyFactory(2, kToy), {.pipeline = three[0].get()}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("a pipeline of 2 ranks cannot be split across 3 processes: give "
+                         "at most 2")));
+  PS_ASSERT_OK_AND_ASSIGN(auto two, comm::CreateInProcessBootstraps(2));
+  PS_ASSERT_OK_AND_ASSIGN(auto others, comm::CreateInProcessBootstraps(2));
+  EXPECT_THAT(Executor::Create(schedule, *backend, ToyFactory(2, kToy),
+                               {.processes = others[0].get(), .pipeline = two[0].get()}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not combine with data parallelism across processes")));
+  // The two processes generated different schedules: named before any step.
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule gpipe,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 30}));
+  std::vector<absl::Status> created(2);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 2; ++q) {
+    threads.emplace_back([&, q] {
+      auto own = HostBackend(2);
+      created[q] = Executor::Create(q == 0 ? schedule : gpipe, *own, ToyFactory(2, kToy),
+                                    {.pipeline = pair[q].get()})
+                       .status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int q = 0; q < 2; ++q) {
+    EXPECT_THAT(created[q], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     HasSubstr("process 1's schedule differs from process 0's")))
+        << "process " << q;
+  }
+}
+
+// Process 1's stage fails its F of micro-batch 1: process 0, which waits for that
+// micro-batch's gradient, stops with process 1's reason, long before any timeout.
+TEST(PipelineProcessesTest, AProcessWhoseStepFailsStopsTheOthers) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  const auto start = std::chrono::steady_clock::now();
+  auto bootstraps = comm::CreateInProcessBootstraps(2, {.timeout_seconds = 120});
+  ASSERT_TRUE(bootstraps.ok());
+  std::vector<absl::Status> stepped(2);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 2; ++q) {
+    threads.emplace_back([&, q] {
+      auto backend = HostBackend(2);
+      ToyOptions toy = kToy;
+      if (q == 1) toy.fail_forward_of_microbatch = 1;
+      auto ex = Executor::Create(schedule, *backend, ToyFactory(2, toy),
+                                 {.step_timeout_seconds = 120, .pipeline = (*bootstraps)[q].get()});
+      if (!ex.ok()) {
+        stepped[q] = ex.status();
+        return;
+      }
+      std::vector<float> x, t;
+      ToyData(0, 4, kValuesPerMicrobatch, x, t);
+      stepped[q] = (*ex)->Step(AsInputs(x, t)).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(stepped[1], StatusIs(absl::StatusCode::kInternal, HasSubstr("toy F of stage 1")));
+  EXPECT_THAT(stepped[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+  EXPECT_THAT(stepped[0].message(), HasSubstr("toy F of stage 1"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20);
+}
+
+}  // namespace
+}  // namespace pipesched::stages
