@@ -5,11 +5,13 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "pipesched/base/file_util.h"
 #include "pipesched/base/hash.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -336,7 +339,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
                      .recompute = w.recompute_bytes(),
                      .recomputes = w.recomputes()};
   }
-  if (options.pipeline != nullptr) PS_RETURN_IF_ERROR(ex->ExchangeStageSizes());
+  if (options.pipeline != nullptr) {
+    PS_RETURN_IF_ERROR(ex->ExchangeStageSizes());
+    PS_RETURN_IF_ERROR(ex->MeasureClockOffset());
+  }
   for (int s = 0; s + 1 < S; ++s) {
     if (ex->sizes_[s].output != ex->sizes_[s + 1].input) {
       return absl::InvalidArgumentError(absl::StrCat("stage ", s, " outputs ", ex->sizes_[s].output,
@@ -740,6 +746,272 @@ absl::Status Executor::ExchangeStageSizes() {
           absl::StrCat("no process reported the sizes of stage ", s, " (process ",
                        process_of_rank(schedule_.placement.RankOf(s)), " runs it)"));
     }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The bytes of a step's rows as one process sends them to the others (fixed-width,
+// native byte order: the processes of one job run one build).
+class Writer {
+ public:
+  void Int(std::int64_t v) { Add(&v, sizeof v); }
+  void Real(double v) { Add(&v, sizeof v); }
+  void Text(std::string_view v) {
+    Int(static_cast<std::int64_t>(v.size()));
+    out_.append(v);
+  }
+  void Span(const trace::Span& span) {
+    for (int v : {span.rank, span.lane, span.stage, span.microbatch}) Int(v);
+    Text(span.op);
+    Real(span.start);
+    Real(span.end);
+  }
+  std::string& bytes() { return out_; }
+
+ private:
+  void Add(const void* data, std::size_t n) { out_.append(static_cast<const char*>(data), n); }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool ok() const { return ok_; }
+  void Fail() { ok_ = false; }
+  std::int64_t Int() {
+    std::int64_t v = 0;
+    Take(&v, sizeof v);
+    return v;
+  }
+  double Real() {
+    double v = 0;
+    Take(&v, sizeof v);
+    return v;
+  }
+  std::string Text() {
+    const std::int64_t n = Int();
+    if (!ok_ || n < 0 || static_cast<std::uint64_t>(n) > in_.size()) {
+      ok_ = false;
+      return {};
+    }
+    std::string v(in_.substr(0, static_cast<std::size_t>(n)));
+    in_.remove_prefix(static_cast<std::size_t>(n));
+    return v;
+  }
+  trace::Span Span() {
+    trace::Span span;
+    span.rank = static_cast<int>(Int());
+    span.lane = static_cast<int>(Int());
+    span.stage = static_cast<int>(Int());
+    span.microbatch = static_cast<int>(Int());
+    span.op = Text();
+    span.start = Real();
+    span.end = Real();
+    return span;
+  }
+  // A count of items of at least `item_bytes` each that the rest can hold.
+  std::int64_t Count(std::size_t item_bytes) {
+    const std::int64_t n = Int();
+    if (!ok_ || n < 0 || static_cast<std::uint64_t>(n) > in_.size() / item_bytes) ok_ = false;
+    return ok_ ? n : 0;
+  }
+
+ private:
+  void Take(void* data, std::size_t n) {
+    if (!ok_ || in_.size() < n) {
+      ok_ = false;
+      return;
+    }
+    std::memcpy(data, in_.data(), n);
+    in_.remove_prefix(n);
+  }
+  std::string_view in_;
+  bool ok_ = true;
+};
+
+constexpr std::size_t kSpanBytes = 4 * 8 + 8 + 2 * 8;  // a span, its op empty
+
+// This machine's boot id (Linux), empty when unknown: processes with the same one share
+// the steady clock (CLOCK_MONOTONIC), so their offset is 0, not an estimate.
+std::string BootId() {
+  absl::StatusOr<std::string> id = ReadFile("/proc/sys/kernel/random/boot_id", 128);
+  if (!id.ok()) return "";
+  std::string out = *id;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+absl::Status Executor::MeasureClockOffset() {
+  comm::Bootstrap& pipeline = *options_.pipeline;
+  const int K = pipeline.size();
+  constexpr int kRounds = 8;
+  constexpr char kChannel[] = "executor-clock";
+  Writer offsets;
+  // PIPESCHED_MEASURE_CLOCK_OFFSET=1 measures on one host too (tests of the estimate).
+  const char* measure = std::getenv("PIPESCHED_MEASURE_CLOCK_OFFSET");
+  const bool always = measure != nullptr && std::string_view(measure) == "1";
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> boots,
+                      pipeline.AllGather("executor-boot-ids", always ? "" : BootId()));
+  if (pipeline.rank() == 0) {
+    for (int q = 1; q < K; ++q) {
+      if (!boots[0].empty() && boots[q] == boots[0]) {  // one host: one clock
+        offsets.Int(q);
+        offsets.Real(0);
+        continue;
+      }
+      double best_round_trip = std::numeric_limits<double>::infinity(), offset = 0;
+      for (int i = 0; i < kRounds; ++i) {
+        const double sent = SteadyMicros();
+        PS_RETURN_IF_ERROR(pipeline.Send(q, kChannel, ""));
+        PS_ASSIGN_OR_RETURN(const std::string reply, pipeline.Receive(q, kChannel));
+        const double back = SteadyMicros();
+        Reader in(reply);
+        const double theirs = in.Real();
+        if (!in.ok()) {
+          return absl::InternalError(absl::StrCat(
+              "process ", q, " answered the clock exchange with ", reply.size(), " bytes, not 8"));
+        }
+        // Their clock read half way through the round trip, the best guess without more.
+        if (back - sent < best_round_trip) {
+          best_round_trip = back - sent;
+          offset = theirs - (sent + back) / 2;
+        }
+      }
+      offsets.Int(q);
+      offsets.Real(offset);
+    }
+  } else if (boots[0].empty() || boots[pipeline.rank()] != boots[0]) {
+    for (int i = 0; i < kRounds; ++i) {
+      PS_RETURN_IF_ERROR(pipeline.Receive(0, kChannel).status());
+      Writer now;
+      now.Real(SteadyMicros());
+      PS_RETURN_IF_ERROR(pipeline.Send(0, kChannel, now.bytes()));
+    }
+  }
+  PS_ASSIGN_OR_RETURN(const std::string all, comm::Broadcast(pipeline, "executor-clock-offsets",
+                                                             offsets.bytes(), /*root=*/0));
+  Reader in(all);
+  for (int q = 1; q < K; ++q) {
+    const std::int64_t who = in.Int();
+    const double offset = in.Real();
+    if (!in.ok() || who != q) {
+      return absl::InternalError("process 0 sent clock offsets this process cannot read");
+    }
+    if (q == pipeline.rank()) clock_offset_micros_ = offset;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_micros,
+                                            double& loss_sum) {
+  comm::Bootstrap& pipeline = *options_.pipeline;
+  const int P = num_ranks();
+  Writer out;
+  out.Real(origin_micros - clock_offset_micros_);  // on process 0's clock
+  out.Real(loss_sum);
+  out.Int(static_cast<std::int64_t>(result.timeline.spans.size()));
+  for (std::size_t i = 0; i < result.timeline.spans.size(); ++i) {
+    out.Span(result.timeline.spans[i]);
+    out.Real(result.issue_micros[i]);
+  }
+  out.Int(static_cast<std::int64_t>(result.phases.size()));
+  for (const trace::Span& span : result.phases) out.Span(span);
+  std::vector<int> rows;
+  for (int row = 0; row < static_cast<int>(ranks_.size()); ++row) {
+    if (ranks_[row] != nullptr) rows.push_back(row);
+  }
+  out.Int(static_cast<std::int64_t>(rows.size()));
+  for (int row : rows) {
+    out.Int(row);
+    out.Int(result.peak_activation_bytes[row]);
+    out.Int(result.device_of_row[row]);
+  }
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                      pipeline.AllGather("executor-step", out.bytes()));
+
+  struct Part {
+    double origin = 0, loss_sum = 0;
+    std::vector<trace::Span> spans, phases;
+    std::vector<double> issued;
+    std::vector<std::array<std::int64_t, 3>> rows;  // row, peak bytes, device
+  };
+  std::vector<Part> parts(all.size());
+  double first = std::numeric_limits<double>::infinity();
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    Part& part = parts[q];
+    Reader in(all[q]);
+    part.origin = in.Real();
+    part.loss_sum = in.Real();
+    for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
+      part.spans.push_back(in.Span());
+      part.issued.push_back(in.Real());
+    }
+    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i) part.phases.push_back(in.Span());
+    for (std::int64_t i = 0, n = in.Count(3 * 8); i < n; ++i) {
+      part.rows.push_back({in.Int(), in.Int(), in.Int()});
+    }
+    for (const auto& [row, peak, device] : part.rows) {
+      if (row < 0 || row >= static_cast<std::int64_t>(ranks_.size())) in.Fail();
+    }
+    if (!in.ok()) {
+      return absl::InternalError(
+          absl::StrCat("process ", q, " sent its step's rows in a form this process cannot read"));
+    }
+    first = std::min(first, part.origin);
+  }
+  trace::Timeline& timeline = result.timeline;
+  timeline.spans.clear();
+  result.issue_micros.clear();
+  result.phases.clear();
+  int device_base = 0;
+  for (const Part& part : parts) {
+    const double shift = part.origin - first;
+    for (std::size_t i = 0; i < part.spans.size(); ++i) {
+      trace::Span span = part.spans[i];
+      span.start += shift;
+      span.end += shift;
+      timeline.spans.push_back(std::move(span));
+      result.issue_micros.push_back(part.issued[i] + shift);
+    }
+    for (trace::Span span : part.phases) {
+      span.start += shift;
+      span.end += shift;
+      result.phases.push_back(std::move(span));
+    }
+    int devices = 0;
+    for (const auto& [row, peak, device] : part.rows) {
+      result.peak_activation_bytes[row] = peak;
+      result.device_of_row[row] = device_base + static_cast<int>(device);
+      devices = std::max(devices, static_cast<int>(device) + 1);
+    }
+    device_base += devices;
+  }
+  loss_sum = parts[process_of_rank(schedule_.placement.RankOf(num_stages() - 1))].loss_sum;
+  // A crossing's receive was posted when its buffer was ready and waited for the message:
+  // its transfer starts when the message was sent.
+  std::map<std::tuple<std::string, int, int, int>, double> sent;  // (op, stage, replica, mb)
+  for (const trace::Span& span : timeline.spans) {
+    if (span.op == "SEND_F" || span.op == "SEND_B") {
+      sent[{span.op, span.stage, span.rank / P, span.microbatch}] = span.start;
+    }
+  }
+  for (trace::Span& span : timeline.spans) {
+    const int d = span.rank / P;
+    std::optional<double> send;
+    if (span.op == "RECV_F" && ProcessBoundary(span.stage)) {
+      if (auto it = sent.find({"SEND_F", span.stage - 1, d, span.microbatch}); it != sent.end()) {
+        send = it->second;
+      }
+    } else if (span.op == "RECV_B") {
+      if (auto it = sent.find({"SEND_B", span.stage + 1, d, span.microbatch}); it != sent.end()) {
+        send = it->second;
+      }
+    }
+    if (send.has_value()) span.start = std::min(span.end, std::max(span.start, *send));
   }
   return absl::OkStatus();
 }
@@ -1454,21 +1726,6 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
       for (float l : losses) loss_sum += l;
     }
   }
-  if (options_.pipeline != nullptr) {
-    // The last stage's process has the loss; every process returns it.
-    const int owner = process_of_rank(schedule_.placement.RankOf(S - 1));
-    absl::StatusOr<std::string> sum = comm::Broadcast(*options_.pipeline, "executor-loss",
-                                                      absl::StrFormat("%.17g", loss_sum), owner);
-    if (sum.ok() && !absl::SimpleAtod(*sum, &loss_sum)) {
-      sum = absl::InternalError(
-          absl::StrCat("process ", owner, " sent the loss \"", *sum, "\", which is no number"));
-    }
-    if (!sum.ok()) {  // the processes' exchanges are out of step from here: no more steps
-      failed_step_ = sum.status();
-      return sum.status();
-    }
-  }
-  result.loss = loss_sum / (static_cast<double>(D) * M);
   for (int row = 0; row < D * P; ++row) {
     if (ranks_[row] == nullptr) {  // another process's
       result.peak_activation_bytes.push_back(0);
@@ -1479,7 +1736,17 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     result.peak_activation_bytes.push_back(device->memory_stats().peak_bytes - baseline[device]);
     result.device_of_row.push_back(ranks_[row]->clock);  // clocks_: one per distinct device
   }
-  PS_ASSIGN_OR_RETURN(result.timeline, CollectTimeline(&result.issue_micros, &result.phases));
+  double origin = 0;
+  PS_ASSIGN_OR_RETURN(result.timeline,
+                      CollectTimeline(&origin, &result.issue_micros, &result.phases));
+  if (options_.pipeline != nullptr) {
+    // The processes' exchanges are out of step after a failed one: no more steps.
+    if (absl::Status merged = MergeAcrossProcesses(result, origin, loss_sum); !merged.ok()) {
+      failed_step_ = merged;
+      return merged;
+    }
+  }
+  result.loss = loss_sum / (static_cast<double>(D) * M);
   return result;
 }
 
@@ -1523,7 +1790,8 @@ absl::Status Executor::MarkStepOrigins() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* issue_micros,
+absl::StatusOr<trace::Timeline> Executor::CollectTimeline(double* origin_micros,
+                                                          std::vector<double>* issue_micros,
                                                           std::vector<trace::Span>* phases) const {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   trace::Timeline timeline;
@@ -1607,6 +1875,8 @@ absl::StatusOr<trace::Timeline> Executor::CollectTimeline(std::vector<double>* i
   }
   double origin = std::numeric_limits<double>::infinity();
   for (const trace::Span& span : timeline.spans) origin = std::min(origin, span.start);
+  if (timeline.spans.empty()) origin = 0;
+  *origin_micros = origin;
   for (trace::Span& span : timeline.spans) {
     span.start -= origin;
     span.end -= origin;
@@ -1664,8 +1934,12 @@ absl::StatusOr<scheduler::CostModel> MeasuredCostModel(
       // A span that does not take a finite, non-negative time is not a measurement.
       if (!(duration >= 0) || !std::isfinite(duration)) continue;
       if (span.op == "RECV_F" || span.op == "SEND_B") {
+        // Between processes a SEND_B only posts the message: the RECV_B times its transfer.
+        if (span.op == "SEND_B" && executor.ProcessBoundary(span.stage)) continue;
         if (span.stage > 0) transfers[span.stage - 1].push_back(duration);
-      } else {
+      } else if (span.op == "RECV_B") {
+        if (span.stage + 1 < S) transfers[span.stage].push_back(duration);
+      } else if (span.op != "SEND_F") {
         by_stage[span.stage][span.op].push_back(duration);
       }
     }

@@ -97,11 +97,17 @@ struct ExecutorOptions {
   // run by host functions on the send and recv streams: SEND_F and RECV_B spans in the
   // timeline, beside the RECV_F and SEND_B of the receiving and sending stage. Create
   // exchanges every stage's sizes ("executor-stages") and checks that the processes run
-  // the same schedule ("executor-schedule"); each Step ends with an exchange of the loss
-  // ("executor-loss"), so every process returns the same StepResult::loss. A step that
-  // fails calls pipeline->Fail, so that the other processes stop too. Its StepResult
-  // holds this process's rows only: the others' rows have no spans, no peak bytes (0)
-  // and device -1. Not with `processes` (data parallelism across processes), nor on
+  // the same schedule ("executor-schedule"), then measures each process's steady clock
+  // against process 0's (the quickest of 8 round trips of messages on
+  // "executor-clock"; 0 for a process on process 0's host, by their boot ids, whose
+  // steady clocks are one). Each Step ends with an exchange of every process's rows
+  // ("executor-step"), so that every process returns the whole StepResult: the loss, and
+  // every row's spans, issue times, phases, peak bytes and device (numbered across the
+  // processes), on process 0's clock: exactly on one host, to within half a round trip
+  // across hosts. A crossing's RECV_F and RECV_B spans start no
+  // earlier than the matching SEND_F or SEND_B (a receive posted early waits for the
+  // message, which is not transfer time). A step that fails calls pipeline->Fail, so that
+  // the other processes stop too. Not with `processes` (data parallelism across processes), nor on
   // CUDA (whose host functions must not block: NCCL send/recv will carry it there):
   // InvalidArgument and FailedPrecondition. null: this process holds every rank.
   comm::Bootstrap* pipeline = nullptr;
@@ -186,6 +192,10 @@ class Executor {
   int process_of_rank(int rank) const;
   bool runs_rank(int rank) const;
   bool runs_stage(int stage) const { return runs_rank(schedule_.placement.RankOf(stage)); }
+  // ExecutorOptions::pipeline: this process's steady clock minus process 0's, as Create
+  // measured it (0 on process 0's host; PIPESCHED_MEASURE_CLOCK_OFFSET=1 in the
+  // environment measures there too), in microseconds.
+  double clock_offset_micros() const { return clock_offset_micros_; }
   // The device of (replica, rank) and the StageWork of (replica, stage); indices must be
   // in range, and the rank (the stage's) one this process runs (not checked).
   runtime::Device& device(int replica, int rank) const;
@@ -255,6 +265,14 @@ class Executor {
   // ExecutorOptions::pipeline: every stage's sizes from the process that runs it, and the
   // check that every process runs the same schedule.
   absl::Status ExchangeStageSizes();
+  // ExecutorOptions::pipeline: this process's steady clock against process 0's, from the
+  // quickest of a few message round trips (clock_offset_micros_).
+  absl::Status MeasureClockOffset();
+  // ExecutorOptions::pipeline: every process's rows of `result` (its timeline's 0 at
+  // `origin_micros` of this process's clock), merged on every process, process 0's clock
+  // the common one; `loss_sum` becomes the last stage's process's.
+  absl::Status MergeAcrossProcesses(StepResult& result, double origin_micros, double& loss_sum);
+  double clock_offset_micros_ = 0;  // this process's steady clock minus process 0's
   absl::Status SynchronizeAll();
   // Watchdog (executor.cc, "Hang watchdog"): polls the step to its end, or aborts it.
   absl::Status AwaitStep();
@@ -262,7 +280,9 @@ class Executor {
   absl::Status AwaitEvent(runtime::Event& event);
   runtime::Event* EndEvent(int replica, const scheduler::Action& action) const;
   std::string Diagnose(const std::vector<std::vector<bool>>& done, double stalled_seconds) const;
-  absl::StatusOr<trace::Timeline> CollectTimeline(std::vector<double>* issue_micros,
+  // `origin_micros`: the steady-clock time, in this process, that the timeline's 0 is.
+  absl::StatusOr<trace::Timeline> CollectTimeline(double* origin_micros,
+                                                  std::vector<double>* issue_micros,
                                                   std::vector<trace::Span>* phases) const;
   Rank& rank_of(int replica, int stage) const;
   Slot& slot(int replica, int stage, int mb) const;
@@ -322,10 +342,11 @@ class Executor {
 
 // The cost model that makes the simulator replay what was measured: per (stage, op)
 // the median span duration over all replicas, micro-batches and `timelines`; per
-// boundary the median RECV_F / SEND_B transfer; per stage the median ALLREDUCE, the
-// median ZERO_GRAD and OPTIMIZER of `phases` (StepResult::phases; 0 without them) and the
-// executor's activation_bytes, workspace_bytes, input_bytes and recompute_bytes. Stages
-// that ran B only get I = W = B / 2 (with recomputation W = (B - F) / 2 and I = B - W: the
+// boundary the median RECV_F / SEND_B transfer (between the processes of
+// ExecutorOptions::pipeline: RECV_F / RECV_B, which start at their message's send); per stage the
+// median ALLREDUCE, the median ZERO_GRAD and OPTIMIZER of `phases` (StepResult::phases; 0 without
+// them) and the executor's activation_bytes, workspace_bytes, input_bytes and recompute_bytes.
+// Stages that ran B only get I = W = B / 2 (with recomputation W = (B - F) / 2 and I = B - W: the
 // second forward is part of I); stages that ran I and W get B = I + W. Null entries, and spans
 // whose duration is not finite and non-negative, are skipped. FailedPrecondition naming the
 // stage when one has no measured F or no backward (B, or I and W) in `timelines` (none

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "pipesched/stages/executor.h"
 #include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
+#include "testing/scoped_environment.h"
 #include "testing/status_matchers.h"
 
 namespace pipesched::stages {
@@ -187,43 +190,96 @@ TEST(PipelineProcessesTest, EverySplitScheduleTrainsAsOneProcess) {
 }
 
 // 1F1B, P = 4 over 2 processes: process 0 runs ranks 0 and 1, process 1 ranks 2 and 3.
-// Each timeline has spans on its own rows only; the crossing 1 -> 2 shows as SEND_F and
-// RECV_B on rank 1 and RECV_F and SEND_B on rank 2, one per micro-batch.
-TEST(PipelineProcessesTest, EachProcessTimesItsOwnRanksAndTheCrossingMessages) {
+// Both return the whole step: every row's spans (the crossing 1 -> 2 as SEND_F and
+// RECV_B on rank 1, RECV_F and SEND_B on rank 2), peak bytes and devices, on one clock,
+// where no F starts before its input's F has ended; the crossing's receives start at the
+// matching send; and the measured costs replay it.
+TEST(PipelineProcessesTest, EveryProcessReturnsTheWholeStepOnOneClock) {
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::Schedule schedule,
       scheduler::GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 4}));
   const std::vector<ProcessRun> split = RunSplit(schedule, 1, 2);
-  for (int q = 0; q < 2; ++q) {
-    ASSERT_TRUE(split[q].status.ok()) << split[q].status;
-    const StepResult& r = split[q].results.back();
-    std::map<std::pair<int, std::string>, int> count;  // (row, op)
-    for (const trace::Span& span : r.timeline.spans) ++count[{span.rank, span.op}];
-    for (const auto& [key, n] : count) {
-      EXPECT_EQ(key.first / 2, q) << "process " << q << " timed row " << key.first;
+  ASSERT_TRUE(split[0].status.ok()) << split[0].status;
+  ASSERT_TRUE(split[1].status.ok()) << split[1].status;
+  const StepResult& r = split[0].results.back();
+  const StepResult& other = split[1].results.back();
+  ASSERT_EQ(r.timeline.spans.size(), other.timeline.spans.size());
+  for (std::size_t i = 0; i < r.timeline.spans.size(); ++i) {
+    const trace::Span& a = r.timeline.spans[i];
+    const trace::Span& b = other.timeline.spans[i];
+    EXPECT_TRUE(a.rank == b.rank && a.op == b.op && a.stage == b.stage &&
+                a.microbatch == b.microbatch && a.start == b.start && a.end == b.end)
+        << "span " << i << " differs between the processes";
+  }
+  EXPECT_EQ(r.issue_micros, other.issue_micros);
+  EXPECT_EQ(r.peak_activation_bytes, other.peak_activation_bytes);
+  EXPECT_EQ(r.device_of_row, other.device_of_row);
+  EXPECT_EQ(r.phases.size(), 8u);                    // ZERO_GRAD and OPTIMIZER of 4 stages
+  std::map<std::pair<int, std::string>, int> count;  // (row, op)
+  std::map<std::tuple<std::string, int, int>, trace::Span> by;  // (op, stage, mb)
+  for (const trace::Span& span : r.timeline.spans) {
+    ++count[{span.rank, span.op}];
+    by[{span.op, span.stage, span.microbatch}] = span;
+  }
+  for (int row = 0; row < 4; ++row) {
+    EXPECT_EQ((count[{row, "F"}]), 4) << "row " << row;
+    EXPECT_EQ((count[{row, "B"}]), 4) << "row " << row;
+    EXPECT_GT(r.peak_activation_bytes[row], 0) << "row " << row;
+  }
+  EXPECT_EQ(std::set<int>(r.device_of_row.begin(), r.device_of_row.end()).size(), 4u);
+  EXPECT_EQ((count[{1, "SEND_F"}]), 4);
+  EXPECT_EQ((count[{1, "RECV_B"}]), 4);
+  EXPECT_EQ((count[{2, "RECV_F"}]), 4);
+  EXPECT_EQ((count[{2, "SEND_B"}]), 4);
+  EXPECT_EQ((count[{0, "SEND_F"}] + count[{2, "SEND_F"}] + count[{3, "RECV_B"}]), 0);
+  auto at = [&by](const std::string& op, int stage, int mb) -> const trace::Span& {
+    return by[std::make_tuple(op, stage, mb)];
+  };
+  for (int m = 0; m < 4; ++m) {
+    for (int s = 1; s < 4; ++s) {
+      EXPECT_GE(at("F", s, m).start, at("F", s - 1, m).end)
+          << "F of stage " << s << " micro-batch " << m << " before its input's";
+      EXPECT_GE(at("B", s - 1, m).start, at("B", s, m).end)
+          << "B of stage " << s - 1 << " micro-batch " << m << " before its gradient's";
     }
-    ASSERT_EQ(r.peak_activation_bytes.size(), 4u);
-    ASSERT_EQ(r.device_of_row.size(), 4u);
-    for (int row = 0; row < 4; ++row) {
-      EXPECT_EQ(r.device_of_row[row] == -1, row / 2 != q) << "row " << row;
-      if (row / 2 != q) {
-        EXPECT_EQ(r.peak_activation_bytes[row], 0);
-      }
+    EXPECT_GE(at("RECV_F", 2, m).start, at("SEND_F", 1, m).start);
+    EXPECT_GE(at("RECV_B", 1, m).start, at("SEND_B", 2, m).start);
+  }
+  EXPECT_EQ(split[0].losses, split[1].losses);
+}
+
+// The clock offset between two processes of one host is 0 by their boot ids; measured
+// anyway (PIPESCHED_MEASURE_CLOCK_OFFSET=1), threads that share one clock come out within
+// a fraction of a millisecond of 0, and the step's spans still keep their order.
+TEST(PipelineProcessesTest, TheClockOffsetOfOneHostIsZeroAndMeasuresNearZero) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 2}));
+  for (bool measure : {false, true}) {
+    SCOPED_TRACE(measure ? "measured" : "by boot id");
+    pipesched::testing::ScopedEnvironment env(std::map<std::string, std::optional<std::string>>{
+        {"PIPESCHED_MEASURE_CLOCK_OFFSET",
+         measure ? std::optional<std::string>("1") : std::nullopt}});
+    PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 30}));
+    std::vector<double> offsets(2, -1);
+    std::vector<std::thread> threads;
+    for (int q = 0; q < 2; ++q) {
+      threads.emplace_back([&, q] {
+        auto backend = HostBackend(2);
+        auto ex =
+            Executor::Create(schedule, *backend, ToyFactory(2, kToy), {.pipeline = pair[q].get()});
+        ASSERT_TRUE(ex.ok()) << ex.status();
+        offsets[q] = (*ex)->clock_offset_micros();
+      });
     }
-    if (q == 0) {
-      EXPECT_EQ((count[{1, "SEND_F"}]), 4);
-      EXPECT_EQ((count[{1, "RECV_B"}]), 4);
-      EXPECT_EQ((count[{1, "SEND_B"}]), 4);  // to rank 0, in this process
-      EXPECT_EQ((count[{0, "SEND_F"}]), 0);
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(offsets[0], 0);
+    if (measure) {
+      EXPECT_LT(std::abs(offsets[1]), 2000) << offsets[1];
     } else {
-      EXPECT_EQ((count[{2, "RECV_F"}]), 4);
-      EXPECT_EQ((count[{2, "SEND_B"}]), 4);
-      EXPECT_EQ((count[{2, "SEND_F"}]), 0);
-      EXPECT_EQ((count[{3, "F"}]), 4);
+      EXPECT_EQ(offsets[1], 0);
     }
   }
-  // The loss is the last stage's, in process 1, and every process returns it.
-  EXPECT_EQ(split[0].losses, split[1].losses);
 }
 
 // The file kind (what `pipesched launch` gives) carries the messages as files: ZB-H1 (I and
