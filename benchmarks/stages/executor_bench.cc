@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "pipesched/base/status.h"
+#include "pipesched/comm/bootstrap.h"
 #include "pipesched/runtime/runtime.h"
 #include "pipesched/scheduler/registry.h"
 #include "pipesched/stages/executor.h"
@@ -75,6 +78,65 @@ void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name,
   state.counters["us_per_action"] = steps > 0 ? total_us / (steps * actions) : 0;
   ex->reset();
 }
+
+// The same step of 1F1B with its P ranks split across `processes` processes
+// (ExecutorOptions::pipeline), here threads with a host backend each, meeting through
+// in-process bootstraps: the benchmark's thread is process 0 and times its steps, the
+// others step alongside it (a fixed number of iterations, so that every process makes
+// the same). Against one_f_one_b with the same P and M, the difference is the cost of
+// the crossings (a message each way per micro-batch, from host functions) and of the
+// step's end (every process's rows gathered to every process).
+void BM_SplitExecutorStep(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const int m = static_cast<int>(state.range(1));
+  const int processes = static_cast<int>(state.range(2));
+  auto schedule = scheduler::GenerateSchedule("1f1b", {.num_ranks = p, .num_microbatches = m});
+  auto bootstraps = comm::CreateInProcessBootstraps(processes);
+  if (!schedule.ok() || !bootstraps.ok()) {
+    state.SkipWithError("cannot make the schedule or the bootstraps");
+    return;
+  }
+  const int stages = schedule->num_stages();
+  testing::ToyOptions toy{.features = 4, .batch = 2, .empty = true};
+  auto factory = [stages, toy](
+                     int stage, int,
+                     runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<testing::ToyStage>(stage, stages, toy, device);
+  };
+  std::vector<float> x(static_cast<std::size_t>(m) * 8), t(x.size());
+  StepInputs in{.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
+  const std::int64_t steps = state.max_iterations;
+  // Process q: its executor, then `steps` steps; the first error ends it (and, through
+  // the executor's Fail, the others).
+  auto run = [&](int q, benchmark::State* timed) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(auto backend, runtime::CreateBackend(
+                                          {.kind = runtime::BackendKind::kHost, .num_devices = p}));
+    PS_ASSIGN_OR_RETURN(auto ex, Executor::Create(*schedule, *backend, factory,
+                                                  {.pipeline = (*bootstraps)[q].get()}));
+    if (timed == nullptr) {
+      for (std::int64_t i = 0; i < steps; ++i) PS_RETURN_IF_ERROR(ex->Step(in).status());
+      return absl::OkStatus();
+    }
+    for (auto _ : *timed) PS_RETURN_IF_ERROR(ex->Step(in).status());
+    return absl::OkStatus();
+  };
+  std::vector<absl::Status> others(processes);
+  std::vector<std::thread> threads;
+  for (int q = 1; q < processes; ++q) threads.emplace_back([&, q] { others[q] = run(q, nullptr); });
+  const absl::Status mine = run(0, &state);
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : others) {
+    if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
+  }
+  if (!mine.ok()) state.SkipWithError(std::string(mine.message()).c_str());
+}
+
+BENCHMARK(BM_SplitExecutorStep)
+    ->Args({4, 32, 2})
+    ->Args({4, 32, 4})
+    ->Iterations(200)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_ExecutorStep, gpipe, std::string("gpipe"))
     ->Args({1, 32, 1})
