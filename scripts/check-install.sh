@@ -120,15 +120,16 @@ cmake -S examples/embed -B "$tmp/embed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/embed" -j "$jobs"
 
-# Runs an embed_example binary (after the command that starts it, if given) and checks
-# its output: 10 losses, each below the last, and a Chrome trace with complete ("X")
-# events.
+# Runs an embed_example binary (after the command that starts it, if given; with the
+# flags in $embed_flags) and checks its output: 10 losses, each below the last, and a
+# Chrome trace with complete ("X") events.
+embed_flags=()
 check_embed() {
   local exe=$1 trace=$2
   shift 2
   rm -f "$trace"
   local log
-  log=$("$@" "$exe" "$trace") || fail "$* $exe failed: $log"
+  log=$("$@" "$exe" "${embed_flags[@]}" "$trace") || fail "$* $exe failed: $log"
   echo "$log"
   echo "$log" | awk '
     /^step [0-9]+ loss / { n++; if (n > 1 && !($4 < prev)) bad = 1; if (n == 1) first = $4; prev = $4 }
@@ -138,7 +139,8 @@ check_embed() {
   grep -q '"traceEvents"' "$trace" && grep -q '"ph": *"X"' "$trace" ||
     fail "$trace is not a Chrome trace with spans"
 }
-check_embed "$tmp/embed/embed_example" "$tmp/embed_trace.json"
+alone_log=$(check_embed "$tmp/embed/embed_example" "$tmp/embed_trace.json") || exit 1
+echo "$alone_log"
 
 echo "== check-install: examples/embed as a job of two processes (installed pipesched launch)"
 # Each process trains on its own share with the gradients averaged over both (found
@@ -147,6 +149,19 @@ launch_log=$(check_embed "$tmp/embed/embed_example" "$tmp/embed_trace_launch.jso
   "$prefix/bin/pipesched" launch --processes=2 --) || exit 1
 echo "$launch_log"
 echo "$launch_log" | grep -qx "process 0 of 2" || fail "the launched embed_example is not process 0 of 2"
+
+echo "== check-install: examples/embed with a stage per process (installed pipesched launch)"
+# ExecutorOptions::pipeline: the activations and gradients cross as the bootstrap's
+# messages, and the losses are those of one process alone, to the last digit printed.
+embed_flags=(--split)
+split_log=$(check_embed "$tmp/embed/embed_example" "$tmp/embed_trace_split.json" \
+  "$prefix/bin/pipesched" launch --processes=2 --) || exit 1
+embed_flags=()
+echo "$split_log"
+[ "$(echo "$split_log" | grep '^step')" = "$(echo "$alone_log" | grep '^step')" ] ||
+  fail "the embed_example split across two processes did not train as one process alone"
+grep -q 'SEND_F' "$tmp/embed_trace_split.json" ||
+  fail "$tmp/embed_trace_split.json has no SEND_F span of the crossing between the processes"
 
 echo "== check-install: examples/planner against the installed package (no CUDA)"
 cmake -S examples/planner -B "$tmp/planner" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -11,7 +11,7 @@
 // (Stream::EnqueueHost) and returns at once. That is the host backend's way; on CUDA the
 // same callbacks would launch kernels on runtime::CudaStreamOf(stream).
 //
-// Usage: embed_example [trace.json]   (default: embed_trace.json)
+// Usage: embed_example [--split] [trace.json]   (default: embed_trace.json)
 // Prints one line per step with the loss (it falls: the same global batch every step),
 // then writes the last step's measured timeline as a Chrome / Perfetto trace.
 //
@@ -19,6 +19,11 @@
 // starts two, each told its job in the environment (comm::CreateBootstrapFromEnvironment);
 // each trains on its own share of the data, the executor averages the stages' gradients
 // over both, and process 0 writes the trace.
+// Pipeline across processes: `pipesched launch --processes=2 -- embed_example --split`
+// gives each process one of the two stages instead (ExecutorOptions::pipeline): the
+// activations and gradients between them go as the bootstrap's messages, both train on
+// the whole batch and print the same losses as one process alone, and process 0 writes
+// the trace of both ranks.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -247,10 +252,13 @@ Data MakeData(int num_microbatches, int share) {
   return d;
 }
 
-absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* processes) {
+absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* processes, bool split) {
   namespace ps = pipesched;
   constexpr int kStages = 2, kMicrobatches = 4, kSteps = 10;
   const int rank = processes == nullptr ? 0 : processes->rank();
+  // The pipeline's two stages split across the processes, or each process a replica.
+  ps::stages::ExecutorOptions options;
+  (split ? options.pipeline : options.processes) = processes;
 
   // 1F1B over P = 2 ranks, M = 4 micro-batches; the executor validates it again.
   absl::StatusOr<ps::scheduler::Schedule> schedule = ps::scheduler::GenerateSchedule(
@@ -273,10 +281,12 @@ absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* proc
   };
   // Declared after the backend: destroyed first, as the runtime requires.
   absl::StatusOr<std::unique_ptr<ps::stages::Executor>> executor =
-      ps::stages::Executor::Create(*schedule, **backend, factory, {.processes = processes});
+      ps::stages::Executor::Create(*schedule, **backend, factory, options);
   if (!executor.ok()) return executor.status();
 
-  const Data data = MakeData(kMicrobatches, rank);
+  // Split, every process steps on the whole batch (the first stage's reads the inputs,
+  // the last stage's the targets).
+  const Data data = MakeData(kMicrobatches, split ? 0 : rank);
   const ps::stages::StepInputs inputs{
       .inputs = std::as_bytes(std::span<const float>(data.x)),
       .targets = std::as_bytes(std::span<const float>(data.t)),
@@ -294,7 +304,8 @@ absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* proc
   std::printf("last step: %zu spans, measured bubble fraction %.3f\n", last_timeline.spans.size(),
               stats.bubble_fraction);
   if (rank != 0) return absl::OkStatus();  // process 0 writes the trace
-  last_timeline.name = "embed example: 1f1b P=2 M=4 (measured)";
+  last_timeline.name = split ? "embed example: 1f1b P=2 M=4, a stage per process (measured)"
+                             : "embed example: 1f1b P=2 M=4 (measured)";
   if (absl::Status s = ps::WriteFileAtomic(trace_path, ps::trace::ToChromeTrace({&last_timeline}));
       !s.ok()) {
     return s;
@@ -315,7 +326,15 @@ int main(int argc, char** argv) {
     if (*processes != nullptr) {
       std::printf("process %d of %d\n", (*processes)->rank(), (*processes)->size());
     }
-    status = Run(argc > 1 ? argv[1] : "embed_trace.json", processes->get());
+    const bool split = argc > 1 && std::strcmp(argv[1], "--split") == 0;
+    const int path_arg = split ? 2 : 1;
+    if (split && *processes == nullptr) {
+      status = absl::InvalidArgumentError(
+          "--split splits the stages across the processes of a job: start it with `pipesched "
+          "launch --processes=2 -- embed_example --split`");
+    } else {
+      status = Run(argc > path_arg ? argv[path_arg] : "embed_trace.json", processes->get(), split);
+    }
     if (*processes != nullptr) {
       if (status.ok()) {
         status = (*processes)->Close();  // process 0 removes the rendezvous directory
