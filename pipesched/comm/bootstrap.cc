@@ -246,7 +246,8 @@ class InProcessBootstrap final : public Bootstrap {
     } else {
       g.cv.wait(lock, ready);
     }
-    if (!box.empty() && !aborted_.load(std::memory_order_acquire)) {
+    // A failed job's messages are not delivered (Aborted, as the other kinds do).
+    if (!box.empty() && !aborted_.load(std::memory_order_acquire) && !g.failure.has_value()) {
       std::string out = std::move(box.front());
       box.pop_front();
       lock.unlock();
@@ -470,14 +471,19 @@ class FileBootstrap final : public Bootstrap {
                                                ": aborted on channel '", Absl(channel),
                                                "' (sending to rank ", to, ")"));
     }
-    PS_RETURN_IF_ERROR(FailedMarker());
+    PS_RETURN_IF_ERROR(Failure());
+    // Counted once written (a failed write leaves no gap the receiver would wait on);
+    // calls on one (peer, channel) do not overlap, so nothing takes this number meanwhile.
     std::int64_t k;
     {
       std::lock_guard<std::mutex> lock(seq_mu_);
-      k = sent_[{to, std::string(channel)}]++;
+      k = sent_[{to, std::string(channel)}];
     }
     std::call_once(beat_started_, [this] { StartBeating(); });
-    return PutFile(MessageFileOf(channel, k, rank_, to), bytes);
+    PS_RETURN_IF_ERROR(PutFile(MessageFileOf(channel, k, rank_, to), bytes));
+    std::lock_guard<std::mutex> lock(seq_mu_);
+    ++sent_[{to, std::string(channel)}];
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::string> Receive(int from, std::string_view channel) override {
@@ -496,6 +502,8 @@ class FileBootstrap final : public Bootstrap {
                                                  ": aborted on channel '", Absl(channel),
                                                  "' (message ", k, " from rank ", from, ")"));
       }
+      // A failed job's messages are not delivered (Aborted, as the other kinds do).
+      PS_RETURN_IF_ERROR(Failure());
       if (Exists(path)) {
         PS_ASSIGN_OR_RETURN(std::string out,
                             ReadFile(path, std::numeric_limits<std::int64_t>::max()));
@@ -504,7 +512,6 @@ class FileBootstrap final : public Bootstrap {
         ++received_[{from, std::string(channel)}];
         return out;
       }
-      PS_RETURN_IF_ERROR(Failure());
       if (deadline.has_value() && Clock::now() >= *deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("file bootstrap ", QuoteForMessage(dir_.string(), 200), ": rank ", rank_,

@@ -19,7 +19,7 @@ namespace {
 
 constexpr double kNever = -std::numeric_limits<double>::infinity();
 
-enum Kind { kF, kBI, kW, kRecvF, kSendB, kOther };
+enum Kind { kF, kBI, kW, kRecvF, kSendB, kRecvB, kOther };
 
 Kind KindOf(const trace::Span& s) {
   if (s.op == "F") return kF;
@@ -27,6 +27,7 @@ Kind KindOf(const trace::Span& s) {
   if (s.op == "W") return kW;
   if (s.op == "RECV_F") return kRecvF;
   if (s.op == "SEND_B") return kSendB;
+  if (s.op == "RECV_B") return kRecvB;  // a gradient from another process (its receive)
   return kOther;
 }
 
@@ -204,7 +205,13 @@ absl::StatusOr<IdleAnalysis> Analyzer::Run() {
         if (const trace::Span* t = Find(kRecvF, x.stage, x.microbatch)) t_ready = t->end;
       } else if (kind == kBI) {
         producer = Find(kBI, x.stage + 1, x.microbatch);
-        if (const trace::Span* t = Find(kSendB, x.stage + 1, x.microbatch)) t_ready = t->end;
+        // From another process (ExecutorOptions::pipeline) the gradient is there when its
+        // receive ends; the sender's SEND_B only posted it.
+        if (const trace::Span* t = Find(kRecvB, x.stage, x.microbatch)) {
+          t_ready = t->end;
+        } else if (const trace::Span* t = Find(kSendB, x.stage + 1, x.microbatch)) {
+          t_ready = t->end;
+        }
       }
       if (producer != nullptr && producer->rank == r) producer = nullptr;
       const double p_end = producer != nullptr ? producer->end : kNever;

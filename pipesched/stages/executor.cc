@@ -1408,10 +1408,39 @@ absl::Status Executor::AwaitStep() {
       wait = std::chrono::microseconds(0);
     } else if (const double stalled = SecondsSince(last_progress);
                options_.step_timeout_seconds > 0 && stalled >= options_.step_timeout_seconds) {
-      return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
+      // Waiting for another process's message is not this process's stall: the sender's
+      // watchdog or failure (its Fail ends the receive), or the bootstrap's timeout and
+      // heartbeat, end that wait.
+      if (!WaitingForAnotherProcess()) {
+        return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
+      }
+      last_progress = WatchClock::now();
     }
     Backoff(wait, std::chrono::microseconds(actions_done ? 100 : 1000));
   }
+}
+
+bool Executor::WaitingForAnotherProcess() const {
+  if (options_.pipeline == nullptr) return false;
+  const int S = num_stages();
+  for (int d = 0; d < num_replicas(); ++d) {
+    for (int s = 0; s < S; ++s) {
+      if (!runs_stage(s)) continue;
+      const bool from_before = ProcessBoundary(s);
+      const bool from_after = s + 1 < S && ProcessBoundary(s + 1);
+      if (!from_before && !from_after) continue;
+      for (int m = 0; m < num_microbatches(); ++m) {
+        const Slot& sl = slot(d, s, m);
+        if (from_before && Completed(sl.recv_start.get()) && !Completed(sl.recv_end.get())) {
+          return true;
+        }
+        if (from_after && Completed(sl.recv_b_start.get()) && !Completed(sl.recv_b_end.get())) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
 }
 
 std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
@@ -1623,10 +1652,23 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   // An aborted step may have left a host function running that a new step's first
   // synchronisation would wait on forever; any failed step left failed streams.
   if (!failed_step_.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a previous step of this executor failed (", failed_step_.message(),
-                     "): its streams stay failed; make a new Executor"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a previous step of this executor failed (", failed_step_.message(),
+        options_.pipeline != nullptr
+            ? "): the job of a pipeline split across processes has failed; start it again"
+            : "): its streams stay failed; make a new Executor"));
   }
+  absl::StatusOr<StepResult> result = RunStep(inputs);
+  if (!result.ok() && options_.pipeline != nullptr) {
+    // The other processes wait for this one's messages, or its exchange at the step's
+    // end: they stop now, with this reason. Its exchanges are out of step from here.
+    if (failed_step_.ok()) failed_step_ = result.status();
+    options_.pipeline->Fail(std::string(result.status().message()));
+  }
+  return result;
+}
+
+absl::StatusOr<StepResult> Executor::RunStep(const StepInputs& inputs) {
   const int D = num_replicas(), S = num_stages(), M = num_microbatches(), P = num_ranks();
   const std::size_t in_bytes = static_cast<std::size_t>(M) * sizes_[0].input;
   const std::size_t tg_bytes = static_cast<std::size_t>(M) * sizes_[S - 1].target;
@@ -1695,9 +1737,7 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
     if (rk != nullptr) rk->free_pending = false;
   }
   if (!issued.ok() || !synced.ok()) {
-    failed_step_ = issued.ok() ? synced : issued;
-    // The other processes of a split pipeline wait for this one's messages: they stop now.
-    if (options_.pipeline != nullptr) options_.pipeline->Fail(std::string(failed_step_.message()));
+    failed_step_ = issued.ok() ? synced : issued;  // (Step tells a split pipeline's others)
     // Drop what a failed step left behind, once its streams are idle. Not when a host
     // function was abandoned still running: it may use any of these buffers (and on CUDA
     // freeing one now would wait for it, forever for one that never returns); they stay

@@ -77,7 +77,9 @@ struct ExecutorOptions {
   // this long is aborted with DeadlineExceeded naming, per rank, the action it is blocked
   // on and the event or transfer that action waits for; its streams and all-reducers are
   // aborted (runtime::Stream::Abort, comm::AllReducer::Abort) and the Executor is unusable
-  // afterwards. 0 = wait forever. Also bounds the host all-reduce's rendezvous.
+  // afterwards. 0 = wait forever. Also bounds the host all-reduce's rendezvous. With
+  // `pipeline`, a stall while this process waits for another's message is not counted
+  // (that process's watchdog, its Fail, or the bootstrap's timeout and heartbeat end it).
   double step_timeout_seconds = 60;
   // Data parallelism across processes (comm/bootstrap.h), not owned; it must outlive the
   // Executor. Every process runs the same schedule with the same num_replicas, and the
@@ -173,7 +175,10 @@ class Executor {
   // step's streams are aborted. InvalidArgument when the inputs have the wrong size. A
   // stream that failed stays failed (runtime semantics): after a failed step, make a new
   // Executor. A step after a failed one is FailedPrecondition (quoting the first line of
-  // that failure) before it touches a stream, which may still run a host function.
+  // that failure) before it touches a stream, which may still run a host function. With
+  // ExecutorOptions::pipeline any failed step, its inputs refused included, calls the
+  // bootstrap's Fail (the other processes wait for this one's messages) and leaves the
+  // executor failed: the job has to start again.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
   // The schedule as run (with the ALLREDUCE actions placed when data_parallel_size() > 1).
@@ -235,6 +240,12 @@ class Executor {
   struct Issue;
   struct Kept;
   Executor() = default;
+  // Step, less its failing the job of ExecutorOptions::pipeline when it fails.
+  absl::StatusOr<StepResult> RunStep(const StepInputs& inputs);
+  // The watchdog's look at a stall: whether a receive of a message from another process
+  // (a crossing's RECV_F or RECV_B) has begun and not ended, so that this process waits
+  // for another one, whose own watchdog, failure or silence ends it (not this one's).
+  bool WaitingForAnotherProcess() const;
   // Create, less its telling the other processes of ExecutorOptions::pipeline that it failed.
   static absl::StatusOr<std::unique_ptr<Executor>> Build(const scheduler::Schedule& schedule,
                                                          runtime::Backend& backend,

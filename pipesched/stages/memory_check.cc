@@ -108,6 +108,7 @@ absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
   };
   for (int d = 0; d < executor.num_replicas(); ++d) {
     for (int r = 0; r < executor.num_ranks(); ++r) {
+      if (!executor.runs_rank(r)) continue;  // another process's memory
       runtime::Device& device = executor.device(d, r);
       auto it = own_place.find(&device);
       if (it == own_place.end()) {

@@ -91,7 +91,8 @@ MemoryPlace RankPlace(const scheduler::Schedule& schedule, const scheduler::Cost
 // with a capacity or not, also counts towards "host memory", the machine's, whose
 // availability is `machine_available_bytes` (nullopt: unknown, that place is left out).
 // The plan's peaks come from scheduler::Simulate (InvalidArgument if a rank's bytes
-// overflow); a device's error from AvailableBytes.
+// overflow); a device's error from AvailableBytes. With ExecutorOptions::pipeline, this
+// process's ranks only (each process checks the memory it has).
 absl::StatusOr<std::vector<MemoryPlace>> ActivationPlaces(
     const Executor& executor, std::optional<std::int64_t> machine_available_bytes);
 

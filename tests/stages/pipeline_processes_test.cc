@@ -25,6 +25,7 @@
 #include "pipesched/runtime/runtime.h"
 #include "pipesched/scheduler/registry.h"
 #include "pipesched/stages/executor.h"
+#include "pipesched/stages/memory_check.h"
 #include "stages/schedule_cases.h"
 #include "stages/toy_stage_work.h"
 #include "testing/scoped_environment.h"
@@ -84,21 +85,31 @@ struct ProcessRun {
   std::vector<Param> params;
 };
 
+// How RunSplit runs each process: `devices` host devices (0: one per rank and replica;
+// 1: every rank and replica on one, whose memory the host waits for with
+// `exact_memory_accounting`).
+struct SplitOptions {
+  int devices = 0;
+  bool exact_memory_accounting = false;
+};
+
 // One thread per bootstrap, each running its part of `schedule` (D = replicas) for
 // kSteps steps on its own host backend.
 std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas,
                                  std::vector<std::unique_ptr<comm::Bootstrap>>& bootstraps,
-                                 ToyOptions toy = kToy) {
+                                 SplitOptions how = {}) {
   const int processes = static_cast<int>(bootstraps.size());
   std::vector<ProcessRun> runs(processes);
   std::vector<std::thread> threads;
   for (int q = 0; q < processes; ++q) {
     threads.emplace_back([&, q] {
       ProcessRun& run = runs[q];
-      auto backend = HostBackend(schedule.num_ranks() * replicas);
+      auto backend = HostBackend(how.devices > 0 ? how.devices : schedule.num_ranks() * replicas);
       absl::StatusOr<std::unique_ptr<Executor>> ex =
-          Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), toy),
-                           {.num_replicas = replicas, .pipeline = bootstraps[q].get()});
+          Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), kToy),
+                           {.num_replicas = replicas,
+                            .exact_memory_accounting = how.exact_memory_accounting,
+                            .pipeline = bootstraps[q].get()});
       if (!ex.ok()) {
         run.status = ex.status();
         return;
@@ -128,10 +139,11 @@ std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replic
 }
 
 // The same through in-process bootstraps.
-std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas, int processes) {
+std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas, int processes,
+                                 SplitOptions how = {}) {
   auto bootstraps = comm::CreateInProcessBootstraps(processes, {.timeout_seconds = 30});
   EXPECT_TRUE(bootstraps.ok()) << bootstraps.status();
-  return RunSplit(schedule, replicas, *bootstraps);
+  return RunSplit(schedule, replicas, *bootstraps, how);
 }
 
 // The losses of the same steps in one process.
@@ -187,6 +199,172 @@ TEST(PipelineProcessesTest, EverySplitScheduleTrainsAsOneProcess) {
     }
   }
   EXPECT_GE(runs, 30);
+}
+
+// With exact memory accounting the host thread waits, while it issues, for the frees its
+// device has reached; with every rank and replica of a process on one device it waits on
+// its neighbours' work, which waits on the other process's messages. Still no schedule
+// deadlocks, and each trains as one process does.
+TEST(PipelineProcessesTest, ExactMemoryAccountingOnOneDeviceAProcessStillTrainsAsOne) {
+  int runs = 0;
+  for (const testing::ScheduleCase& c : testing::AllScheduleCases()) {
+    if (c.p < 2 || c.m != 4) continue;
+    PS_ASSERT_OK_AND_ASSIGN(scheduler::Schedule schedule, testing::GenerateCase(c));
+    SCOPED_TRACE(c.Name());
+    ++runs;
+    const std::vector<double> alone = LossesAlone(schedule, c.d);
+    const std::vector<ProcessRun> split =
+        RunSplit(schedule, c.d, 2, {.devices = 1, .exact_memory_accounting = true});
+    for (int q = 0; q < 2; ++q) {
+      ASSERT_TRUE(split[q].status.ok()) << "process " << q << ": " << split[q].status;
+      EXPECT_EQ(split[q].losses, alone) << "process " << q;
+    }
+  }
+  EXPECT_GE(runs, 15);
+}
+
+// A process waits for the others' messages for as long as they compute: with actions of
+// 50 ms, rank 0 of GPipe over 4 processes waits 0.45 s between its last F and its first
+// B. A step timeout of 0.3 s counts only this process's own stalls, not that wait.
+TEST(PipelineProcessesTest, TheWatchdogDoesNotCountWaitingForAnotherProcess) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("gpipe", {.num_ranks = 4, .num_microbatches = 4}));
+  StageWorkFactory sleepy = [](int, int,
+                               runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<testing::SleepyWork>(50'000);
+  };
+  PS_ASSERT_OK_AND_ASSIGN(auto bootstraps,
+                          comm::CreateInProcessBootstraps(4, {.timeout_seconds = 30}));
+  std::vector<absl::Status> stepped(4);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 4; ++q) {
+    threads.emplace_back([&, q] {
+      auto backend = HostBackend(1);
+      auto ex = Executor::Create(schedule, *backend, sleepy,
+                                 {.step_timeout_seconds = 0.3, .pipeline = bootstraps[q].get()});
+      if (!ex.ok()) {
+        stepped[q] = ex.status();
+        return;
+      }
+      std::vector<std::byte> x(16), t(16);  // SleepyWork: 4 bytes a micro-batch
+      stepped[q] = (*ex)->Step({.inputs = x, .targets = t}).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int q = 0; q < 4; ++q) PS_EXPECT_OK(stepped[q]) << "process " << q;
+}
+
+// A process that never steps: the others' receives wait for it (their watchdog does not
+// count that), until the bootstrap's timeout names the message and its sender.
+TEST(PipelineProcessesTest, APeerThatNeverStepsIsNamedAtTheBootstrapsTimeout) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 1}));
+  auto backend0 = HostBackend(2);
+  auto backend1 = HostBackend(2);
+  absl::StatusOr<std::unique_ptr<Executor>> idle;
+  std::thread other([&] {
+    idle = Executor::Create(schedule, *backend1, ToyFactory(2, kToy), {.pipeline = pair[1].get()});
+  });
+  auto ex = Executor::Create(schedule, *backend0, ToyFactory(2, kToy),
+                             {.step_timeout_seconds = 0.2, .pipeline = pair[0].get()});
+  other.join();
+  ASSERT_TRUE(ex.ok() && idle.ok()) << ex.status() << idle.status();
+  std::vector<float> x, t;
+  ToyData(0, 4, kValuesPerMicrobatch, x, t);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT((*ex)->Step(AsInputs(x, t)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("waited 1 s on channel 'b-1-0-0' (message 0) for a message "
+                                 "from rank 1")));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(took, 0.9);
+  EXPECT_LT(took, 10);
+  // The failed step told the job: the idle process's first exchange says why.
+  EXPECT_THAT(pair[1]->Failure(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("process 0 failed")));
+}
+
+// A process whose step is refused before it starts (inputs of the wrong size), or whose
+// executor cannot be created, fails the job at once: the others stop with its reason.
+TEST(PipelineProcessesTest, AProcessRefusedItsInputsOrItsExecutorStopsTheOthers) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  for (const bool factory_fails : {false, true}) {
+    SCOPED_TRACE(factory_fails ? "its executor" : "its inputs");
+    PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 60}));
+    std::vector<absl::Status> status(2);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int q = 0; q < 2; ++q) {
+      threads.emplace_back([&, q] {
+        auto backend = HostBackend(2);
+        StageWorkFactory factory = ToyFactory(2, kToy);
+        if (q == 1 && factory_fails) {
+          factory = [](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+            return absl::ResourceExhaustedError("stage 1 does not fit");
+          };
+        }
+        auto ex = Executor::Create(schedule, *backend, factory,
+                                   {.step_timeout_seconds = 60, .pipeline = pair[q].get()});
+        if (!ex.ok()) {
+          status[q] = ex.status();
+          return;
+        }
+        std::vector<float> x, t;
+        ToyData(0, 4, kValuesPerMicrobatch, x, t);
+        if (q == 1) x.pop_back();  // one value short
+        status[q] = (*ex)->Step(AsInputs(x, t)).status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+    const std::string reason = factory_fails ? "stage 1 does not fit" : "bytes of inputs";
+    EXPECT_THAT(status[1], StatusIs(factory_fails ? absl::StatusCode::kResourceExhausted
+                                                  : absl::StatusCode::kInvalidArgument,
+                                    HasSubstr(reason)));
+    EXPECT_THAT(status[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+    EXPECT_THAT(std::string(status[0].message()), HasSubstr(reason));
+  }
+}
+
+// The pre-flight memory check of a split executor looks at this process's devices only.
+TEST(PipelineProcessesTest, ActivationPlacesAreThisProcesssOwn) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 4, .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 30}));
+  std::vector<std::unique_ptr<runtime::Backend>> backends;
+  backends.push_back(HostBackend(4));
+  backends.push_back(HostBackend(4));
+  std::vector<std::vector<int>> members(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 2; ++q) {
+    threads.emplace_back([&, q] {
+      auto ex = Executor::Create(schedule, *backends[q], ToyFactory(4, kToy),
+                                 {.pipeline = pair[q].get()});
+      if (!ex.ok()) {
+        status[q] = ex.status();
+        return;
+      }
+      absl::StatusOr<std::vector<MemoryPlace>> places = ActivationPlaces(**ex, 1 << 30);
+      status[q] = places.status();
+      if (!places.ok()) return;
+      for (const MemoryPlace& place : *places) {
+        members[q].insert(members[q].end(), place.members.begin(), place.members.end());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  PS_EXPECT_OK(status[0]);
+  PS_EXPECT_OK(status[1]);
+  EXPECT_THAT(members[0], ::testing::UnorderedElementsAre(0, 1));
+  EXPECT_THAT(members[1], ::testing::UnorderedElementsAre(2, 3));
 }
 
 // 1F1B, P = 4 over 2 processes: process 0 runs ranks 0 and 1, process 1 ranks 2 and 3.
