@@ -48,11 +48,7 @@ void BM_ExecutorStep(benchmark::State& state, const std::string& schedule_name,
   std::unique_ptr<runtime::Backend> backend = *std::move(created);
   const int stages = schedule->num_stages();
   testing::ToyOptions toy{.features = 4, .batch = 2, .empty = true};
-  auto factory = [stages, toy](
-                     int stage, int,
-                     runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-    return std::make_unique<testing::ToyStage>(stage, stages, toy, device);
-  };
+  const StageWorkFactory factory = testing::ToyFactory(stages, toy);
   auto ex = Executor::Create(*schedule, *backend, factory, {.num_replicas = d});
   if (!ex.ok()) {
     state.SkipWithError(std::string(ex.status().message()).c_str());
@@ -98,11 +94,7 @@ void BM_SplitExecutorStep(benchmark::State& state) {
   }
   const int stages = schedule->num_stages();
   testing::ToyOptions toy{.features = 4, .batch = 2, .empty = true};
-  auto factory = [stages, toy](
-                     int stage, int,
-                     runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-    return std::make_unique<testing::ToyStage>(stage, stages, toy, device);
-  };
+  const StageWorkFactory factory = testing::ToyFactory(stages, toy);
   std::vector<float> x(static_cast<std::size_t>(m) * 8), t(x.size());
   StepInputs in{.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
   const std::int64_t steps = state.max_iterations;

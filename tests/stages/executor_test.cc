@@ -28,8 +28,11 @@ namespace pipesched::stages {
 namespace {
 
 using ::pipesched::testing::StatusIs;
+using testing::AsInputs;
 using ::testing::HasSubstr;
 using testing::SleepyWork;
+using testing::ToyData;
+using testing::ToyFactory;
 using testing::ToyOptions;
 using testing::ToyReference;
 using testing::ToyStage;
@@ -41,34 +44,12 @@ std::unique_ptr<runtime::Backend> HostBackend(int devices) {
   return std::move(backend).value();
 }
 
-StageWorkFactory ToyFactory(int num_stages, ToyOptions options) {
-  return
-      [num_stages, options](int stage, int,
-                            runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-        return std::make_unique<ToyStage>(stage, num_stages, options, device);
-      };
-}
-
 // Every stage a SleepyWork of these times (us).
 StageWorkFactory SleepyFactory(double micros, double zero_grad_micros = 0,
                                double optimizer_micros = 0) {
   return [=](int, int, runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
     return std::make_unique<SleepyWork>(micros, zero_grad_micros, optimizer_micros);
   };
-}
-
-// Deterministic data for step k: G micro-batches of n values.
-void ToyData(int step, int g, std::size_t n, std::vector<float>& x, std::vector<float>& t) {
-  x.resize(g * n);
-  t.resize(g * n);
-  for (std::size_t i = 0; i < g * n; ++i) {
-    x[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(step));
-    t[i] = 0.5f * std::cos(0.11f * static_cast<float>(i)) - 0.2f;
-  }
-}
-
-StepInputs AsInputs(const std::vector<float>& x, const std::vector<float>& t) {
-  return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
 }
 
 using Case = testing::ScheduleCase;

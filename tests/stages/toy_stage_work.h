@@ -3,19 +3,23 @@
 // last stage adds the loss mean(0.5 * (y - t)^2) over the micro-batch's B x K values.
 // Small enough to check against a plain double-precision reference; `empty` makes every
 // callback enqueue nothing (executor overhead benchmarks). SleepyWork: a stage whose
-// every action only occupies its stream for a fixed time (timing tests).
+// every action only occupies its stream for a fixed time (timing tests). ToyFactory,
+// ToyData and AsInputs: the executor's factory and a step's data for them.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "pipesched/runtime/runtime.h"
+#include "pipesched/stages/executor.h"
 #include "pipesched/stages/stage_work.h"
 
 namespace pipesched::stages::testing {
@@ -256,5 +260,29 @@ class SleepyWork final : public StageWork {
   double zero_grad_micros_;
   double optimizer_micros_;
 };
+
+// A factory of ToyStages (ExecutorOptions' StageWorkFactory) for a pipeline of
+// `num_stages`.
+inline StageWorkFactory ToyFactory(int num_stages, ToyOptions options) {
+  return
+      [num_stages, options](int stage, int,
+                            runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+        return std::make_unique<ToyStage>(stage, num_stages, options, device);
+      };
+}
+
+// Deterministic data for step k: G micro-batches of n values.
+inline void ToyData(int step, int g, std::size_t n, std::vector<float>& x, std::vector<float>& t) {
+  x.resize(g * n);
+  t.resize(g * n);
+  for (std::size_t i = 0; i < g * n; ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(step));
+    t[i] = 0.5f * std::cos(0.11f * static_cast<float>(i)) - 0.2f;
+  }
+}
+
+inline StepInputs AsInputs(const std::vector<float>& x, const std::vector<float>& t) {
+  return {.inputs = std::as_bytes(std::span(x)), .targets = std::as_bytes(std::span(t))};
+}
 
 }  // namespace pipesched::stages::testing
