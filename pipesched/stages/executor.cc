@@ -1352,6 +1352,7 @@ absl::Status Executor::AwaitStep() {
   }
   std::vector<std::array<bool, 4>> drained(ranks_.size(), {false, false, false, false});
   auto last_progress = WatchClock::now();
+  auto last_wait_look = last_progress;
   std::chrono::microseconds wait(0);
   // A failure anywhere: the first stream error, else the first all-reduce error.
   auto first_error = [this]() -> absl::Status {
@@ -1403,18 +1404,22 @@ absl::Status Executor::AwaitStep() {
       if (absl::Status error = first_error(); !error.ok()) return AbortStep(error);
       return absl::OkStatus();
     }
+    // Waiting for another process's message is not this process's stall: the sender's
+    // watchdog or failure (its Fail ends the receive), or the bootstrap's timeout and
+    // heartbeat, end that wait. Looked at every 10 ms (a look queries every crossing's
+    // events), so an own stall is timed from at most 10 ms before it began.
+    if (options_.pipeline != nullptr && !progress &&
+        WatchClock::now() - last_wait_look >= std::chrono::milliseconds(10)) {
+      last_wait_look = WatchClock::now();
+      if (WaitingForAnotherProcess()) last_progress = last_wait_look;
+    }
     if (progress) {
       last_progress = WatchClock::now();
       wait = std::chrono::microseconds(0);
     } else if (const double stalled = SecondsSince(last_progress);
-               options_.step_timeout_seconds > 0 && stalled >= options_.step_timeout_seconds) {
-      // Waiting for another process's message is not this process's stall: the sender's
-      // watchdog or failure (its Fail ends the receive), or the bootstrap's timeout and
-      // heartbeat, end that wait.
-      if (!WaitingForAnotherProcess()) {
-        return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
-      }
-      last_progress = WatchClock::now();
+               options_.step_timeout_seconds > 0 && stalled >= options_.step_timeout_seconds &&
+               !WaitingForAnotherProcess()) {
+      return AbortStep(absl::DeadlineExceededError(Diagnose(done, stalled)));
     }
     Backoff(wait, std::chrono::microseconds(actions_done ? 100 : 1000));
   }
@@ -1423,6 +1428,26 @@ absl::Status Executor::AwaitStep() {
 bool Executor::WaitingForAnotherProcess() const {
   if (options_.pipeline == nullptr) return false;
   const int S = num_stages();
+  auto running = [](const std::unique_ptr<runtime::Event>& start,
+                    const std::unique_ptr<runtime::Event>& end) {
+    return start != nullptr && Completed(start.get()) && !Completed(end.get());
+  };
+  // An action of this process that started and has not finished is this process's stall,
+  // even while a receive waits too: the other processes may be waiting for it in turn
+  // (a cycle through the schedule, which no other watchdog would break).
+  for (int d = 0; d < num_replicas(); ++d) {
+    for (int s = 0; s < S; ++s) {
+      if (!runs_stage(s)) continue;
+      if (running(allreduce_start_[d * S + s], allreduce_end_[d * S + s])) return false;
+      for (int m = 0; m < num_microbatches(); ++m) {
+        const Slot& sl = slot(d, s, m);
+        if (running(sl.f_start, sl.f_end) || running(sl.b_start, sl.b_end) ||
+            running(sl.w_start, sl.w_end)) {
+          return false;
+        }
+      }
+    }
+  }
   for (int d = 0; d < num_replicas(); ++d) {
     for (int s = 0; s < S; ++s) {
       if (!runs_stage(s)) continue;

@@ -78,8 +78,9 @@ struct ExecutorOptions {
   // on and the event or transfer that action waits for; its streams and all-reducers are
   // aborted (runtime::Stream::Abort, comm::AllReducer::Abort) and the Executor is unusable
   // afterwards. 0 = wait forever. Also bounds the host all-reduce's rendezvous. With
-  // `pipeline`, a stall while this process waits for another's message is not counted
-  // (that process's watchdog, its Fail, or the bootstrap's timeout and heartbeat end it).
+  // `pipeline`, a stall while this process only waits for another's message (a receive
+  // begun, and none of its own actions started and unfinished) is not counted: that
+  // process's watchdog, its Fail, or the bootstrap's timeout and heartbeat end it.
   double step_timeout_seconds = 60;
   // Data parallelism across processes (comm/bootstrap.h), not owned; it must outlive the
   // Executor. Every process runs the same schedule with the same num_replicas, and the
@@ -104,14 +105,17 @@ struct ExecutorOptions {
   // "executor-clock"; 0 for a process on process 0's host, by their boot ids, whose
   // steady clocks are one). Each Step ends with an exchange of every process's rows
   // ("executor-step"), so that every process returns the whole StepResult: the loss, and
-  // every row's spans, issue times, phases, peak bytes and device (numbered across the
-  // processes), on process 0's clock: exactly on one host, to within half a round trip
-  // across hosts. A crossing's RECV_F and RECV_B spans start no
-  // earlier than the matching SEND_F or SEND_B (a receive posted early waits for the
-  // message, which is not transfer time). A step that fails calls pipeline->Fail, so that
-  // the other processes stop too. Not with `processes` (data parallelism across processes), nor on
-  // CUDA (whose host functions must not block: NCCL send/recv will carry it there):
-  // InvalidArgument and FailedPrecondition. null: this process holds every rank.
+  // every row's spans, issue times, phases, peak bytes and device (numbered process by
+  // process, so not as one process would number them), on process 0's clock: exactly on
+  // one host, to within half a round trip across hosts, plus the clocks' drift since
+  // Create (parts per million). "One host" is one boot id; containers in time namespaces
+  // share a boot id but not CLOCK_MONOTONIC: set PIPESCHED_MEASURE_CLOCK_OFFSET=1 there. A
+  // crossing's RECV_F and RECV_B spans start no earlier than the matching SEND_F or SEND_B (a
+  // receive posted early waits for the message, which is not transfer time). A step that fails
+  // calls pipeline->Fail, so that the other processes stop too. Not with `processes` (data
+  // parallelism across processes), nor on CUDA (whose host functions must not block: NCCL send/recv
+  // will carry it there): InvalidArgument and FailedPrecondition. null: this process holds every
+  // rank.
   comm::Bootstrap* pipeline = nullptr;
 };
 
@@ -243,8 +247,9 @@ class Executor {
   // Step, less its failing the job of ExecutorOptions::pipeline when it fails.
   absl::StatusOr<StepResult> RunStep(const StepInputs& inputs);
   // The watchdog's look at a stall: whether a receive of a message from another process
-  // (a crossing's RECV_F or RECV_B) has begun and not ended, so that this process waits
-  // for another one, whose own watchdog, failure or silence ends it (not this one's).
+  // (a crossing's RECV_F or RECV_B) has begun and not ended while no action of this
+  // process has started and not finished, so that this process only waits for another
+  // one, whose own watchdog, failure or silence ends it (not this one's).
   bool WaitingForAnotherProcess() const;
   // Create, less its telling the other processes of ExecutorOptions::pipeline that it failed.
   static absl::StatusOr<std::unique_ptr<Executor>> Build(const scheduler::Schedule& schedule,

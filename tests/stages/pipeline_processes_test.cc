@@ -237,6 +237,78 @@ TEST(PipelineProcessesTest, TheWatchdogDoesNotCountWaitingForAnotherProcess) {
   for (int q = 0; q < 4; ++q) PS_EXPECT_OK(stepped[q]) << "process " << q;
 }
 
+// Stage work of 4 bytes a micro-batch whose every action takes 1 ms, but for the F of
+// micro-batch 1 on stage 0, which takes `slow_micros`.
+class OneSlowForward final : public StageWork {
+ public:
+  OneSlowForward(int stage, double slow_micros) : stage_(stage), slow_micros_(slow_micros) {}
+  std::size_t input_bytes() const override { return 4; }
+  std::size_t output_bytes() const override { return 4; }
+  std::size_t target_bytes() const override { return 4; }
+  std::int64_t stash_bytes() const override { return 0; }
+  std::int64_t num_params() const override { return 0; }
+  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
+    return nullptr;
+  }
+  absl::Status Forward(const MicrobatchIO& io, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(stage_ == 0 && io.microbatch == 1 ? slow_micros_ : 1000);
+  }
+  absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(1000);
+  }
+  absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(1000);
+  }
+  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
+  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
+  std::vector<GradientSpan> gradients() override { return {}; }
+
+ private:
+  int stage_;
+  double slow_micros_;
+};
+
+// 1F1B over 3 processes of one stage each: stage 0's F of micro-batch 1 stalls (20 s).
+// Process 0 waits in a receive too (the gradient of micro-batch 0, which stage 1 sends
+// only after that F), and the others wait for it: every process is waiting for another.
+// Process 0's watchdog still names its own stalled F after the step timeout, and the
+// others stop with its reason.
+TEST(PipelineProcessesTest, AStallOfThisProcessIsCaughtWhileItWaitsForAnotherToo) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 3, .num_microbatches = 4}));
+  StageWorkFactory factory = [](int stage, int,
+                                runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
+    return std::make_unique<OneSlowForward>(stage, 20e6);
+  };
+  PS_ASSERT_OK_AND_ASSIGN(auto bootstraps,
+                          comm::CreateInProcessBootstraps(3, {.timeout_seconds = 60}));
+  std::vector<absl::Status> stepped(3);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 3; ++q) {
+    threads.emplace_back([&, q] {
+      auto backend = HostBackend(1);
+      auto ex = Executor::Create(schedule, *backend, factory,
+                                 {.step_timeout_seconds = 0.5, .pipeline = bootstraps[q].get()});
+      if (!ex.ok()) {
+        stepped[q] = ex.status();
+        return;
+      }
+      std::vector<std::byte> x(16), t(16);
+      stepped[q] = (*ex)->Step({.inputs = x, .targets = t}).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  EXPECT_THAT(stepped[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                   HasSubstr("F1 started and has not finished")));
+  for (int q = 1; q < 3; ++q) {
+    EXPECT_THAT(stepped[q], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 0 failed")))
+        << "process " << q;
+  }
+}
+
 // A process that never steps: the others' receives wait for it (their watchdog does not
 // count that), until the bootstrap's timeout names the message and its sender.
 TEST(PipelineProcessesTest, APeerThatNeverStepsIsNamedAtTheBootstrapsTimeout) {
