@@ -61,6 +61,11 @@ ABSL_FLAG(bool, mpi, false,
           "the job is the processes of MPI_COMM_WORLD, started by mpirun, mpiexec or srun "
           "(`mpirun -n 2 pipesched train --mpi ...`), each running --replicas replicas as with "
           "--processes; needs a pipesched built with MPI");
+ABSL_FLAG(bool, split_stages, false,
+          "with a job of several processes (--processes, pipesched launch or --mpi): the "
+          "processes split the pipeline's ranks in blocks (process q of N runs ranks r with "
+          "r x N / P = q, for every replica) instead of each running whole replicas; "
+          "activations and gradients cross between them as the job's messages; host backend");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never (and, with --processes or --mpi, no process is judged gone "
@@ -215,6 +220,12 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
         "), and each would train alone: give --mpi to train as one job of ", size, " processes"));
   }
   if (processes == 1 && !from_environment && !mpi) {
+    if (absl::GetFlag(FLAGS_split_stages)) {
+      return absl::InvalidArgumentError(
+          "--split-stages splits the pipeline across the processes of a job: start them with "
+          "`pipesched launch --processes=N -- pipesched train ...`, give each --processes, "
+          "--process-rank and --rendezvous, or give --mpi under mpirun");
+    }
     if (const std::optional<std::string> given =
             FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -258,6 +269,13 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
           "'s order is searched for the costs each process measures, which differ, and every "
           "process must run one order: give --search-steps=0 (its unit-cost order), or --from "
           "a schedule file (`simulate --schedule-json` writes one)"));
+    }
+  }
+  if (absl::GetFlag(FLAGS_split_stages)) {
+    if (absl::GetFlag(FLAGS_backend) == "cuda") {
+      return absl::InvalidArgumentError(
+          "--split-stages runs on the host backend only (on CUDA the crossings need NCCL "
+          "send/recv, not built yet): give --backend=host");
     }
   }
   if (mpi) return Job::kMpi;
@@ -363,7 +381,9 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
 absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
-  config.processes = processes;
+  // --split-stages: the processes split each pipeline instead of holding whole replicas.
+  const bool split = processes != nullptr && absl::GetFlag(FLAGS_split_stages);
+  (split ? config.pipeline : config.processes) = processes;
   // Process 0 writes the job's files; the others' parameters are the same, and their
   // timelines are their own replicas' only.
   const bool writes_files = processes == nullptr || processes->rank() == 0;
@@ -418,7 +438,20 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
       config.microbatch_size, trainer->global_batch(), config.model.d_in, config.model.num_layers,
       config.model.d_hidden, config.model.num_classes, absl::StrJoin(chunks, ","),
       trainer->PlacementSummary());
-  if (processes != nullptr) {
+  if (split) {
+    const int n = processes->size(), q = processes->rank();
+    int first = p, last = -1;  // this process's block of ranks
+    for (int r = 0; r < p; ++r) {
+      if (trainer->executor().runs_rank(r)) {
+        first = std::min(first, r);
+        last = std::max(last, r);
+      }
+    }
+    out << absl::StrFormat(
+        "process %d of %d (%s): pipeline ranks %d to %d of %d; activations and gradients "
+        "between the processes' stages go as the job's messages\n",
+        q, n, MeetingPlace(*processes), first, last, p);
+  } else if (processes != nullptr) {
     std::vector<std::string> unwritten;
     for (const auto& [flag, path] : outputs) {
       if (!path.empty()) unwritten.emplace_back(flag);
@@ -487,6 +520,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
           << std::flush;
     }
     last = std::move(result);
+    if (split && !writes_files && save_every > 0 && step % save_every == 0 && step < steps) {
+      // Process 0 gathers the stages to save them: every process takes part.
+      PS_RETURN_IF_ERROR(stages::MakeCheckpoint(*trainer).status());
+    }
     if (writes_files && save_every > 0 && step % save_every == 0 && step < steps) {
       PS_RETURN_IF_ERROR(stages::SaveCheckpoint(*trainer, save));
       if (!ctx.out_is_terminal)
@@ -603,7 +640,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   // (stashes, received inputs, boundary buffers, a backward's workspace; scheduler::RankStats).
   std::vector<std::int64_t> state_bytes(p, 0);
   for (int s = 0; s < schedule.num_stages(); ++s) {
-    state_bytes[schedule.placement.RankOf(s)] += trainer->chunk(0, s).state_bytes();
+    state_bytes[schedule.placement.RankOf(s)] += trainer->stage_state_bytes(s);
   }
   auto human = [](const std::vector<std::int64_t>& bytes) {
     std::vector<std::string> parts;
@@ -630,7 +667,11 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     SayWrote(out, path);
     return absl::OkStatus();
   };
-  if (!writes_files) return absl::OkStatus();
+  if (!writes_files) {
+    // Process 0 gathers the stages to save them: every process takes part.
+    if (split && !save.empty()) PS_RETURN_IF_ERROR(stages::MakeCheckpoint(*trainer).status());
+    return absl::OkStatus();
+  }
   if (std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
     PS_RETURN_IF_ERROR(write(path, trace::ToChromeTrace(timelines)));
   }
@@ -659,7 +700,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
       saved.stages.assign(schedule.num_stages(), saved.uniform);  // the same model, per stage
     }
     for (int s = 0; s < schedule.num_stages(); ++s) {
-      saved.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
+      saved.stages[s].static_bytes = trainer->stage_state_bytes(s);
     }
     PS_RETURN_IF_ERROR(WriteFileAtomic(save_costs, scheduler::ToCostModelJson(saved)));
     SayWrote(out, save_costs, "(measured costs in us, for simulate --costs)");

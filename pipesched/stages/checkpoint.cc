@@ -95,23 +95,14 @@ absl::Status Rejected(const std::string& path, std::string_view why) {
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
+absl::StatusOr<model::SafetensorsFile> MakeCheckpoint(const Trainer& trainer) {
   model::SafetensorsFile file;
   PS_ASSIGN_OR_RETURN(file.tensors, trainer.ExportParameters());
-  const Executor& executor = trainer.executor();
-  std::int64_t step = -1;
-  for (int s = 0; s < executor.num_stages(); ++s) {
-    PS_ASSIGN_OR_RETURN(model::Chunk * chunk, ChunkOf(trainer, 0, s));
-    PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> state, chunk->ExportOptimizerState());
-    for (model::HostTensor& t : state) {
-      t.name = kOptimizerPrefix + t.name;
-      file.tensors.push_back(std::move(t));
-    }
-    if (step >= 0 && chunk->step_count() != step) {
-      return absl::InternalError(absl::StrCat("stage ", s, " took ", chunk->step_count(),
-                                              " optimizer steps but stage 0 took ", step));
-    }
-    step = chunk->step_count();
+  std::int64_t step = 0;
+  PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> state, trainer.ExportOptimizerStates(&step));
+  for (model::HostTensor& t : state) {
+    t.name = kOptimizerPrefix + t.name;
+    file.tensors.push_back(std::move(t));
   }
   const TrainerConfig& c = trainer.config();
   file.metadata = Configuration(trainer);
@@ -127,6 +118,11 @@ absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
       absl::StrCat(c.optimizer.kind == model::OptimizerKind::kAdamW ? c.optimizer.adamw.weight_decay
                                                                     : c.optimizer.sgd.weight_decay);
   file.metadata["checksum"] = CheckpointChecksum(file);
+  return file;
+}
+
+absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const model::SafetensorsFile file, MakeCheckpoint(trainer));
   absl::Status written = model::WriteSafetensors(path, file);
   if (!written.ok()) {
     return absl::Status(written.code(),
@@ -213,6 +209,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, Trainer& 
   absl::Status imported = trainer.ImportParameters(params);
   for (int d = 0; d < trainer.config().replicas && imported.ok(); ++d) {
     for (int s = 0; s < trainer.executor().num_stages() && imported.ok(); ++s) {
+      if (!trainer.runs_stage(s)) continue;  // another process's (it loads its own)
       absl::StatusOr<model::Chunk*> chunk = ChunkOf(trainer, d, s);
       imported = chunk.ok() ? (*chunk)->ImportOptimizerState(state, info.step) : chunk.status();
     }

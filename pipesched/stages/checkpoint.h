@@ -38,9 +38,14 @@ struct CheckpointInfo {
 
 // Saves replica 0's parameters and optimizer state (replicas are identical after every
 // step), the step count and the data cursor. Call between steps. Errors name the file.
+// With TrainerConfig::pipeline every process must call it (the stages are gathered), or
+// call MakeCheckpoint on the processes that do not write.
 absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path);
+// The checkpoint SaveCheckpoint writes, in memory (every process of a pipeline calls it).
+absl::StatusOr<model::SafetensorsFile> MakeCheckpoint(const Trainer& trainer);
 
-// Restores a checkpoint into every replica of `trainer`. InvalidArgument naming the file
+// Restores a checkpoint into every replica of `trainer` (with TrainerConfig::pipeline,
+// into this process's stages: every process loads its own copy). InvalidArgument naming the file
 // and what is wrong when it is truncated or not safetensors, not a pipesched checkpoint
 // (parameters only: use Trainer::LoadParameters), corrupted (checksum mismatch), or
 // written for another configuration (each differing model dimension, the optimizer or

@@ -71,6 +71,7 @@ std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& sc
       "\nrecompute=", c.recompute ? "all" : absl::StrJoin(recompute, ","),
       "\nbackend=", Absl(runtime::BackendName(kind)), "\nseed=", c.seed, "\ndata=", c.data_path,
       "\nsynthetic-samples=", c.synthetic_samples,
+      "\nstages split across the processes=", c.pipeline != nullptr ? "yes" : "no",
       // Last: a differing order with the same flags is a searched or loaded schedule.
       "\nschedule order=", absl::Hex(order.value(), absl::kZeroPad16));
 }
@@ -96,6 +97,61 @@ absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerp
     }
   }
   return absl::OkStatus();
+}
+
+// Tensors as the processes of a split pipeline send them to each other: per tensor its
+// name, dtype, shape and bytes, each length-prefixed (8 bytes, native order: the
+// processes of one job run one build).
+void PutInt(std::string& out, std::int64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void PutText(std::string& out, std::string_view text) {
+  PutInt(out, static_cast<std::int64_t>(text.size()));
+  out.append(text);
+}
+
+std::optional<std::int64_t> TakeInt(std::string_view& in) {
+  std::int64_t v = 0;
+  if (in.size() < sizeof v) return std::nullopt;
+  std::memcpy(&v, in.data(), sizeof v);
+  in.remove_prefix(sizeof v);
+  return v;
+}
+
+std::optional<std::string> TakeText(std::string_view& in) {
+  const std::optional<std::int64_t> n = TakeInt(in);
+  if (!n.has_value() || *n < 0 || static_cast<std::uint64_t>(*n) > in.size()) return std::nullopt;
+  std::string text(in.substr(0, static_cast<std::size_t>(*n)));
+  in.remove_prefix(static_cast<std::size_t>(*n));
+  return text;
+}
+
+void PutTensor(std::string& out, const model::HostTensor& t) {
+  PutText(out, t.name);
+  PutInt(out, static_cast<std::int64_t>(t.dtype));
+  PutInt(out, static_cast<std::int64_t>(t.shape.size()));
+  for (std::int64_t d : t.shape) PutInt(out, d);
+  PutText(out, t.bytes);
+}
+
+std::optional<model::HostTensor> TakeTensor(std::string_view& in) {
+  model::HostTensor t;
+  std::optional<std::string> name = TakeText(in);
+  std::optional<std::int64_t> dtype = TakeInt(in);
+  std::optional<std::int64_t> rank = TakeInt(in);
+  if (!name || !dtype || !rank || *rank < 0 || *rank > 8) return std::nullopt;
+  t.name = *std::move(name);
+  t.dtype = static_cast<model::DType>(*dtype);
+  for (std::int64_t i = 0; i < *rank; ++i) {
+    std::optional<std::int64_t> d = TakeInt(in);
+    if (!d) return std::nullopt;
+    t.shape.push_back(*d);
+  }
+  std::optional<std::string> bytes = TakeText(in);
+  if (!bytes) return std::nullopt;
+  t.bytes = *std::move(bytes);
+  return t;
 }
 
 // Samples of the synthetic data set: --synthetic-samples, else 8 global batches.
@@ -179,6 +235,66 @@ absl::Status CheckHostMemory(const TrainerConfig& config,
 
 model::Chunk& Trainer::chunk(int replica, int stage) const {
   return Mlp(executor_->work(replica, stage)).chunk();
+}
+
+std::int64_t Trainer::stage_state_bytes(int stage) const {
+  if (runs_stage(stage)) return chunk(0, stage).state_bytes();
+  return model::StateBytes(
+      model::ParamCount(config_.model, partition_[stage].first, partition_[stage].last),
+      config_.optimizer);
+}
+
+absl::StatusOr<std::vector<model::HostTensor>> Trainer::GatherByStage(
+    std::string_view channel,
+    const std::function<absl::StatusOr<std::vector<model::HostTensor>>(int stage)>& local) const {
+  const int S = executor_->num_stages();
+  std::vector<model::HostTensor> all;
+  if (config_.pipeline == nullptr) {
+    for (int s = 0; s < S; ++s) {
+      PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> part, local(s));
+      for (model::HostTensor& t : part) all.push_back(std::move(t));
+    }
+    return all;
+  }
+  // This process's stages: its stage number, its tensor count, its tensors.
+  std::string mine;
+  for (int s = 0; s < S; ++s) {
+    if (!runs_stage(s)) continue;
+    PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> part, local(s));
+    PutInt(mine, s);
+    PutInt(mine, static_cast<std::int64_t>(part.size()));
+    for (const model::HostTensor& t : part) PutTensor(mine, t);
+  }
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> parts,
+                      config_.pipeline->AllGather(channel, mine));
+  std::vector<std::optional<std::vector<model::HostTensor>>> by_stage(S);
+  for (std::size_t q = 0; q < parts.size(); ++q) {
+    std::string_view in = parts[q];
+    while (!in.empty()) {
+      const std::optional<std::int64_t> s = TakeInt(in);
+      const std::optional<std::int64_t> n = TakeInt(in);
+      bool ok = s && n && *s >= 0 && *s < S && !by_stage[*s].has_value() && *n >= 0;
+      std::vector<model::HostTensor> tensors;
+      for (std::int64_t i = 0; ok && i < *n; ++i) {
+        std::optional<model::HostTensor> t = TakeTensor(in);
+        ok = t.has_value();
+        if (ok) tensors.push_back(*std::move(t));
+      }
+      if (!ok) {
+        return absl::InternalError(absl::StrCat("process ", q, " sent the tensors of its stages ('",
+                                                Absl(channel),
+                                                "') in a form this one cannot read"));
+      }
+      by_stage[*s] = std::move(tensors);
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    if (!by_stage[s].has_value()) {
+      return absl::InternalError(absl::StrCat("no process sent the tensors of stage ", s));
+    }
+    for (model::HostTensor& t : *by_stage[s]) all.push_back(std::move(t));
+  }
+  return all;
 }
 
 Trainer::~Trainer() {
@@ -314,10 +430,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   const scheduler::Schedule& schedule = checked.schedule;
   const runtime::BackendKind kind = *checked.kind;
   const int P = schedule.num_ranks(), D = config.replicas;
-  if (config.processes != nullptr && config.processes->size() > 1) {
+  if (config.processes != nullptr && config.pipeline != nullptr) {
+    return absl::InvalidArgumentError(
+        "a job's processes either hold whole replicas (TrainerConfig::processes) or split the "
+        "pipeline's stages (TrainerConfig::pipeline), not both: give one");
+  }
+  if (comm::Bootstrap* job = t->job(); job != nullptr && job->size() > 1) {
     // First, before anything is allocated: a process started with other flags fails here
     // for every process, not in a collective that never matches.
-    PS_RETURN_IF_ERROR(CheckSameJob(*config.processes, JobFingerprint(config, schedule, kind)));
+    PS_RETURN_IF_ERROR(CheckSameJob(*job, JobFingerprint(config, schedule, kind)));
   }
   PS_RETURN_IF_ERROR(CheckStages(config, checked));
   t->config_.stages = P;
@@ -363,7 +484,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
       {.num_replicas = D,
        .exact_memory_accounting = config.exact_memory_accounting || config.device_memory_bytes > 0,
        .step_timeout_seconds = config.step_timeout_seconds,
-       .processes = config.processes});
+       .processes = config.processes,
+       .pipeline = config.pipeline});
   if (!executor.ok() && config.device_memory_bytes > 0 &&
       absl::IsResourceExhausted(executor.status())) {
     // The stages' parameters, gradients and optimizer state come first: name the cap.
@@ -428,7 +550,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .num_samples = SyntheticSamples(config, g),
                                                         .seed = config.seed}));
   }
-  if (config.processes != nullptr && config.processes->size() > 1) {
+  if (t->job() != nullptr && t->job()->size() > 1) {
     Fnv1a64 data;
     data.Add(t->data_.x.data(), t->data_.x.size() * sizeof(float));
     data.Add(t->data_.y.data(), t->data_.y.size() * sizeof(std::int32_t));
@@ -448,6 +570,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
 }
 
 absl::Status Trainer::CheckProcessesAgree() {
+  if (config_.pipeline != nullptr && config_.pipeline->size() > 1) {
+    // The processes hold different stages: they compare what they loaded them from (one
+    // given --init or --resume that another was not is what this finds) and the data.
+    return comm::CheckAgreement(
+        *config_.pipeline, "state", "state (the parameters loaded, data set and data position)",
+        absl::StrCat(absl::Hex(imported_hash_, absl::kZeroPad16), " ",
+                     absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
+  }
   if (num_processes() == 1) return absl::OkStatus();
   PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params, ExportParameters());
   Fnv1a64 h;
@@ -561,13 +691,47 @@ absl::StatusOr<StepResult> Trainer::Step() {
 }
 
 absl::StatusOr<std::vector<model::HostTensor>> Trainer::ExportParameters() const {
-  std::vector<model::HostTensor> all;
-  for (int s = 0; s < executor_->num_stages(); ++s) {
-    MlpStageWork& work = Mlp(executor_->work(0, s));
-    PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> part, work.chunk().ExportParameters());
-    for (auto& tensor : part) all.push_back(std::move(tensor));
+  return GatherByStage("trainer-parameters", [this](int s) {
+    return Mlp(executor_->work(0, s)).chunk().ExportParameters();
+  });
+}
+
+absl::StatusOr<std::vector<model::HostTensor>> Trainer::ExportOptimizerStates(
+    std::int64_t* step) const {
+  // Each stage's state, then its step count as a tensor of its own ("~step", which no
+  // state tensor is named), so that one exchange carries both.
+  static constexpr char kStep[] = "~step";
+  PS_ASSIGN_OR_RETURN(
+      std::vector<model::HostTensor> all,
+      GatherByStage(
+          "trainer-optimizer", [this](int s) -> absl::StatusOr<std::vector<model::HostTensor>> {
+            const model::Chunk& c = chunk(0, s);
+            PS_ASSIGN_OR_RETURN(std::vector<model::HostTensor> state, c.ExportOptimizerState());
+            state.push_back(
+                model::HostTensor::I64(kStep, {1}, std::vector<std::int64_t>{c.step_count()}));
+            return state;
+          }));
+  std::vector<model::HostTensor> state;
+  std::optional<std::int64_t> first;
+  int stage = 0;
+  for (model::HostTensor& t : all) {
+    if (t.name != kStep) {
+      state.push_back(std::move(t));
+      continue;
+    }
+    std::int64_t count = 0;
+    if (t.bytes.size() != sizeof count)
+      return absl::InternalError("a stage's step count is not 8 bytes");
+    std::memcpy(&count, t.bytes.data(), sizeof count);
+    if (first.has_value() && count != *first) {
+      return absl::InternalError(absl::StrCat("stage ", stage, " took ", count,
+                                              " optimizer steps but stage 0 took ", *first));
+    }
+    first = count;
+    ++stage;
   }
-  return all;
+  *step = first.value_or(0);
+  return state;
 }
 
 absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& tensors) {
@@ -584,16 +748,25 @@ absl::Status Trainer::ImportParameters(const std::vector<model::HostTensor>& ten
     }
   }
   // Every stage checks the tensors before any copies them: a bad file leaves the model as
-  // it was (replicas share the stages' shapes, so replica 0's checks stand for all).
+  // it was (replicas share the stages' shapes, so replica 0's checks stand for all). With
+  // a pipeline, this process's stages (each process imports its own).
   for (int s = 0; s < executor_->num_stages(); ++s) {
+    if (!runs_stage(s)) continue;
     PS_RETURN_IF_ERROR(Mlp(executor_->work(0, s)).chunk().CheckParameters(tensors));
   }
   for (int d = 0; d < config_.replicas; ++d) {
     for (int s = 0; s < executor_->num_stages(); ++s) {
+      if (!runs_stage(s)) continue;
       MlpStageWork& work = Mlp(executor_->work(d, s));
       PS_RETURN_IF_ERROR(work.chunk().ImportParameters(tensors));
     }
   }
+  Fnv1a64 imported;
+  for (const model::HostTensor& tensor : tensors) {
+    imported.AddField(tensor.name);
+    imported.Add(tensor.bytes);
+  }
+  imported_hash_ = imported.value();
   return absl::OkStatus();
 }
 

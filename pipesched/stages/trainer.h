@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -92,6 +94,15 @@ struct TrainerConfig {
   // process q feeds its replicas the q-th share of it, so that the parameters are those
   // of one process running every replica. null: one process.
   comm::Bootstrap* processes = nullptr;
+  // A pipeline split across processes (ExecutorOptions::pipeline; host backend; not
+  // owned): every process of the bootstrap creates its Trainer with the same
+  // configuration (checked as for `processes`) and runs its block of the P ranks, for all
+  // `replicas` replicas; each step feeds every process the same global batch (only the
+  // first stage's process reads the inputs, the last stage's the labels). Not with
+  // `processes` (InvalidArgument). ExportParameters, ExportOptimizerStates and
+  // checkpoint saving gather the stages from their processes, so every process must call
+  // them; chunk() is for this process's stages. null: one process runs every rank.
+  comm::Bootstrap* pipeline = nullptr;
 };
 
 class Trainer {
@@ -123,8 +134,13 @@ class Trainer {
   absl::Status LoadParameters(const std::string& path);
   // The same from tensors in memory (synchronous; errors as LoadParameters).
   absl::Status ImportParameters(const std::vector<model::HostTensor>& tensors);
-  // Replica 0's parameters, in model order; synchronous.
+  // Replica 0's parameters, in model order; synchronous. With config().pipeline, gathered
+  // from every process (each must call it).
   absl::StatusOr<std::vector<model::HostTensor>> ExportParameters() const;
+  // Replica 0's optimizer state of every stage, in stage order, and the optimizer steps
+  // taken (`*step`); with config().pipeline gathered as ExportParameters. Internal when
+  // two stages took different numbers of steps.
+  absl::StatusOr<std::vector<model::HostTensor>> ExportOptimizerStates(std::int64_t* step) const;
   // Atomic write (temporary file, fsync, rename).
   absl::Status SaveParameters(const std::string& path) const;
 
@@ -158,8 +174,12 @@ class Trainer {
   const model::Dataset& data() const { return data_; }
   Executor& executor() const { return *executor_; }
   // The model chunk of virtual stage `stage` on replica `replica` (through any skew
-  // injection wrapper).
+  // injection wrapper); a stage this process runs (runs_stage).
   model::Chunk& chunk(int replica, int stage) const;
+  bool runs_stage(int stage) const { return executor_->runs_stage(stage); }
+  // What `stage`'s chunk holds for the whole run (parameters, gradients, optimizer state:
+  // model::Chunk::state_bytes), for any stage, this process's or not.
+  std::int64_t stage_state_bytes(int stage) const;
   runtime::Backend& backend() const { return *backend_; }
   std::int64_t global_batch() const;  // D x M x B: this process's replicas
   // Every process's replicas together: global_batch() x the number of processes.
@@ -186,8 +206,20 @@ class Trainer {
   std::vector<LayerRange> partition_;
   std::unique_ptr<Executor> executor_;
   model::Dataset data_;
-  std::int64_t cursor_ = 0;                    // next sample of data_
-  std::uint64_t data_hash_ = 0;                // of data_, for CheckProcessesAgree
+  std::int64_t cursor_ = 0;      // next sample of data_
+  std::uint64_t data_hash_ = 0;  // of data_, for CheckProcessesAgree
+  // Of the tensors ImportParameters last took (0: none), for CheckProcessesAgree with a
+  // pipeline, whose processes cannot compare the stages they hold.
+  std::uint64_t imported_hash_ = 0;
+  // The job's other processes: config_.processes, else config_.pipeline (null: none).
+  comm::Bootstrap* job() const {
+    return config_.processes != nullptr ? config_.processes : config_.pipeline;
+  }
+  // Every stage's tensors from `local` (this process's stages; with a pipeline, the
+  // others' gathered on `channel`), in stage order.
+  absl::StatusOr<std::vector<model::HostTensor>> GatherByStage(
+      std::string_view channel,
+      const std::function<absl::StatusOr<std::vector<model::HostTensor>>(int stage)>& local) const;
   std::optional<std::int64_t> machine_bytes_;  // machine_activation_bytes()
   std::vector<trace::Timeline> timelines_;
   std::vector<std::vector<trace::Span>> phases_;  // StepResult::phases of each step

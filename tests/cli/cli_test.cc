@@ -2024,6 +2024,31 @@ TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
 // with it; and a process that an MPI launcher started as one of several, without --mpi,
 // is refused rather than left to train alone (mpiexec runs are the ctest
 // CliMain.MpiProcessesTrainAsOneWithBothReplicas).
+// --split-stages needs a job of processes to split across, and the host backend; both are
+// refused before any process joins.
+TEST(CliTest, TrainSplitStagesIsCheckedBeforeJoining) {
+  const std::vector<std::string> common = {"train",         "--stages=2", "--microbatches=2",
+                                           "--layers=2",    "--hidden=8", "--steps=1",
+                                           "--split-stages"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  RunResult alone = RunCli(with({"--backend=host"}));
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_EQ(alone.err,
+            "pipesched: --split-stages splits the pipeline across the processes of a job: start "
+            "them with `pipesched launch --processes=N -- pipesched train ...`, give each "
+            "--processes, --process-rank and --rendezvous, or give --mpi under mpirun\n");
+  const std::string dir = ::testing::TempDir() + "/split_stages_never_created";
+  RunResult cuda = RunCli(with(
+      {"--backend=cuda", "--processes=2", "--process-rank=0", absl::StrCat("--rendezvous=", dir)}));
+  EXPECT_EQ(cuda.code, 2);
+  EXPECT_THAT(cuda.err, HasSubstr("--split-stages runs on the host backend only"));
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
+}
+
 TEST(CliTest, TrainMpiFlagsAreCheckedBeforeJoining) {
   auto run = [](std::vector<std::string> flags) {
     std::vector<std::string> args = {"train",      "--stages=2", "--microbatches=2", "--layers=2",

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipesched/comm/bootstrap.h"
+#include "pipesched/stages/checkpoint.h"
 #include "pipesched/stages/trainer.h"
 #include "testing/status_matchers.h"
 
@@ -69,15 +70,17 @@ JobRun TrainAlone(TrainerConfig config) {
   return run;
 }
 
-// Every process's run, on a thread each; configs[q] is process q's.
+// Every process's run, on a thread each; configs[q] is process q's. `split`: the
+// processes split the pipeline's stages (TrainerConfig::pipeline) instead of holding
+// replicas.
 std::vector<JobRun> TrainProcesses(std::vector<std::unique_ptr<comm::Bootstrap>>& processes,
-                                   const std::vector<TrainerConfig>& configs) {
+                                   const std::vector<TrainerConfig>& configs, bool split = false) {
   std::vector<JobRun> runs(processes.size());
   std::vector<std::thread> threads;
   for (std::size_t q = 0; q < processes.size(); ++q) {
     threads.emplace_back([&, q] {
       TrainerConfig config = configs[q];
-      config.processes = processes[q].get();
+      (split ? config.pipeline : config.processes) = processes[q].get();
       runs[q] = TrainAlone(config);
       if (!runs[q].status.ok()) {
         processes[q]->Fail(std::string(runs[q].status.message()));
@@ -120,6 +123,76 @@ TEST(ProcessesTest, NProcessesOfDReplicasTrainAsOneProcessOfNxD) {
       }
     }
   }
+}
+
+// TrainerConfig::pipeline: N processes that split the pipeline's stages (each holding its
+// block of ranks for every replica) train as one process does, to the bit: the same
+// losses, and every process exports the whole model (its stages gathered from the others).
+TEST(ProcessesTest, ProcessesThatSplitTheStagesTrainAsOneProcess) {
+  for (const std::string schedule : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
+    for (const auto& [num, replicas] : {std::pair{2, 1}, std::pair{2, 2}}) {
+      const std::string what = absl::StrCat(schedule, " over ", num, " processes, D=", replicas);
+      JobRun one = TrainAlone(Config(schedule, replicas));
+      PS_ASSERT_OK(one.status) << what;
+      PS_ASSERT_OK_AND_ASSIGN(auto processes, comm::CreateInProcessBootstraps(num));
+      std::vector<JobRun> runs = TrainProcesses(
+          processes, std::vector<TrainerConfig>(num, Config(schedule, replicas)), /*split=*/true);
+      for (int q = 0; q < num; ++q) {
+        PS_ASSERT_OK(runs[q].status) << what << ", process " << q;
+        ExpectSameBits(runs[q].params, one.params, absl::StrCat(what, ", process ", q));
+        EXPECT_EQ(runs[q].losses, one.losses) << what << ", process " << q;
+      }
+    }
+  }
+}
+
+// A split pipeline's checkpoint is the one process's, byte for byte: every process gathers
+// (MakeCheckpoint), and a resumed run loads each process's stages from it. --init given
+// to one process only is found (the processes compare what they loaded).
+TEST(ProcessesTest, ASplitPipelinesCheckpointIsOneProcesssAndInitMustBeEverywhere) {
+  TrainerConfig config = Config("1f1b", 1);
+  PS_ASSERT_OK_AND_ASSIGN(auto alone, Trainer::Create(config));
+  for (int step = 0; step < 2; ++step) PS_ASSERT_OK(alone->Step().status());
+  PS_ASSERT_OK_AND_ASSIGN(const model::SafetensorsFile want, MakeCheckpoint(*alone));
+  const std::string init = ::testing::TempDir() + "/split_init.safetensors";
+  PS_ASSERT_OK(alone->SaveParameters(init));
+
+  PS_ASSERT_OK_AND_ASSIGN(auto pair, comm::CreateInProcessBootstraps(2, {.timeout_seconds = 30}));
+  std::vector<absl::StatusOr<model::SafetensorsFile>> got(2, absl::UnknownError("not run"));
+  std::vector<absl::Status> agreed(2);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 2; ++q) {
+    threads.emplace_back([&, q] {
+      TrainerConfig mine = config;
+      mine.pipeline = pair[q].get();
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(mine);
+      if (!trainer.ok()) {
+        got[q] = trainer.status();
+        return;
+      }
+      for (int step = 0; step < 2; ++step) {
+        if (absl::Status s = (*trainer)->Step().status(); !s.ok()) {
+          got[q] = s;
+          return;
+        }
+      }
+      got[q] = MakeCheckpoint(**trainer);
+      // Process 1 alone loads --init: the processes' stages no longer make one model.
+      if (q == 1) (void)(*trainer)->LoadParameters(init);
+      agreed[q] = (*trainer)->CheckProcessesAgree();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int q = 0; q < 2; ++q) {
+    ASSERT_TRUE(got[q].ok()) << "process " << q << ": " << got[q].status();
+    EXPECT_EQ(got[q]->metadata, want.metadata) << "process " << q;
+    ExpectSameBits(got[q]->tensors, want.tensors, absl::StrCat("process ", q));
+    EXPECT_THAT(agreed[q], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr("process 1's state (the parameters loaded, data "
+                                              "set and data position) differs from process 0's")))
+        << "process " << q;
+  }
+  std::filesystem::remove(init);
 }
 
 TEST(ProcessesTest, TheFileBootstrapCarriesTheSameJob) {
