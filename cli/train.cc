@@ -277,6 +277,13 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
           "--split-stages runs on the host backend only (on CUDA the crossings need NCCL "
           "send/recv, not built yet): give --backend=host");
     }
+    // Each process runs at least one rank (with --from the file's P decides, later).
+    if (const int stages = absl::GetFlag(FLAGS_stages);
+        absl::GetFlag(FLAGS_from).empty() && processes > stages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--split-stages gives each process at least one pipeline rank: --processes=", processes,
+          " is more than --stages=", stages, "; give at most ", stages, " processes"));
+    }
   }
   if (mpi) return Job::kMpi;
   return from_environment ? Job::kFromEnvironment : Job::kFromFlags;
@@ -424,6 +431,15 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
                                                     " (after --init and --resume: give every "
                                                     "process the same ones)"));
     }
+    // Every step is an exchange of every process, and, split, so is every save (process 0
+    // gathers the stages): a process that stopped sooner, or saved where the others did not,
+    // would leave them waiting for the rendezvous timeout.
+    PS_RETURN_IF_ERROR(comm::CheckAgreement(
+        *processes, "train-run",
+        split ? "run (--steps, --save-every, and whether --save is given)" : "run (--steps)",
+        split ? absl::StrCat("--steps=", steps, " --save-every=", save_every,
+                             save.empty() ? " no --save" : " --save")
+              : absl::StrCat("--steps=", steps)));
   }
   const scheduler::Schedule& schedule = trainer->schedule();
   const int p = schedule.num_ranks();
@@ -451,6 +467,14 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
         "process %d of %d (%s): pipeline ranks %d to %d of %d; activations and gradients "
         "between the processes' stages go as the job's messages\n",
         q, n, MeetingPlace(*processes), first, last, p);
+    std::vector<std::string> unwritten;
+    for (const auto& [flag, path] : outputs) {
+      if (!path.empty()) unwritten.emplace_back(flag);
+    }
+    if (!writes_files && !unwritten.empty()) {
+      out << "process 0 writes " << absl::StrJoin(unwritten, ", ")
+          << "; the measured figures below are the whole job's\n";
+    }
   } else if (processes != nullptr) {
     std::vector<std::string> unwritten;
     for (const auto& [flag, path] : outputs) {
@@ -714,7 +738,9 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     j["microbatches"] = schedule.num_microbatches;
     j["microbatch_size"] = config.microbatch_size;
     j["global_batch"] = trainer->global_batch();
-    j["processes"] = trainer->num_processes();  // each with `replicas` replicas
+    // Each with `replicas` replicas, or, split, its block of every replica's ranks.
+    j["processes"] = processes != nullptr ? processes->size() : 1;
+    j["split_stages"] = split;
     j["job_batch"] = trainer->job_batch();
     j["recompute"] = config.recompute;
     // The stages that did, whichever flag said so.

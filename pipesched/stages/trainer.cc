@@ -572,10 +572,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
 absl::Status Trainer::CheckProcessesAgree() {
   if (config_.pipeline != nullptr && config_.pipeline->size() > 1) {
     // The processes hold different stages: they compare what they loaded them from (one
-    // given --init or --resume that another was not is what this finds) and the data.
+    // given --init or --resume that another was not is what this finds), the optimizer
+    // steps their stages took (a checkpoint's, after --resume; 0 after --init) and the data.
+    std::int64_t steps = -1;
+    for (int s = 0; s < executor_->num_stages() && steps < 0; ++s) {
+      if (runs_stage(s)) steps = chunk(0, s).step_count();
+    }
     return comm::CheckAgreement(
-        *config_.pipeline, "state", "state (the parameters loaded, data set and data position)",
-        absl::StrCat(absl::Hex(imported_hash_, absl::kZeroPad16), " ",
+        *config_.pipeline, "state",
+        "state (the parameters loaded, optimizer steps, data set and data position)",
+        absl::StrCat(absl::Hex(imported_hash_, absl::kZeroPad16), " ", steps, " ",
                      absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
   }
   if (num_processes() == 1) return absl::OkStatus();

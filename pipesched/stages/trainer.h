@@ -99,9 +99,12 @@ struct TrainerConfig {
   // configuration (checked as for `processes`) and runs its block of the P ranks, for all
   // `replicas` replicas; each step feeds every process the same global batch (only the
   // first stage's process reads the inputs, the last stage's the labels). Not with
-  // `processes` (InvalidArgument). ExportParameters, ExportOptimizerStates and
-  // checkpoint saving gather the stages from their processes, so every process must call
-  // them; chunk() is for this process's stages. null: one process runs every rank.
+  // `processes` (InvalidArgument). ExportParameters (and so SaveParameters),
+  // ExportOptimizerStates and checkpoint saving gather the stages from their processes
+  // (an AllGather: every process receives the whole model), so every process must call
+  // them; one that fails before its part (its stage's export) must call the bootstrap's
+  // Fail, or the others wait for it until the bootstrap's timeout. chunk() is for this
+  // process's stages. null: one process runs every rank.
   comm::Bootstrap* pipeline = nullptr;
 };
 
@@ -146,7 +149,9 @@ class Trainer {
 
   // Across processes (config().processes): FailedPrecondition unless every process holds
   // the same parameters, optimizer state (with its step count), data set and data position
-  // (compared by a 64-bit hash of each):
+  // (compared by a 64-bit hash of each); with config().pipeline, whose processes hold
+  // different stages: the same tensors last imported (ImportParameters, LoadParameters,
+  // LoadCheckpoint), optimizer step count, data set and data position:
   // Create checks it once the data is made; call it again after loading parameters or a
   // checkpoint (LoadParameters, LoadCheckpoint) on every process, since each process
   // reads its own copy of the file. OK at once within one process.

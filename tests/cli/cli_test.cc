@@ -2020,10 +2020,6 @@ TEST(CliTest, TrainProcessFlagsAreCheckedBeforeJoining) {
   EXPECT_EQ(run({"--processes=1"}).code, 0);
 }
 
-// train --mpi takes its job from MPI, so the flags that give a job otherwise are refused
-// with it; and a process that an MPI launcher started as one of several, without --mpi,
-// is refused rather than left to train alone (mpiexec runs are the ctest
-// CliMain.MpiProcessesTrainAsOneWithBothReplicas).
 // --split-stages needs a job of processes to split across, and the host backend; both are
 // refused before any process joins.
 TEST(CliTest, TrainSplitStagesIsCheckedBeforeJoining) {
@@ -2046,9 +2042,19 @@ TEST(CliTest, TrainSplitStagesIsCheckedBeforeJoining) {
       {"--backend=cuda", "--processes=2", "--process-rank=0", absl::StrCat("--rendezvous=", dir)}));
   EXPECT_EQ(cuda.code, 2);
   EXPECT_THAT(cuda.err, HasSubstr("--split-stages runs on the host backend only"));
+  RunResult many = RunCli(with(
+      {"--backend=host", "--processes=3", "--process-rank=0", absl::StrCat("--rendezvous=", dir)}));
+  EXPECT_EQ(many.code, 2);
+  EXPECT_THAT(many.err,
+              HasSubstr("--split-stages gives each process at least one pipeline rank: "
+                        "--processes=3 is more than --stages=2; give at most 2 processes"));
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
 }
 
+// train --mpi takes its job from MPI, so the flags that give a job otherwise are refused
+// with it; and a process that an MPI launcher started as one of several, without --mpi,
+// is refused rather than left to train alone (mpiexec runs are the ctest
+// CliMain.MpiProcessesTrainAsOneWithBothReplicas).
 TEST(CliTest, TrainMpiFlagsAreCheckedBeforeJoining) {
   auto run = [](std::vector<std::string> flags) {
     std::vector<std::string> args = {"train",      "--stages=2", "--microbatches=2", "--layers=2",

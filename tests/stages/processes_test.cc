@@ -147,8 +147,8 @@ TEST(ProcessesTest, ProcessesThatSplitTheStagesTrainAsOneProcess) {
 }
 
 // A split pipeline's checkpoint is the one process's, byte for byte: every process gathers
-// (MakeCheckpoint), and a resumed run loads each process's stages from it. --init given
-// to one process only is found (the processes compare what they loaded).
+// (MakeCheckpoint). --init given to one process only is found (the processes compare what
+// they loaded). (Resuming from it: CliMain.LaunchSplitsThePipelineAcrossProcesses.)
 TEST(ProcessesTest, ASplitPipelinesCheckpointIsOneProcesssAndInitMustBeEverywhere) {
   TrainerConfig config = Config("1f1b", 1);
   PS_ASSERT_OK_AND_ASSIGN(auto alone, Trainer::Create(config));
@@ -188,8 +188,9 @@ TEST(ProcessesTest, ASplitPipelinesCheckpointIsOneProcesssAndInitMustBeEverywher
     EXPECT_EQ(got[q]->metadata, want.metadata) << "process " << q;
     ExpectSameBits(got[q]->tensors, want.tensors, absl::StrCat("process ", q));
     EXPECT_THAT(agreed[q], StatusIs(absl::StatusCode::kFailedPrecondition,
-                                    HasSubstr("process 1's state (the parameters loaded, data "
-                                              "set and data position) differs from process 0's")))
+                                    HasSubstr("process 1's state (the parameters loaded, optimizer "
+                                              "steps, data set and data position) differs from "
+                                              "process 0's")))
         << "process " << q;
   }
   std::filesystem::remove(init);
