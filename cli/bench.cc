@@ -410,7 +410,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   // (simulate and compare --device-memory then check a device whole); no timing uses it.
   if (static_cast<int>(row.costs.stages.size()) == trainer->schedule().num_stages()) {
     for (int s = 0; s < trainer->schedule().num_stages(); ++s) {
-      row.costs.stages[s].static_bytes = trainer->chunk(0, s).state_bytes();
+      row.costs.stages[s].static_bytes = trainer->stage_state_bytes(s);
     }
   }
   PS_ASSIGN_OR_RETURN(scheduler::SimResult sim_plain,

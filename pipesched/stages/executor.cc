@@ -206,8 +206,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
   absl::StatusOr<std::unique_ptr<Executor>> ex = Build(schedule, backend, factory, options);
   // The other processes of a split pipeline may be waiting in an exchange of Build's:
   // they stop with this reason instead of at their timeout.
-  if (!ex.ok() && options.pipeline != nullptr)
+  if (!ex.ok() && options.pipeline != nullptr) {
     options.pipeline->Fail(std::string(ex.status().message()));
+  }
   return ex;
 }
 
