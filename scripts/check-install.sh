@@ -56,7 +56,7 @@ for f in pipesched.h version.h scheduler/schedule.h trace/timeline.h runtime/run
   stages/stage_work.h stages/executor.h comm/all_reduce.h; do
   [ -f "$inc/$f" ] || fail "missing public header include/pipesched/$f"
 done
-for internal in base/json_util.h base/hash.h scheduler/dependency_walk.h scheduler/generators trace/op_style.h \
+for internal in base/json_util.h base/hash.h base/bytes.h scheduler/dependency_walk.h scheduler/generators trace/op_style.h \
   runtime/memory_account.h runtime/host runtime/cuda model/host_kernels.h \
   model/math_impl.h model/cuda comm/internal.h comm/cuda; do
   [ ! -e "$inc/$internal" ] || fail "internal header installed: include/pipesched/$internal"
@@ -76,6 +76,7 @@ for h in $(cd pipesched && git ls-files 'base/*.h' 'trace/*.h' 'scheduler/*.h' '
   base/cublas_check.h | base/nccl_check.h) continue ;; # internal: used by model/cuda, comm/cuda
   base/json_util.h) continue ;;                          # internal: exposes nlohmann/json
   base/hash.h) continue ;;                               # internal: checkpoint and trainer checksums
+  base/bytes.h) continue ;;                              # internal: records between a job's processes
   scheduler/dependency_walk.h | scheduler/generators/* | trace/op_style.h) continue ;;
   runtime/memory_account.h | runtime/host/* | runtime/cuda/*) continue ;;
   model/host_kernels.h | model/math_impl.h | model/cuda/* | comm/internal.h | comm/cuda/*) continue ;;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "pipesched/base/bytes.h"
 #include "pipesched/base/file_util.h"
 #include "pipesched/base/hash.h"
 #include "pipesched/base/status.h"
@@ -753,84 +754,25 @@ absl::Status Executor::ExchangeStageSizes() {
 
 namespace {
 
-// The bytes of a step's rows as one process sends them to the others (fixed-width,
-// native byte order: the processes of one job run one build).
-class Writer {
- public:
-  void Int(std::int64_t v) { Add(&v, sizeof v); }
-  void Real(double v) { Add(&v, sizeof v); }
-  void Text(std::string_view v) {
-    Int(static_cast<std::int64_t>(v.size()));
-    out_.append(v);
-  }
-  void Span(const trace::Span& span) {
-    for (int v : {span.rank, span.lane, span.stage, span.microbatch}) Int(v);
-    Text(span.op);
-    Real(span.start);
-    Real(span.end);
-  }
-  std::string& bytes() { return out_; }
+// A span of a step's rows as one process sends them to the others (base/bytes.h).
+void PutSpan(ByteWriter& out, const trace::Span& span) {
+  for (int v : {span.rank, span.lane, span.stage, span.microbatch}) out.Int(v);
+  out.Text(span.op);
+  out.Real(span.start);
+  out.Real(span.end);
+}
 
- private:
-  void Add(const void* data, std::size_t n) { out_.append(static_cast<const char*>(data), n); }
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool ok() const { return ok_; }
-  void Fail() { ok_ = false; }
-  std::int64_t Int() {
-    std::int64_t v = 0;
-    Take(&v, sizeof v);
-    return v;
-  }
-  double Real() {
-    double v = 0;
-    Take(&v, sizeof v);
-    return v;
-  }
-  std::string Text() {
-    const std::int64_t n = Int();
-    if (!ok_ || n < 0 || static_cast<std::uint64_t>(n) > in_.size()) {
-      ok_ = false;
-      return {};
-    }
-    std::string v(in_.substr(0, static_cast<std::size_t>(n)));
-    in_.remove_prefix(static_cast<std::size_t>(n));
-    return v;
-  }
-  trace::Span Span() {
-    trace::Span span;
-    span.rank = static_cast<int>(Int());
-    span.lane = static_cast<int>(Int());
-    span.stage = static_cast<int>(Int());
-    span.microbatch = static_cast<int>(Int());
-    span.op = Text();
-    span.start = Real();
-    span.end = Real();
-    return span;
-  }
-  // A count of items of at least `item_bytes` each that the rest can hold.
-  std::int64_t Count(std::size_t item_bytes) {
-    const std::int64_t n = Int();
-    if (!ok_ || n < 0 || static_cast<std::uint64_t>(n) > in_.size() / item_bytes) ok_ = false;
-    return ok_ ? n : 0;
-  }
-
- private:
-  void Take(void* data, std::size_t n) {
-    if (!ok_ || in_.size() < n) {
-      ok_ = false;
-      return;
-    }
-    std::memcpy(data, in_.data(), n);
-    in_.remove_prefix(n);
-  }
-  std::string_view in_;
-  bool ok_ = true;
-};
+trace::Span TakeSpan(ByteReader& in) {
+  trace::Span span;
+  span.rank = static_cast<int>(in.Int());
+  span.lane = static_cast<int>(in.Int());
+  span.stage = static_cast<int>(in.Int());
+  span.microbatch = static_cast<int>(in.Int());
+  span.op = in.Text();
+  span.start = in.Real();
+  span.end = in.Real();
+  return span;
+}
 
 constexpr std::size_t kSpanBytes = 4 * 8 + 8 + 2 * 8;  // a span, its op empty
 
@@ -851,7 +793,7 @@ absl::Status Executor::MeasureClockOffset() {
   const int K = pipeline.size();
   constexpr int kRounds = 8;
   constexpr char kChannel[] = "executor-clock";
-  Writer offsets;
+  ByteWriter offsets;
   // PIPESCHED_MEASURE_CLOCK_OFFSET=1 measures on one host too (tests of the estimate).
   const char* measure = std::getenv("PIPESCHED_MEASURE_CLOCK_OFFSET");
   const bool always = measure != nullptr && std::string_view(measure) == "1";
@@ -870,7 +812,7 @@ absl::Status Executor::MeasureClockOffset() {
         PS_RETURN_IF_ERROR(pipeline.Send(q, kChannel, ""));
         PS_ASSIGN_OR_RETURN(const std::string reply, pipeline.Receive(q, kChannel));
         const double back = SteadyMicros();
-        Reader in(reply);
+        ByteReader in(reply);
         const double theirs = in.Real();
         if (!in.ok()) {
           return absl::InternalError(absl::StrCat(
@@ -888,14 +830,14 @@ absl::Status Executor::MeasureClockOffset() {
   } else if (boots[0].empty() || boots[pipeline.rank()] != boots[0]) {
     for (int i = 0; i < kRounds; ++i) {
       PS_RETURN_IF_ERROR(pipeline.Receive(0, kChannel).status());
-      Writer now;
+      ByteWriter now;
       now.Real(SteadyMicros());
       PS_RETURN_IF_ERROR(pipeline.Send(0, kChannel, now.bytes()));
     }
   }
   PS_ASSIGN_OR_RETURN(const std::string all, comm::Broadcast(pipeline, "executor-clock-offsets",
                                                              offsets.bytes(), /*root=*/0));
-  Reader in(all);
+  ByteReader in(all);
   for (int q = 1; q < K; ++q) {
     const std::int64_t who = in.Int();
     const double offset = in.Real();
@@ -911,16 +853,16 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
                                             double& loss_sum) {
   comm::Bootstrap& pipeline = *options_.pipeline;
   const int P = num_ranks();
-  Writer out;
+  ByteWriter out;
   out.Real(origin_micros - clock_offset_micros_);  // on process 0's clock
   out.Real(loss_sum);
   out.Int(static_cast<std::int64_t>(result.timeline.spans.size()));
   for (std::size_t i = 0; i < result.timeline.spans.size(); ++i) {
-    out.Span(result.timeline.spans[i]);
+    PutSpan(out, result.timeline.spans[i]);
     out.Real(result.issue_micros[i]);
   }
   out.Int(static_cast<std::int64_t>(result.phases.size()));
-  for (const trace::Span& span : result.phases) out.Span(span);
+  for (const trace::Span& span : result.phases) PutSpan(out, span);
   std::vector<int> rows;
   for (int row = 0; row < static_cast<int>(ranks_.size()); ++row) {
     if (ranks_[row] != nullptr) rows.push_back(row);
@@ -944,14 +886,15 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
   double first = std::numeric_limits<double>::infinity();
   for (std::size_t q = 0; q < all.size(); ++q) {
     Part& part = parts[q];
-    Reader in(all[q]);
+    ByteReader in(all[q]);
     part.origin = in.Real();
     part.loss_sum = in.Real();
     for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
-      part.spans.push_back(in.Span());
+      part.spans.push_back(TakeSpan(in));
       part.issued.push_back(in.Real());
     }
-    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i) part.phases.push_back(in.Span());
+    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i)
+      part.phases.push_back(TakeSpan(in));
     for (std::int64_t i = 0, n = in.Count(3 * 8); i < n; ++i) {
       part.rows.push_back({in.Int(), in.Int(), in.Int()});
     }

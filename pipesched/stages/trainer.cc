@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "pipesched/base/bytes.h"
 #include "pipesched/base/hash.h"
 #include "pipesched/base/host_memory.h"
 #include "pipesched/base/status.h"
@@ -99,58 +100,23 @@ absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerp
   return absl::OkStatus();
 }
 
-// Tensors as the processes of a split pipeline send them to each other: per tensor its
-// name, dtype, shape and bytes, each length-prefixed (8 bytes, native order: the
-// processes of one job run one build).
-void PutInt(std::string& out, std::int64_t v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+// A tensor as the processes of a split pipeline send them to each other (base/bytes.h):
+// its name, dtype, rank, shape and bytes.
+void PutTensor(ByteWriter& out, const model::HostTensor& t) {
+  out.Text(t.name);
+  out.Int(static_cast<std::int64_t>(t.dtype));
+  out.Int(static_cast<std::int64_t>(t.shape.size()));
+  for (std::int64_t d : t.shape) out.Int(d);
+  out.Text(t.bytes);
 }
 
-void PutText(std::string& out, std::string_view text) {
-  PutInt(out, static_cast<std::int64_t>(text.size()));
-  out.append(text);
-}
-
-std::optional<std::int64_t> TakeInt(std::string_view& in) {
-  std::int64_t v = 0;
-  if (in.size() < sizeof v) return std::nullopt;
-  std::memcpy(&v, in.data(), sizeof v);
-  in.remove_prefix(sizeof v);
-  return v;
-}
-
-std::optional<std::string> TakeText(std::string_view& in) {
-  const std::optional<std::int64_t> n = TakeInt(in);
-  if (!n.has_value() || *n < 0 || static_cast<std::uint64_t>(*n) > in.size()) return std::nullopt;
-  std::string text(in.substr(0, static_cast<std::size_t>(*n)));
-  in.remove_prefix(static_cast<std::size_t>(*n));
-  return text;
-}
-
-void PutTensor(std::string& out, const model::HostTensor& t) {
-  PutText(out, t.name);
-  PutInt(out, static_cast<std::int64_t>(t.dtype));
-  PutInt(out, static_cast<std::int64_t>(t.shape.size()));
-  for (std::int64_t d : t.shape) PutInt(out, d);
-  PutText(out, t.bytes);
-}
-
-std::optional<model::HostTensor> TakeTensor(std::string_view& in) {
+model::HostTensor TakeTensor(ByteReader& in) {
   model::HostTensor t;
-  std::optional<std::string> name = TakeText(in);
-  std::optional<std::int64_t> dtype = TakeInt(in);
-  std::optional<std::int64_t> rank = TakeInt(in);
-  if (!name || !dtype || !rank || *rank < 0 || *rank > 8) return std::nullopt;
-  t.name = *std::move(name);
-  t.dtype = static_cast<model::DType>(*dtype);
-  for (std::int64_t i = 0; i < *rank; ++i) {
-    std::optional<std::int64_t> d = TakeInt(in);
-    if (!d) return std::nullopt;
-    t.shape.push_back(*d);
-  }
-  std::optional<std::string> bytes = TakeText(in);
-  if (!bytes) return std::nullopt;
-  t.bytes = *std::move(bytes);
+  t.name = in.Text();
+  t.dtype = static_cast<model::DType>(in.Int());
+  const std::int64_t rank = in.Count(8);
+  for (std::int64_t i = 0; i < rank; ++i) t.shape.push_back(in.Int());
+  t.bytes = in.Text();
   return t;
 }
 
@@ -257,35 +223,31 @@ absl::StatusOr<std::vector<model::HostTensor>> Trainer::GatherByStage(
     return all;
   }
   // This process's stages: its stage number, its tensor count, its tensors.
-  std::string mine;
+  ByteWriter mine;
   for (int s = 0; s < S; ++s) {
     if (!runs_stage(s)) continue;
     PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> part, local(s));
-    PutInt(mine, s);
-    PutInt(mine, static_cast<std::int64_t>(part.size()));
+    mine.Int(s);
+    mine.Int(static_cast<std::int64_t>(part.size()));
     for (const model::HostTensor& t : part) PutTensor(mine, t);
   }
   PS_ASSIGN_OR_RETURN(const std::vector<std::string> parts,
-                      config_.pipeline->AllGather(channel, mine));
+                      config_.pipeline->AllGather(channel, mine.bytes()));
   std::vector<std::optional<std::vector<model::HostTensor>>> by_stage(S);
   for (std::size_t q = 0; q < parts.size(); ++q) {
-    std::string_view in = parts[q];
-    while (!in.empty()) {
-      const std::optional<std::int64_t> s = TakeInt(in);
-      const std::optional<std::int64_t> n = TakeInt(in);
-      bool ok = s && n && *s >= 0 && *s < S && !by_stage[*s].has_value() && *n >= 0;
+    ByteReader in(parts[q]);
+    while (in.ok() && !in.empty()) {
+      const std::int64_t s = in.Int();
+      const std::int64_t n = in.Count(1);
+      if (s < 0 || s >= S || by_stage[s].has_value()) in.Fail();
       std::vector<model::HostTensor> tensors;
-      for (std::int64_t i = 0; ok && i < *n; ++i) {
-        std::optional<model::HostTensor> t = TakeTensor(in);
-        ok = t.has_value();
-        if (ok) tensors.push_back(*std::move(t));
-      }
-      if (!ok) {
+      for (std::int64_t i = 0; in.ok() && i < n; ++i) tensors.push_back(TakeTensor(in));
+      if (!in.ok()) {
         return absl::InternalError(absl::StrCat("process ", q, " sent the tensors of its stages ('",
                                                 Absl(channel),
                                                 "') in a form this one cannot read"));
       }
-      by_stage[*s] = std::move(tensors);
+      by_stage[s] = std::move(tensors);
     }
   }
   for (int s = 0; s < S; ++s) {

@@ -205,6 +205,36 @@ TEST(PipelineProcessesTest, ExactMemoryAccountingOnOneDeviceAProcessStillTrainsA
   EXPECT_GE(runs, 15);
 }
 
+// One step of `schedule` on each of `processes` threads, each with a host backend of one
+// device, meeting through in-process bootstraps; stage work of 4 bytes a micro-batch
+// (SleepyWork). Each process's status.
+std::vector<absl::Status> OneStepEach(const scheduler::Schedule& schedule,
+                                      const StageWorkFactory& factory, int processes,
+                                      double step_timeout_seconds, double bootstrap_timeout) {
+  std::vector<absl::Status> stepped(processes);
+  auto bootstraps =
+      comm::CreateInProcessBootstraps(processes, {.timeout_seconds = bootstrap_timeout});
+  if (!bootstraps.ok()) return std::vector<absl::Status>(processes, bootstraps.status());
+  std::vector<std::thread> threads;
+  for (int q = 0; q < processes; ++q) {
+    threads.emplace_back([&, q] {
+      auto backend = HostBackend(1);
+      auto ex = Executor::Create(
+          schedule, *backend, factory,
+          {.step_timeout_seconds = step_timeout_seconds, .pipeline = (*bootstraps)[q].get()});
+      if (!ex.ok()) {
+        stepped[q] = ex.status();
+        return;
+      }
+      const int m = schedule.num_microbatches;
+      std::vector<std::byte> x(4 * m), t(4 * m);
+      stepped[q] = (*ex)->Step({.inputs = x, .targets = t}).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return stepped;
+}
+
 // A process waits for the others' messages for as long as they compute: with actions of
 // 50 ms, rank 0 of GPipe over 4 processes waits 0.45 s between its last F and its first
 // B. A step timeout of 0.3 s counts only this process's own stalls, not that wait.
@@ -216,57 +246,9 @@ TEST(PipelineProcessesTest, TheWatchdogDoesNotCountWaitingForAnotherProcess) {
                                runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
     return std::make_unique<testing::SleepyWork>(50'000);
   };
-  PS_ASSERT_OK_AND_ASSIGN(auto bootstraps,
-                          comm::CreateInProcessBootstraps(4, {.timeout_seconds = 30}));
-  std::vector<absl::Status> stepped(4);
-  std::vector<std::thread> threads;
-  for (int q = 0; q < 4; ++q) {
-    threads.emplace_back([&, q] {
-      auto backend = HostBackend(1);
-      auto ex = Executor::Create(schedule, *backend, sleepy,
-                                 {.step_timeout_seconds = 0.3, .pipeline = bootstraps[q].get()});
-      if (!ex.ok()) {
-        stepped[q] = ex.status();
-        return;
-      }
-      std::vector<std::byte> x(16), t(16);  // SleepyWork: 4 bytes a micro-batch
-      stepped[q] = (*ex)->Step({.inputs = x, .targets = t}).status();
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<absl::Status> stepped = OneStepEach(schedule, sleepy, 4, 0.3, 30);
   for (int q = 0; q < 4; ++q) PS_EXPECT_OK(stepped[q]) << "process " << q;
 }
-
-// Stage work of 4 bytes a micro-batch whose every action takes 1 ms, but for the F of
-// micro-batch 1 on stage 0, which takes `slow_micros`.
-class OneSlowForward final : public StageWork {
- public:
-  OneSlowForward(int stage, double slow_micros) : stage_(stage), slow_micros_(slow_micros) {}
-  std::size_t input_bytes() const override { return 4; }
-  std::size_t output_bytes() const override { return 4; }
-  std::size_t target_bytes() const override { return 4; }
-  std::int64_t stash_bytes() const override { return 0; }
-  std::int64_t num_params() const override { return 0; }
-  absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
-    return nullptr;
-  }
-  absl::Status Forward(const MicrobatchIO& io, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(stage_ == 0 && io.microbatch == 1 ? slow_micros_ : 1000);
-  }
-  absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(1000);
-  }
-  absl::Status BackwardWeight(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(1000);
-  }
-  absl::Status ZeroGrad(runtime::Stream&) override { return absl::OkStatus(); }
-  absl::Status OptimizerStep(runtime::Stream&) override { return absl::OkStatus(); }
-  std::vector<GradientSpan> gradients() override { return {}; }
-
- private:
-  int stage_;
-  double slow_micros_;
-};
 
 // 1F1B over 3 processes of one stage each: stage 0's F of micro-batch 1 stalls (20 s).
 // Process 0 waits in a receive too (the gradient of micro-batch 0, which stage 1 sends
@@ -279,27 +261,12 @@ TEST(PipelineProcessesTest, AStallOfThisProcessIsCaughtWhileItWaitsForAnotherToo
       scheduler::GenerateSchedule("1f1b", {.num_ranks = 3, .num_microbatches = 4}));
   StageWorkFactory factory = [](int stage, int,
                                 runtime::Device&) -> absl::StatusOr<std::unique_ptr<StageWork>> {
-    return std::make_unique<OneSlowForward>(stage, 20e6);
+    auto work = std::make_unique<testing::SleepyWork>(1000);
+    if (stage == 0) work->SlowForwardOf(1, 20e6);
+    return std::unique_ptr<StageWork>(std::move(work));
   };
-  PS_ASSERT_OK_AND_ASSIGN(auto bootstraps,
-                          comm::CreateInProcessBootstraps(3, {.timeout_seconds = 60}));
-  std::vector<absl::Status> stepped(3);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int q = 0; q < 3; ++q) {
-    threads.emplace_back([&, q] {
-      auto backend = HostBackend(1);
-      auto ex = Executor::Create(schedule, *backend, factory,
-                                 {.step_timeout_seconds = 0.5, .pipeline = bootstraps[q].get()});
-      if (!ex.ok()) {
-        stepped[q] = ex.status();
-        return;
-      }
-      std::vector<std::byte> x(16), t(16);
-      stepped[q] = (*ex)->Step({.inputs = x, .targets = t}).status();
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<absl::Status> stepped = OneStepEach(schedule, factory, 3, 0.5, 60);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
   EXPECT_THAT(stepped[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
                                    HasSubstr("F1 started and has not finished")));

@@ -238,8 +238,13 @@ class SleepyWork final : public StageWork {
   absl::StatusOr<std::unique_ptr<ActivationStash>> AllocateStash(runtime::Stream&) override {
     return nullptr;
   }
-  absl::Status Forward(const MicrobatchIO&, runtime::Stream& s) override {
-    return s.EnqueueBusyWait(micros_);
+  // The F of micro-batch `microbatch` takes `micros` instead (a stall, for watchdog tests).
+  void SlowForwardOf(int microbatch, double micros) {
+    slow_microbatch_ = microbatch;
+    slow_micros_ = micros;
+  }
+  absl::Status Forward(const MicrobatchIO& io, runtime::Stream& s) override {
+    return s.EnqueueBusyWait(io.microbatch == slow_microbatch_ ? slow_micros_ : micros_);
   }
   absl::Status BackwardInput(const MicrobatchIO&, runtime::Stream& s) override {
     return s.EnqueueBusyWait(micros_);
@@ -259,6 +264,8 @@ class SleepyWork final : public StageWork {
   double micros_;
   double zero_grad_micros_;
   double optimizer_micros_;
+  int slow_microbatch_ = -1;
+  double slow_micros_ = 0;
 };
 
 // A factory of ToyStages (ExecutorOptions' StageWorkFactory) for a pipeline of
