@@ -1061,7 +1061,8 @@ absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std:
                            FindControlByte(all[r]) == std::string_view::npos &&
                            FindControlByte(all[0]) == std::string_view::npos;
     return absl::FailedPreconditionError(
-        absl::StrCat("process ", r, "'s ", Absl(what), " differs from process 0's",
+        absl::StrCat("process ", bootstrap.job_rank(r), "'s ", Absl(what), " differs from process ",
+                     bootstrap.job_rank(0), "'s",
                      printable ? absl::StrCat(" (", QuoteForMessage(all[r], 200), " against ",
                                               QuoteForMessage(all[0], 200), ")")
                                : std::string(),

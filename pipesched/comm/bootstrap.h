@@ -56,6 +56,10 @@ class Bootstrap {
   virtual std::string_view kind() const = 0;  // "in-process", "file", "mpi"
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The rank in the whole job of this bootstrap's rank `rank`, for messages that name a
+  // process: `rank` itself, except in a group of the job's processes
+  // (CreateGroupBootstrap), whose rank i is the job's rank of its i-th member.
+  virtual int job_rank(int rank) const { return rank; }
 
   // What each rank gave, indexed by rank (this rank's own bytes included). `channel`:
   // 1 to 64 characters of [A-Za-z0-9_-] (InvalidArgument otherwise). DeadlineExceeded
@@ -124,10 +128,51 @@ absl::Status Barrier(Bootstrap& bootstrap, std::string_view channel);
 
 // Every rank's `bytes` agree, or FailedPrecondition naming the first rank whose differ
 // from rank 0's, and `what` ("the configuration") with both values when they are short
-// printable text: "process 2's configuration differs from process 0's (...)" (ranks
-// are processes). For checking that every process was started with the same flags.
+// printable text: "process 2's configuration differs from process 0's (...)" (the
+// processes named by their job_rank). For checking that every process was started with the same
+// flags.
 absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std::string_view what,
                             std::string_view bytes);
+
+// Some of a job's processes as a job of their own, for collectives among them only: the
+// processes that hold one pipeline's stages, or the replicas of one stage
+// (SplitJob). Every member calls it with the same `members` (ranks of `job`, in the
+// group's rank order: members[i] is the group's rank i) and the same `name` (1 to 16
+// letters and digits, different for any two groups that share two members); `job` must
+// outlive it. Its AllGather and Send/Receive are `job`'s point-to-point messages between
+// the members, on channels of the group's own ("<name>_..."), so groups exchange
+// independently of each other and of `job`'s own collectives, with `job`'s timeouts and
+// failure detection; a part of its AllGather is 8 bytes smaller than `job`'s. A member
+// given the same name but other members (or another order) makes the first AllGather
+// fail with FailedPrecondition naming the process; one given another name exchanges on
+// other channels, so the others wait for it until `job`'s timeout. Abort, Failure and Fail are
+// `job`'s (a failure is the whole job's); Close is a barrier of the members that leaves `job` open
+// (`job` is closed by its owner, after its groups). kind() is `job`'s. InvalidArgument for a bad
+// name, no members, a member outside [0, job.size()) or given twice, and when this process
+// (job.rank()) is not a member.
+absl::StatusOr<std::unique_ptr<Bootstrap>> CreateGroupBootstrap(Bootstrap& job,
+                                                                std::vector<int> members,
+                                                                std::string_view name);
+
+// The two groups of a job whose N processes split each pipeline across K of them
+// (2-D parallelism: N / K data-parallel replicas of a pipeline split K ways).
+struct JobGrid {
+  // The K processes that hold this process's pipeline between them, in pipeline order
+  // (its rank k runs the k-th block of pipeline ranks): ExecutorOptions::pipeline.
+  std::unique_ptr<Bootstrap> pipeline;
+  // The N / K processes that hold the same stages as this one, one per pipeline, which
+  // average their gradients: ExecutorOptions::processes.
+  std::unique_ptr<Bootstrap> replicas;
+};
+
+// Process q of N runs block q / (N / K) of every pipeline, in replica group q mod (N / K):
+// the replicas of a block are consecutive processes, so with processes numbered host by
+// host the gradients' all-reduce stays on a host and the pipeline's smaller messages
+// cross between hosts (Megatron-LM orders its ranks so too). K = 1: each process holds
+// whole pipelines (`pipeline` is a group of one); K = N: one pipeline (`replicas` is a
+// group of one). InvalidArgument unless K >= 1 divides N. Creates groups only (no
+// exchange); every process of `job` calls it with the same K.
+absl::StatusOr<JobGrid> SplitJob(Bootstrap& job, int pipeline_processes);
 
 // `size` bootstraps linked in memory; element r is rank r. InvalidArgument for size < 1.
 absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstraps(
