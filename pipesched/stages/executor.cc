@@ -231,12 +231,6 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
   }
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   if (comm::Bootstrap* pipeline = options.pipeline; pipeline != nullptr) {
-    if (options.processes != nullptr) {
-      return absl::InvalidArgumentError(
-          "a pipeline split across processes (ExecutorOptions::pipeline) does not combine with "
-          "data parallelism across processes (ExecutorOptions::processes) yet: give one of them, "
-          "and num_replicas for replicas within each process");
-    }
     if (backend.kind() != runtime::BackendKind::kHost) {
       return absl::FailedPreconditionError(
           "a pipeline split across processes runs on the host backend only: on CUDA its "
@@ -684,9 +678,10 @@ absl::Status Executor::EnqueueReceive(runtime::Stream& stream, int from_rank, st
       [pipeline, from, channel = std::move(channel), data, bytes]() -> absl::Status {
         PS_ASSIGN_OR_RETURN(const std::string message, pipeline->Receive(from, channel));
         if (message.size() != bytes) {
-          return absl::InternalError(absl::StrCat(
-              "the message on channel '", channel, "' from process ", from, " has ", message.size(),
-              " bytes where ", bytes, " were expected (do the processes run the same stages?)"));
+          return absl::InternalError(
+              absl::StrCat("the message on channel '", channel, "' from process ",
+                           pipeline->job_rank(from), " has ", message.size(), " bytes where ",
+                           bytes, " were expected (do the processes run the same stages?)"));
         }
         std::memcpy(data, message.data(), bytes);
         return absl::OkStatus();
@@ -729,7 +724,8 @@ absl::Status Executor::ExchangeStageSizes() {
       const int s = ok ? static_cast<int>(v[0]) : -1;
       if (!ok || s < 0 || s >= S || process_of_rank(schedule_.placement.RankOf(s)) != q ||
           known[s]) {
-        return absl::InternalError(absl::StrCat("process ", q, " reported stage sizes \"", line,
+        return absl::InternalError(absl::StrCat("process ", pipeline.job_rank(q),
+                                                " reported stage sizes \"", line,
                                                 "\" that this process cannot place"));
       }
       sizes_[s] = {.input = v[1],
@@ -744,9 +740,9 @@ absl::Status Executor::ExchangeStageSizes() {
   }
   for (int s = 0; s < S; ++s) {
     if (!known[s]) {
-      return absl::InternalError(
-          absl::StrCat("no process reported the sizes of stage ", s, " (process ",
-                       process_of_rank(schedule_.placement.RankOf(s)), " runs it)"));
+      return absl::InternalError(absl::StrCat(
+          "no process reported the sizes of stage ", s, " (process ",
+          pipeline.job_rank(process_of_rank(schedule_.placement.RankOf(s))), " runs it)"));
     }
   }
   return absl::OkStatus();
@@ -815,8 +811,9 @@ absl::Status Executor::MeasureClockOffset() {
         ByteReader in(reply);
         const double theirs = in.Real();
         if (!in.ok()) {
-          return absl::InternalError(absl::StrCat(
-              "process ", q, " answered the clock exchange with ", reply.size(), " bytes, not 8"));
+          return absl::InternalError(absl::StrCat("process ", pipeline.job_rank(q),
+                                                  " answered the clock exchange with ",
+                                                  reply.size(), " bytes, not 8"));
         }
         // Their clock read half way through the round trip, the best guess without more.
         if (back - sent < best_round_trip) {
@@ -903,7 +900,8 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
     }
     if (!in.ok()) {
       return absl::InternalError(
-          absl::StrCat("process ", q, " sent its step's rows in a form this process cannot read"));
+          absl::StrCat("process ", pipeline.job_rank(q),
+                       " sent its step's rows in a form this process cannot read"));
     }
     first = std::min(first, part.origin);
   }
@@ -1458,16 +1456,18 @@ std::string Executor::Diagnose(const std::vector<std::vector<bool>>& done,
                           "returned)");
     }
     if (a.op == Op::kF && ProcessBoundary(a.stage) && !is_done(sl.recv_end.get())) {
-      return absl::StrCat(name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
-                          ": the activation from process ",
-                          process_of_rank(schedule_.placement.RankOf(a.stage - 1)),
-                          " has not come (channel '", Channel('f', a.stage, d, a.microbatch), "')");
+      return absl::StrCat(
+          name, " waits for transfer RECV_F of micro-batch ", a.microbatch,
+          ": the activation from process ",
+          options_.pipeline->job_rank(process_of_rank(schedule_.placement.RankOf(a.stage - 1))),
+          " has not come (channel '", Channel('f', a.stage, d, a.microbatch), "')");
     }
     if ((a.op == Op::kB || a.op == Op::kI) && a.stage + 1 < S && ProcessBoundary(a.stage + 1) &&
         !is_done(sl.recv_b_end.get())) {
       return absl::StrCat(
           name, " waits for transfer RECV_B of micro-batch ", a.microbatch,
-          ": the gradient from process ", process_of_rank(schedule_.placement.RankOf(a.stage + 1)),
+          ": the gradient from process ",
+          options_.pipeline->job_rank(process_of_rank(schedule_.placement.RankOf(a.stage + 1))),
           " has not come (channel '", Channel('b', a.stage + 1, d, a.microbatch), "')");
     }
     if (a.op == Op::kF && a.stage > 0 && !ProcessBoundary(a.stage) && !is_done(sl.recv_end.get())) {

@@ -112,9 +112,12 @@ struct ExecutorOptions {
   // share a boot id but not CLOCK_MONOTONIC: set PIPESCHED_MEASURE_CLOCK_OFFSET=1 there. A
   // crossing's RECV_F and RECV_B spans start no earlier than the matching SEND_F or SEND_B (a
   // receive posted early waits for the message, which is not transfer time). A step that fails
-  // calls pipeline->Fail, so that the other processes stop too. Not with `processes` (data
-  // parallelism across processes), nor on CUDA (whose host functions must not block: NCCL send/recv
-  // will carry it there): InvalidArgument and FailedPrecondition. null: this process holds every
+  // calls pipeline->Fail, so that the other processes stop too. With `processes` too, the
+  // job is two-dimensional (comm::SplitJob makes both bootstraps, as groups of one job's
+  // processes): `pipeline` holds the processes that split this pipeline, `processes` those
+  // that run the same ranks in the other pipelines, and each stage's gradients are averaged
+  // over every pipeline's replicas of it. Not on CUDA (whose host functions must not block:
+  // NCCL send/recv will carry it there): FailedPrecondition. null: this process holds every
   // rank.
   comm::Bootstrap* pipeline = nullptr;
 };
