@@ -72,7 +72,7 @@ std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& sc
       "\nrecompute=", c.recompute ? "all" : absl::StrJoin(recompute, ","),
       "\nbackend=", Absl(runtime::BackendName(kind)), "\nseed=", c.seed, "\ndata=", c.data_path,
       "\nsynthetic-samples=", c.synthetic_samples,
-      "\nstages split across the processes=", c.pipeline != nullptr ? "yes" : "no",
+      "\nprocesses per pipeline=", c.pipeline != nullptr ? c.pipeline->size() : 1,
       // Last: a differing order with the same flags is a searched or loaded schedule.
       "\nschedule order=", absl::Hex(order.value(), absl::kZeroPad16));
 }
@@ -91,8 +91,8 @@ absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerp
       const std::string b = i < theirs.size() ? theirs[i] : "";
       if (a == b) continue;
       return absl::FailedPreconditionError(absl::StrCat(
-          "process ", q, " was started with ", QuoteForMessage(b, 200), ", process 0 with ",
-          QuoteForMessage(a, 200),
+          "process ", processes.job_rank(q), " was started with ", QuoteForMessage(b, 200),
+          ", process ", processes.job_rank(0), " with ", QuoteForMessage(a, 200),
           ": every process of a job needs the same configuration (only the process rank "
           "differs)"));
     }
@@ -243,8 +243,9 @@ absl::StatusOr<std::vector<model::HostTensor>> Trainer::GatherByStage(
       std::vector<model::HostTensor> tensors;
       for (std::int64_t i = 0; in.ok() && i < n; ++i) tensors.push_back(TakeTensor(in));
       if (!in.ok()) {
-        return absl::InternalError(absl::StrCat("process ", q, " sent the tensors of its stages ('",
-                                                Absl(channel),
+        return absl::InternalError(absl::StrCat("process ",
+                                                config_.pipeline->job_rank(static_cast<int>(q)),
+                                                " sent the tensors of its stages ('", Absl(channel),
                                                 "') in a form this one cannot read"));
       }
       by_stage[s] = std::move(tensors);
@@ -392,15 +393,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   const scheduler::Schedule& schedule = checked.schedule;
   const runtime::BackendKind kind = *checked.kind;
   const int P = schedule.num_ranks(), D = config.replicas;
-  if (config.processes != nullptr && config.pipeline != nullptr) {
-    return absl::InvalidArgumentError(
-        "a job's processes either hold whole replicas (TrainerConfig::processes) or split the "
-        "pipeline's stages (TrainerConfig::pipeline), not both: give one");
-  }
-  if (comm::Bootstrap* job = t->job(); job != nullptr && job->size() > 1) {
-    // First, before anything is allocated: a process started with other flags fails here
-    // for every process, not in a collective that never matches.
-    PS_RETURN_IF_ERROR(CheckSameJob(*job, JobFingerprint(config, schedule, kind)));
+  // First, before anything is allocated: a process started with other flags fails here
+  // for every process, not in a collective that never matches. Both ways of a
+  // two-dimensional job: its pipelines' processes and its replicas' cover every process.
+  for (comm::Bootstrap* group : {config.pipeline, config.processes}) {
+    if (group != nullptr && group->size() > 1) {
+      PS_RETURN_IF_ERROR(CheckSameJob(*group, JobFingerprint(config, schedule, kind)));
+    }
   }
   PS_RETURN_IF_ERROR(CheckStages(config, checked));
   t->config_.stages = P;
@@ -512,7 +511,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                         .num_samples = SyntheticSamples(config, g),
                                                         .seed = config.seed}));
   }
-  if (t->job() != nullptr && t->job()->size() > 1) {
+  if (t->num_processes() > 1 || (config.pipeline != nullptr && config.pipeline->size() > 1)) {
     Fnv1a64 data;
     data.Add(t->data_.x.data(), t->data_.x.size() * sizeof(float));
     data.Add(t->data_.y.data(), t->data_.y.size() * sizeof(std::int32_t));
@@ -540,23 +539,30 @@ absl::Status Trainer::CheckProcessesAgree() {
     for (int s = 0; s < executor_->num_stages() && steps < 0; ++s) {
       if (runs_stage(s)) steps = chunk(0, s).step_count();
     }
-    return comm::CheckAgreement(
+    PS_RETURN_IF_ERROR(comm::CheckAgreement(
         *config_.pipeline, "state",
         "state (the parameters loaded, optimizer steps, data set and data position)",
         absl::StrCat(absl::Hex(imported_hash_, absl::kZeroPad16), " ", steps, " ",
-                     absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_));
+                     absl::Hex(data_hash_, absl::kZeroPad16), " ", cursor_)));
   }
   if (num_processes() == 1) return absl::OkStatus();
-  PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params, ExportParameters());
+  // The processes of a replica group hold the same stages (all of them, unless a pipeline
+  // is split): they compare those.
   Fnv1a64 h;
-  for (const model::HostTensor& tensor : params) {
-    h.Add(tensor.name);
-    h.Add(tensor.bytes);
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    if (!runs_stage(s)) continue;
+    PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params,
+                        chunk(0, s).ExportParameters());
+    for (const model::HostTensor& tensor : params) {
+      h.Add(tensor.name);
+      h.Add(tensor.bytes);
+    }
   }
   // The optimizer's state and step count (AdamW's bias correction): a checkpoint's, after
   // --resume; replica 0's, as the parameters (the replicas are identical).
   Fnv1a64 optimizer;
   for (int s = 0; s < executor_->num_stages(); ++s) {
+    if (!runs_stage(s)) continue;
     const model::Chunk& c = chunk(0, s);
     PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> state, c.ExportOptimizerState());
     for (const model::HostTensor& tensor : state) {

@@ -98,8 +98,11 @@ struct TrainerConfig {
   // owned): every process of the bootstrap creates its Trainer with the same
   // configuration (checked as for `processes`) and runs its block of the P ranks, for all
   // `replicas` replicas; each step feeds every process the same global batch (only the
-  // first stage's process reads the inputs, the last stage's the labels). Not with
-  // `processes` (InvalidArgument). ExportParameters (and so SaveParameters),
+  // first stage's process reads the inputs, the last stage's the labels). With
+  // `processes` too, a two-dimensional job (comm::SplitJob makes both): `pipeline` holds
+  // the processes of this process's pipeline, `processes` those that run the same ranks in
+  // the other pipelines, and every process of pipeline g feeds its replicas the g-th share
+  // of the job batch. ExportParameters (and so SaveParameters),
   // ExportOptimizerStates and checkpoint saving gather the stages from their processes
   // (an AllGather: every process receives the whole model), so every process must call
   // them; one that fails before its part (its stage's export) must call the bootstrap's
@@ -149,9 +152,10 @@ class Trainer {
 
   // Across processes (config().processes): FailedPrecondition unless every process holds
   // the same parameters, optimizer state (with its step count), data set and data position
-  // (compared by a 64-bit hash of each); with config().pipeline, whose processes hold
-  // different stages: the same tensors last imported (ImportParameters, LoadParameters,
-  // LoadCheckpoint), optimizer step count, data set and data position:
+  // (compared by a 64-bit hash of each; with a split pipeline, of its own stages); with
+  // config().pipeline, whose processes hold different stages: the same tensors last
+  // imported (ImportParameters, LoadParameters, LoadCheckpoint), optimizer step count,
+  // data set and data position (both, in a two-dimensional job):
   // Create checks it once the data is made; call it again after loading parameters or a
   // checkpoint (LoadParameters, LoadCheckpoint) on every process, since each process
   // reads its own copy of the file. OK at once within one process.
@@ -216,10 +220,6 @@ class Trainer {
   // Of the tensors ImportParameters last took (0: none), for CheckProcessesAgree with a
   // pipeline, whose processes cannot compare the stages they hold.
   std::uint64_t imported_hash_ = 0;
-  // The job's other processes: config_.processes, else config_.pipeline (null: none).
-  comm::Bootstrap* job() const {
-    return config_.processes != nullptr ? config_.processes : config_.pipeline;
-  }
   // Every stage's tensors from `local` (this process's stages; with a pipeline, the
   // others' gathered on `channel`), in stage order.
   absl::StatusOr<std::vector<model::HostTensor>> GatherByStage(

@@ -146,6 +146,75 @@ TEST(ProcessesTest, ProcessesThatSplitTheStagesTrainAsOneProcess) {
   }
 }
 
+// Every process of a two-dimensional job (comm::SplitJob(job, k)) on a thread each;
+// configs[q] is process q's.
+std::vector<JobRun> TrainGrid(std::vector<std::unique_ptr<comm::Bootstrap>>& job, int k,
+                              const std::vector<TrainerConfig>& configs) {
+  std::vector<JobRun> runs(job.size());
+  std::vector<std::thread> threads;
+  for (std::size_t q = 0; q < job.size(); ++q) {
+    threads.emplace_back([&, q] {
+      absl::StatusOr<comm::JobGrid> grid = comm::SplitJob(*job[q], k);
+      if (!grid.ok()) {
+        runs[q].status = grid.status();
+        return;
+      }
+      TrainerConfig config = configs[q];
+      config.pipeline = grid->pipeline.get();
+      config.processes = grid->replicas.get();
+      runs[q] = TrainAlone(config);
+      if (!runs[q].status.ok()) {
+        job[q]->Fail(std::string(runs[q].status.message()));
+        return;
+      }
+      runs[q].status = grid->pipeline->Close();
+      if (runs[q].status.ok()) runs[q].status = grid->replicas->Close();
+      if (runs[q].status.ok()) runs[q].status = job[q]->Close();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+// Four processes: two pipelines, each split across two of them. They train as one
+// process holding both replicas: the same parameters to the bit, and the loss the mean of
+// the pipelines'. A process started with another learning rate is named by its number in
+// the job, whichever of its groups finds it.
+TEST(ProcessesTest, PipelinesSplitAcrossProcessesTrainAsOneProcessOfTheirReplicas) {
+  for (const std::string schedule : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
+    JobRun one = TrainAlone(Config(schedule, 2));
+    PS_ASSERT_OK(one.status) << schedule;
+    PS_ASSERT_OK_AND_ASSIGN(auto job, comm::CreateInProcessBootstraps(4, {.timeout_seconds = 60}));
+    std::vector<JobRun> runs =
+        TrainGrid(job, /*k=*/2, std::vector<TrainerConfig>(4, Config(schedule, 1)));
+    for (int q = 0; q < 4; ++q) {
+      PS_ASSERT_OK(runs[q].status) << schedule << ", process " << q;
+      ExpectSameBits(runs[q].params, one.params, absl::StrCat(schedule, ", process ", q));
+      ASSERT_EQ(runs[q].losses.size(), one.losses.size());
+      for (int step = 0; step < kSteps; ++step) {
+        EXPECT_NEAR(runs[q].losses[step], one.losses[step], 1e-6 * one.losses[step])
+            << schedule << ", process " << q << ", step " << step;
+      }
+    }
+  }
+  std::vector<TrainerConfig> configs(4, Config("1f1b", 1));
+  configs[3].optimizer.adamw.lr *= 2;
+  PS_ASSERT_OK_AND_ASSIGN(auto job, comm::CreateInProcessBootstraps(4, {.timeout_seconds = 60}));
+  std::vector<JobRun> runs = TrainGrid(job, 2, configs);
+  // Process 3's pipeline is {1, 3}, its replicas {2, 3}: the pipeline's check comes first.
+  // Processes 1 and 3 find it (or hear it from the other first: "process 1 failed: ...");
+  // 0 and 2 hear it from whichever failed first.
+  for (int q = 0; q < 4; ++q) {
+    EXPECT_FALSE(runs[q].status.ok()) << "process " << q;
+    EXPECT_THAT(std::string(runs[q].status.message()),
+                HasSubstr("process 3 was started with \"lr=0.00200000009"))
+        << "process " << q;
+    EXPECT_THAT(std::string(runs[q].status.message()),
+                HasSubstr(", process 1 with \"lr=0.00100000004"))
+        << "process " << q;
+  }
+}
+
 // A split pipeline's checkpoint is the one process's, byte for byte: every process gathers
 // (MakeCheckpoint). --init given to one process only is found (the processes compare what
 // they loaded). (Resuming from it: CliMain.LaunchSplitsThePipelineAcrossProcesses.)
