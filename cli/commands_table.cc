@@ -87,12 +87,12 @@ const std::vector<Command>& AllCommands() {
        "      [--recompute | --recompute-stages=S,S,...|auto]\n"
        "      [--processes=N --process-rank=R --rendezvous=DIR | --mpi] "
        "[--rendezvous-timeout=300]\n"
-       "      [--split-stages]",
+       "      [--split-stages | --pipeline-processes=K]",
        "train the built-in MLP with a pipeline schedule; measured vs planned bubble",
        Training({"schedule", "stages", "microbatches", "from"},
                 {"init", "save", "save_every", "resume", "step_timeout", "trace", "svg", "json",
                  "save_costs", "search_steps", "recompute_stages", "processes", "process_rank",
-                 "rendezvous", "rendezvous_timeout", "mpi", "split_stages"}),
+                 "rendezvous", "rendezvous_timeout", "mpi", "split_stages", "pipeline_processes"}),
        &RunTrain},
       {"bench",
        "bench [--schedules=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-v] [--stages=2,4]\n"

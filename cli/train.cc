@@ -66,6 +66,11 @@ ABSL_FLAG(bool, split_stages, false,
           "processes split the pipeline's ranks in blocks (process q of N runs ranks r with "
           "r x N / P = q, for every replica) instead of each running whole replicas; "
           "activations and gradients cross between them as the job's messages; host backend");
+ABSL_FLAG(int, pipeline_processes, 0,
+          "with a job of N processes: each pipeline is split across K of them (K divides N), "
+          "and the N / K pipelines average their gradients as data-parallel replicas: process q "
+          "runs block q / (N / K) of the ranks, in pipeline q mod (N / K); --split-stages is "
+          "K = N; K = 1 is whole replicas in each process; host backend");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never (and, with --processes or --mpi, no process is judged gone "
@@ -219,12 +224,19 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
         "this process is one of ", size, " that an MPI launcher started (", variable, "=", size,
         "), and each would train alone: give --mpi to train as one job of ", size, " processes"));
   }
+  const bool k_given = FlagGiven(ctx, "pipeline_processes");
+  const int k = absl::GetFlag(FLAGS_pipeline_processes);
+  if (k_given && k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-processes=", k, " must be at least 1 (processes that split each pipeline)"));
+  }
   if (processes == 1 && !from_environment && !mpi) {
-    if (absl::GetFlag(FLAGS_split_stages)) {
-      return absl::InvalidArgumentError(
-          "--split-stages splits the pipeline across the processes of a job: start them with "
+    if (absl::GetFlag(FLAGS_split_stages) || k_given) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::GetFlag(FLAGS_split_stages) ? "--split-stages" : "--pipeline-processes",
+          " splits the pipeline across the processes of a job: start them with "
           "`pipesched launch --processes=N -- pipesched train ...`, give each --processes, "
-          "--process-rank and --rendezvous, or give --mpi under mpirun");
+          "--process-rank and --rendezvous, or give --mpi under mpirun"));
     }
     if (const std::optional<std::string> given =
             FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
@@ -271,18 +283,34 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
           "a schedule file (`simulate --schedule-json` writes one)"));
     }
   }
-  if (absl::GetFlag(FLAGS_split_stages)) {
+  // --processes is the job's size here, also in `launch`'s check (under MPI: after
+  // joining, PipelineProcesses).
+  if (k_given && !from_environment && !mpi && processes % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-processes=", k, " does not divide --processes=", processes,
+        ": give a divisor of ", processes, " (the job runs N / K pipelines of K processes)"));
+  }
+  const std::string split_flag =
+      k_given ? absl::StrCat("--pipeline-processes=", k) : std::string("--split-stages");
+  if (absl::GetFlag(FLAGS_split_stages) || (k_given && k > 1)) {
     if (absl::GetFlag(FLAGS_backend) == "cuda") {
-      return absl::InvalidArgumentError(
-          "--split-stages runs on the host backend only (on CUDA the crossings need NCCL "
-          "send/recv, not built yet): give --backend=host");
+      return absl::InvalidArgumentError(absl::StrCat(
+          split_flag,
+          " runs on the host backend only (on CUDA the crossings need NCCL send/recv, not "
+          "built yet): give --backend=host"));
     }
     // Each process runs at least one rank (with --from the file's P decides, later).
     if (const int stages = absl::GetFlag(FLAGS_stages);
-        absl::GetFlag(FLAGS_from).empty() && processes > stages) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--split-stages gives each process at least one pipeline rank: --processes=", processes,
-          " is more than --stages=", stages, "; give at most ", stages, " processes"));
+        absl::GetFlag(FLAGS_from).empty() && (k_given ? k : processes) > stages) {
+      return absl::InvalidArgumentError(
+          k_given ? absl::StrCat("--pipeline-processes=", k,
+                                 " gives each process at least one pipeline rank, and there "
+                                 "are --stages=",
+                                 stages, "; give at most ", stages)
+                  : absl::StrCat("--split-stages gives each process at least one pipeline "
+                                 "rank: --processes=",
+                                 processes, " is more than --stages=", stages, "; give at most ",
+                                 stages, " processes"));
     }
   }
   if (mpi) return Job::kMpi;
@@ -385,12 +413,42 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
   return SearchStepsFromFlags().status();
 }
 
+// How many processes split each pipeline: --pipeline-processes, else all of them with
+// --split-stages, else 1 (each holds whole replicas). InvalidArgument when it does not
+// divide the job (an MPI job's size is known only here).
+absl::StatusOr<int> PipelineProcesses(const comm::Bootstrap& processes) {
+  const int n = processes.size();
+  const int k = absl::GetFlag(FLAGS_pipeline_processes);
+  if (k == 0) return absl::GetFlag(FLAGS_split_stages) ? n : 1;
+  if (n % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-processes=", k, " does not divide the job's ", n,
+        " processes: give a divisor of ", n, " (the job runs N / K pipelines of K processes)"));
+  }
+  return k;
+}
+
 absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
-  // --split-stages: the processes split each pipeline instead of holding whole replicas.
-  const bool split = processes != nullptr && absl::GetFlag(FLAGS_split_stages);
-  (split ? config.pipeline : config.processes) = processes;
+  // --split-stages and --pipeline-processes: the processes split each pipeline, K to a
+  // pipeline, instead of holding whole replicas; with K < N the pipelines are
+  // data-parallel replicas of each other (groups of the job: comm::SplitJob).
+  int k = 1;
+  if (processes != nullptr) {
+    PS_ASSIGN_OR_RETURN(k, PipelineProcesses(*processes));
+  }
+  const bool split = k > 1;
+  comm::JobGrid grid;
+  if (!split) {
+    config.processes = processes;
+  } else if (k == processes->size()) {
+    config.pipeline = processes;
+  } else {
+    PS_ASSIGN_OR_RETURN(grid, comm::SplitJob(*processes, k));
+    config.pipeline = grid.pipeline.get();
+    config.processes = grid.replicas.get();
+  }
   // Process 0 writes the job's files; the others' parameters are the same, and their
   // timelines are their own replicas' only.
   const bool writes_files = processes == nullptr || processes->rank() == 0;
@@ -467,13 +525,23 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
         "process %d of %d (%s): pipeline ranks %d to %d of %d; activations and gradients "
         "between the processes' stages go as the job's messages\n",
         q, n, MeetingPlace(*processes), first, last, p);
+    if (k < n) {
+      std::vector<int> members;
+      for (int i = 0; i < k; ++i) members.push_back(config.pipeline->job_rank(i));
+      out << absl::StrFormat(
+          "pipeline %d of %d (processes %s); gradients averaged over the %d pipelines' %d "
+          "replicas; job batch %d\n",
+          config.processes->rank(), n / k, absl::StrJoin(members, ","), n / k,
+          n / k * config.replicas, trainer->job_batch());
+    }
     std::vector<std::string> unwritten;
     for (const auto& [flag, path] : outputs) {
       if (!path.empty()) unwritten.emplace_back(flag);
     }
     if (!writes_files && !unwritten.empty()) {
       out << "process 0 writes " << absl::StrJoin(unwritten, ", ")
-          << "; the measured figures below are the whole job's\n";
+          << (k < n ? "; the measured figures below are this pipeline's\n"
+                    : "; the measured figures below are the whole job's\n");
     }
   } else if (processes != nullptr) {
     std::vector<std::string> unwritten;
@@ -741,6 +809,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     // Each with `replicas` replicas, or, split, its block of every replica's ranks.
     j["processes"] = processes != nullptr ? processes->size() : 1;
     j["split_stages"] = split;
+    j["pipeline_processes"] = k;
     j["job_batch"] = trainer->job_batch();
     j["recompute"] = config.recompute;
     // The stages that did, whichever flag said so.

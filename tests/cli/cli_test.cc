@@ -2051,6 +2051,48 @@ TEST(CliTest, TrainSplitStagesIsCheckedBeforeJoining) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
 }
 
+// --pipeline-processes=K: K must divide the job and fit the pipeline, before joining.
+TEST(CliTest, TrainPipelineProcessesIsCheckedBeforeJoining) {
+  const std::string dir = ::testing::TempDir() + "/pipeline_processes_never_created";
+  auto run = [&](std::vector<std::string> flags, bool job = true) {
+    std::vector<std::string> args = {"train",      "--stages=2", "--microbatches=2",
+                                     "--layers=2", "--hidden=8", "--steps=1"};
+    if (flags.size() == 1) args.push_back("--backend=host");
+    if (job) {
+      for (const std::string& flag : {std::string("--processes=4"), std::string("--process-rank=0"),
+                                      absl::StrCat("--rendezvous=", dir)}) {
+        args.push_back(flag);
+      }
+    }
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunCli(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--pipeline-processes=3"},
+       "pipesched: --pipeline-processes=3 does not divide --processes=4: give a divisor of 4 (the "
+       "job runs N / K pipelines of K processes)\n"},
+      {{"--pipeline-processes=4"},
+       "pipesched: --pipeline-processes=4 gives each process at least one pipeline rank, and "
+       "there are --stages=2; give at most 2\n"},
+      {{"--pipeline-processes=0"},
+       "pipesched: --pipeline-processes=0 must be at least 1 (processes that split each "
+       "pipeline)\n"},
+      {{"--pipeline-processes=2", "--backend=cuda"},
+       "pipesched: --pipeline-processes=2 runs on the host backend only (on CUDA the crossings "
+       "need NCCL send/recv, not built yet): give --backend=host\n"},
+  };
+  for (const auto& [flags, error] : refused) {
+    RunResult r = run(flags);
+    EXPECT_EQ(r.code, 2) << flags[0];
+    EXPECT_EQ(r.err, error) << flags[0];
+  }
+  RunResult alone = run({"--pipeline-processes=2"}, /*job=*/false);
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_THAT(alone.err, HasSubstr("pipesched: --pipeline-processes splits the pipeline across "
+                                   "the processes of a job: start them with `pipesched launch"));
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
+}
+
 // train --mpi takes its job from MPI, so the flags that give a job otherwise are refused
 // with it; and a process that an MPI launcher started as one of several, without --mpi,
 // is refused rather than left to train alone (mpiexec runs are the ctest
