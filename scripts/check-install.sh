@@ -165,6 +165,17 @@ echo "$split_log"
 grep -q 'RECV_F' "$tmp/embed_trace_split.json" ||
   fail "$tmp/embed_trace_split.json has no RECV_F span of process 1's stage (rows not merged)"
 
+echo "== check-install: examples/embed as two pipelines of two processes (installed pipesched launch)"
+# comm::SplitJob: each pipeline split across two processes, the pipelines data-parallel
+# replicas of each other: process 0 prints the losses of the two-process data-parallel job.
+embed_flags=(--split)
+grid_log=$(check_embed "$tmp/embed/embed_example" "$tmp/embed_trace_grid.json" \
+  "$prefix/bin/pipesched" launch --processes=4 --) || exit 1
+embed_flags=()
+echo "$grid_log"
+[ "$(echo "$grid_log" | grep '^step')" = "$(echo "$launch_log" | grep '^step')" ] ||
+  fail "the embed_example as two pipelines of two processes did not train as two data-parallel processes"
+
 echo "== check-install: examples/planner against the installed package (no CUDA)"
 cmake -S examples/planner -B "$tmp/planner" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" >/dev/null

@@ -9,6 +9,9 @@
 //                                comm_bench --benchmark_filter=Mpi` (each runs the same
 //                                fixed number of iterations; process 0's figures are the
 //                                ones to read); skipped when not started by an MPI launcher.
+// BM_*GroupAllGather: the same AllGather through a group of both ranks
+// (CreateGroupBootstrap), which is a Send to the other rank and a Receive from it: what a
+// two-dimensional job's pipeline and replica groups pay per exchange.
 // The host backend's all-reduce across processes sends each gradient buffer of a stage
 // through one such exchange (docs/benchmarks.md, "Processes"), so /bytes is its size.
 #include <unistd.h>
@@ -45,9 +48,22 @@ void Echo(Bootstrap& rank1) {
 
 // One iteration: rank 0's AllGather (kAllGather) or its message there and back
 // (kRoundTrip), against rank 1 on a thread of its own.
-enum class Pattern { kAllGather, kRoundTrip };
+enum class Pattern { kAllGather, kRoundTrip, kGroupAllGather };
 
-void Run(benchmark::State& state, std::vector<std::unique_ptr<Bootstrap>>& ranks, Pattern pattern) {
+void Run(benchmark::State& state, std::vector<std::unique_ptr<Bootstrap>>& job, Pattern pattern) {
+  std::vector<std::unique_ptr<Bootstrap>> groups;
+  if (pattern == Pattern::kGroupAllGather) {
+    for (int r = 0; r < 2; ++r) {
+      absl::StatusOr<std::unique_ptr<Bootstrap>> group = CreateGroupBootstrap(*job[r], {0, 1}, "g");
+      if (!group.ok()) {
+        state.SkipWithError(std::string(group.status().message()).c_str());
+        return;
+      }
+      groups.push_back(*std::move(group));
+    }
+    pattern = Pattern::kAllGather;
+  }
+  std::vector<std::unique_ptr<Bootstrap>>& ranks = groups.empty() ? job : groups;
   const std::string payload(static_cast<std::size_t>(state.range(0)), 'g');
   std::thread helper([&] {
     if (pattern == Pattern::kAllGather) {
@@ -126,7 +142,18 @@ void Mpi(benchmark::State& state, Pattern pattern) {
     state.SkipWithError(std::string(bootstrap.status().message()).c_str());
     return;
   }
-  Bootstrap& b = **bootstrap;
+  std::unique_ptr<Bootstrap> group;
+  if (pattern == Pattern::kGroupAllGather) {
+    absl::StatusOr<std::unique_ptr<Bootstrap>> made =
+        CreateGroupBootstrap(**bootstrap, {0, 1}, "g");
+    if (!made.ok()) {
+      state.SkipWithError(std::string(made.status().message()).c_str());
+      return;
+    }
+    group = *std::move(made);
+    pattern = Pattern::kAllGather;
+  }
+  Bootstrap& b = group != nullptr ? *group : **bootstrap;
   const std::string payload(static_cast<std::size_t>(state.range(0)), 'g');
   const int peer = b.rank() == 0 ? 1 : 0;
   for (auto _ : state) {
@@ -147,7 +174,7 @@ void Mpi(benchmark::State& state, Pattern pattern) {
     }
   }
   state.SetBytesProcessed(state.iterations() * state.range(0) * 2);
-  (void)b.Close();
+  (void)(*bootstrap)->Close();
 }
 
 void BM_InProcessAllGather(benchmark::State& state) { InProcess(state, Pattern::kAllGather); }
@@ -156,15 +183,24 @@ void BM_FileAllGather(benchmark::State& state) { File(state, Pattern::kAllGather
 void BM_FileRoundTrip(benchmark::State& state) { File(state, Pattern::kRoundTrip); }
 void BM_MpiAllGather(benchmark::State& state) { Mpi(state, Pattern::kAllGather); }
 void BM_MpiRoundTrip(benchmark::State& state) { Mpi(state, Pattern::kRoundTrip); }
+void BM_InProcessGroupAllGather(benchmark::State& state) {
+  InProcess(state, Pattern::kGroupAllGather);
+}
+void BM_FileGroupAllGather(benchmark::State& state) { File(state, Pattern::kGroupAllGather); }
+void BM_MpiGroupAllGather(benchmark::State& state) { Mpi(state, Pattern::kGroupAllGather); }
 BENCHMARK(BM_InProcessAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_InProcessRoundTrip)->Arg(8)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_FileAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_FileRoundTrip)->Arg(8)->Arg(1 << 20)->UseRealTime();
+BENCHMARK(BM_InProcessGroupAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
+BENCHMARK(BM_FileGroupAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
 // Fixed iterations: every process must make the same exchanges.
 BENCHMARK(BM_MpiAllGather)->Arg(8)->Iterations(20000)->UseRealTime();
 BENCHMARK(BM_MpiAllGather)->Arg(1 << 20)->Iterations(500)->UseRealTime();
 BENCHMARK(BM_MpiRoundTrip)->Arg(8)->Iterations(20000)->UseRealTime();
 BENCHMARK(BM_MpiRoundTrip)->Arg(1 << 20)->Iterations(500)->UseRealTime();
+BENCHMARK(BM_MpiGroupAllGather)->Arg(8)->Iterations(20000)->UseRealTime();
+BENCHMARK(BM_MpiGroupAllGather)->Arg(1 << 20)->Iterations(500)->UseRealTime();
 
 }  // namespace
 }  // namespace pipesched::comm

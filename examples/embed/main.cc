@@ -23,7 +23,10 @@
 // gives each process one of the two stages instead (ExecutorOptions::pipeline): the
 // activations and gradients between them go as the bootstrap's messages, both train on
 // the whole batch and print the same losses as one process alone, and process 0 writes
-// the trace of both ranks.
+// the trace of both ranks. With more processes than stages (`launch --processes=4 --
+// embed_example --split`), comm::SplitJob makes pipelines of two processes that are
+// data-parallel replicas of each other: each pipeline trains on its own share, and
+// process 0 prints the losses the two-process data-parallel job prints.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -257,8 +260,19 @@ absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* proc
   constexpr int kStages = 2, kMicrobatches = 4, kSteps = 10;
   const int rank = processes == nullptr ? 0 : processes->rank();
   // The pipeline's two stages split across the processes, or each process a replica.
+  // Four processes split: pipelines of two, replicas of each other (the groups must
+  // outlive the executor, declared below).
   ps::stages::ExecutorOptions options;
-  (split ? options.pipeline : options.processes) = processes;
+  ps::comm::JobGrid grid;
+  if (split && processes->size() > kStages) {
+    absl::StatusOr<ps::comm::JobGrid> made = ps::comm::SplitJob(*processes, kStages);
+    if (!made.ok()) return made.status();
+    grid = std::move(made).value();
+    options.pipeline = grid.pipeline.get();
+    options.processes = grid.replicas.get();
+  } else {
+    (split ? options.pipeline : options.processes) = processes;
+  }
 
   // 1F1B over P = 2 ranks, M = 4 micro-batches; the executor validates it again.
   absl::StatusOr<ps::scheduler::Schedule> schedule = ps::scheduler::GenerateSchedule(
@@ -284,9 +298,10 @@ absl::Status Run(const std::string& trace_path, pipesched::comm::Bootstrap* proc
       ps::stages::Executor::Create(*schedule, **backend, factory, options);
   if (!executor.ok()) return executor.status();
 
-  // Split, every process steps on the whole batch (the first stage's reads the inputs,
-  // the last stage's the targets).
-  const Data data = MakeData(kMicrobatches, split ? 0 : rank);
+  // Split, every process of a pipeline steps on that pipeline's batch (the first stage's
+  // reads the inputs, the last stage's the targets); the replicas' shares differ.
+  const int share = options.processes != nullptr ? options.processes->rank() : 0;
+  const Data data = MakeData(kMicrobatches, share);
   const ps::stages::StepInputs inputs{
       .inputs = std::as_bytes(std::span<const float>(data.x)),
       .targets = std::as_bytes(std::span<const float>(data.t)),
