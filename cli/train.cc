@@ -230,8 +230,13 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-processes=", k, " must be at least 1 (processes that split each pipeline)"));
   }
+  if (k_given && absl::GetFlag(FLAGS_split_stages)) {
+    return absl::InvalidArgumentError(
+        "give --split-stages (the job's processes split one pipeline) or --pipeline-processes=K "
+        "(pipelines of K processes), not both");
+  }
   if (processes == 1 && !from_environment && !mpi) {
-    if (absl::GetFlag(FLAGS_split_stages) || k_given) {
+    if (absl::GetFlag(FLAGS_split_stages) || (k_given && k > 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           absl::GetFlag(FLAGS_split_stages) ? "--split-stages" : "--pipeline-processes",
           " splits the pipeline across the processes of a job: start them with "
@@ -452,6 +457,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   // Process 0 writes the job's files; the others' parameters are the same, and their
   // timelines are their own replicas' only.
   const bool writes_files = processes == nullptr || processes->rank() == 0;
+  // Split, a save gathers the stages: the other processes of process 0's pipeline take
+  // part (the other pipelines' hold the same).
+  const bool gathers_for_save =
+      split && !writes_files && (config.processes == nullptr || config.processes->rank() == 0);
   PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, writes_files ? Outputs::kOurs : Outputs::kNotOurs));
   const int steps = absl::GetFlag(FLAGS_steps);
   const std::string save = absl::GetFlag(FLAGS_save);
@@ -612,8 +621,8 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
           << std::flush;
     }
     last = std::move(result);
-    if (split && !writes_files && save_every > 0 && step % save_every == 0 && step < steps) {
-      // Process 0 gathers the stages to save them: every process takes part.
+    if (gathers_for_save && save_every > 0 && step % save_every == 0 && step < steps) {
+      // Process 0 gathers the stages to save them: its pipeline's processes take part.
       PS_RETURN_IF_ERROR(stages::MakeCheckpoint(*trainer).status());
     }
     if (writes_files && save_every > 0 && step % save_every == 0 && step < steps) {
@@ -760,8 +769,10 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     return absl::OkStatus();
   };
   if (!writes_files) {
-    // Process 0 gathers the stages to save them: every process takes part.
-    if (split && !save.empty()) PS_RETURN_IF_ERROR(stages::MakeCheckpoint(*trainer).status());
+    // Process 0 gathers the stages to save them: its pipeline's processes take part.
+    if (gathers_for_save && !save.empty()) {
+      PS_RETURN_IF_ERROR(stages::MakeCheckpoint(*trainer).status());
+    }
     return absl::OkStatus();
   }
   if (std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {

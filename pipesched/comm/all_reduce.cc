@@ -198,10 +198,11 @@ class HostAllReducer final : public AllReducer {
     for (int q = 0; q < static_cast<int>(all.size()); ++q) {
       if (q == own) continue;
       if (all[q].size() != mine.size()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "host all-reduce call ", call, " on channel '", Absl(r.across->channel), "': process ",
-            q, " sent ", all[q].size(), " bytes, this process ", mine.size(), " (", local,
-            " participants of ", r.count, " floats): every process must reduce the same buffers"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("host all-reduce call ", call, " on channel '", Absl(r.across->channel),
+                         "': process ", processes.job_rank(q), " sent ", all[q].size(),
+                         " bytes, this process ", mine.size(), " (", local, " participants of ",
+                         r.count, " floats): every process must reduce the same buffers"));
       }
       theirs[q].resize(local * r.count);
       if (!mine.empty()) std::memcpy(theirs[q].data(), all[q].data(), mine.size());

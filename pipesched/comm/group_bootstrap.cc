@@ -188,10 +188,11 @@ absl::StatusOr<JobGrid> SplitJob(Bootstrap& job, int pipeline_processes) {
   for (int i = 0; i < k; ++i) pipeline.push_back(i * groups + replica);
   for (int g = 0; g < groups; ++g) replicas.push_back(position * groups + g);
   JobGrid grid;
-  PS_ASSIGN_OR_RETURN(
-      grid.pipeline, CreateGroupBootstrap(job, std::move(pipeline), absl::StrCat("pipe", replica)));
+  // K in the names too: the grids of two K on one job never share a channel.
+  PS_ASSIGN_OR_RETURN(grid.pipeline, CreateGroupBootstrap(job, std::move(pipeline),
+                                                          absl::StrCat("pipe", k, "x", replica)));
   PS_ASSIGN_OR_RETURN(grid.replicas, CreateGroupBootstrap(job, std::move(replicas),
-                                                          absl::StrCat("repl", position)));
+                                                          absl::StrCat("repl", k, "x", position)));
   return grid;
 }
 

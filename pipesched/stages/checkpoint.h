@@ -38,8 +38,9 @@ struct CheckpointInfo {
 
 // Saves replica 0's parameters and optimizer state (replicas are identical after every
 // step), the step count and the data cursor. Call between steps. Errors name the file.
-// With TrainerConfig::pipeline every process must call it (the stages are gathered), or
-// call MakeCheckpoint on the processes that do not write.
+// With TrainerConfig::pipeline every process of the pipeline must call it (the stages are
+// gathered), or call MakeCheckpoint on the processes that do not write (in a
+// two-dimensional job, the processes of the pipeline that writes).
 absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path);
 // The checkpoint SaveCheckpoint writes, in memory (every process of a pipeline calls it).
 absl::StatusOr<model::SafetensorsFile> MakeCheckpoint(const Trainer& trainer);

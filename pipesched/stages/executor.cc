@@ -839,7 +839,8 @@ absl::Status Executor::MeasureClockOffset() {
     const std::int64_t who = in.Int();
     const double offset = in.Real();
     if (!in.ok() || who != q) {
-      return absl::InternalError("process 0 sent clock offsets this process cannot read");
+      return absl::InternalError(absl::StrCat("process ", pipeline.job_rank(0),
+                                              " sent clock offsets this process cannot read"));
     }
     if (q == pipeline.rank()) clock_offset_micros_ = offset;
   }

@@ -101,7 +101,8 @@ struct ExecutorOptions {
   // timeline, beside the RECV_F and SEND_B of the receiving and sending stage. Create
   // exchanges every stage's sizes ("executor-stages") and checks that the processes run
   // the same schedule ("executor-schedule"), then measures each process's steady clock
-  // against process 0's (the quickest of 8 round trips of messages on
+  // against process 0's (the pipeline's rank 0: in a two-dimensional job, the
+  // first process of this pipeline; the quickest of 8 round trips of messages on
   // "executor-clock"; 0 for a process on process 0's host, by their boot ids, whose
   // steady clocks are one). Each Step ends with an exchange of every process's rows
   // ("executor-step"), so that every process returns the whole StepResult: the loss, and

@@ -387,15 +387,26 @@ absl::Status Trainer::CheckConfig(const TrainerConfig& config) {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Build(config);
+  // In a two-dimensional job a check that fails in one group (say, the pipeline's) is not
+  // seen by the processes of the other, which would wait for this one.
+  if (!t.ok() && config.pipeline != nullptr && config.processes != nullptr) {
+    config.pipeline->Fail(std::string(t.status().message()));
+  }
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& config) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
   PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckShape(config, /*resolve_auto=*/true));
   const scheduler::Schedule& schedule = checked.schedule;
   const runtime::BackendKind kind = *checked.kind;
   const int P = schedule.num_ranks(), D = config.replicas;
-  // First, before anything is allocated: a process started with other flags fails here
-  // for every process, not in a collective that never matches. Both ways of a
-  // two-dimensional job: its pipelines' processes and its replicas' cover every process.
+  // First, before anything is allocated: a process started with other flags fails here,
+  // not in a collective that never matches. Both ways of a two-dimensional job: its
+  // pipelines' processes and its replicas' cover every process (and Create fails the job
+  // for the processes of the group that did not see it).
   for (comm::Bootstrap* group : {config.pipeline, config.processes}) {
     if (group != nullptr && group->size() > 1) {
       PS_RETURN_IF_ERROR(CheckSameJob(*group, JobFingerprint(config, schedule, kind)));
@@ -521,16 +532,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     const int N = t->num_processes();
     return absl::InvalidArgumentError(absl::StrCat(
         "the data set has ", t->data_.num_samples(), " samples but one step needs ", g,
-        N > 1 ? absl::StrCat(" (processes x replicas x microbatches x microbatch-size = ", N, " x ",
-                             D, " x ")
+        N > 1 ? absl::StrCat(" (", config.pipeline != nullptr ? "pipelines" : "processes",
+                             " x replicas x microbatches x microbatch-size = ", N, " x ", D, " x ")
               : absl::StrCat(" (replicas x microbatches x microbatch-size = ", D, " x "),
         t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
   }
-  PS_RETURN_IF_ERROR(t->CheckProcessesAgree());
+  PS_RETURN_IF_ERROR(t->CompareAcrossProcesses());
   return t;
 }
 
 absl::Status Trainer::CheckProcessesAgree() {
+  absl::Status same = CompareAcrossProcesses();
+  // As in Create: the other group of a two-dimensional job would wait for this process.
+  if (!same.ok() && config_.pipeline != nullptr && config_.processes != nullptr) {
+    config_.pipeline->Fail(std::string(same.message()));
+  }
+  return same;
+}
+
+absl::Status Trainer::CompareAcrossProcesses() {
   if (config_.pipeline != nullptr && config_.pipeline->size() > 1) {
     // The processes hold different stages: they compare what they loaded them from (one
     // given --init or --resume that another was not is what this finds), the optimizer

@@ -123,6 +123,10 @@ class Trainer {
   // holds at its peak (stages/memory_check.h) do not fit where they live. A plan that
   // passes may still exhaust memory during a step when the host runs ahead of the
   // streams (the check is a floor) unless device_memory_bytes is set.
+  // In a two-dimensional job (both TrainerConfig::processes and ::pipeline), a failure
+  // also fails the job (Bootstrap::Fail): a check fails in one group of processes only,
+  // and those of the other would wait for this one. (With one of them, every process
+  // sees a failed check; after another failure, call the bootstrap's Fail yourself.)
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
   // The checks of Create that need no backend, memory, data or other process: the sizes,
   // the model, the schedule (generated or validated), the backend's name, the partition,
@@ -158,7 +162,8 @@ class Trainer {
   // data set and data position (both, in a two-dimensional job):
   // Create checks it once the data is made; call it again after loading parameters or a
   // checkpoint (LoadParameters, LoadCheckpoint) on every process, since each process
-  // reads its own copy of the file. OK at once within one process.
+  // reads its own copy of the file. OK at once within one process. In a two-dimensional
+  // job a failure also fails the job (as Create's).
   absl::Status CheckProcessesAgree();
 
   // One step on the next global batch of the data set (cycling through it); blocks until
@@ -210,6 +215,9 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // Create and CheckProcessesAgree, less their failing a two-dimensional job.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerConfig& config);
+  absl::Status CompareAcrossProcesses();
   TrainerConfig config_;
   std::unique_ptr<runtime::Backend> backend_;
   std::vector<LayerRange> partition_;

@@ -2080,6 +2080,9 @@ TEST(CliTest, TrainPipelineProcessesIsCheckedBeforeJoining) {
       {{"--pipeline-processes=2", "--backend=cuda"},
        "pipesched: --pipeline-processes=2 runs on the host backend only (on CUDA the crossings "
        "need NCCL send/recv, not built yet): give --backend=host\n"},
+      {{"--pipeline-processes=2", "--split-stages"},
+       "pipesched: give --split-stages (the job's processes split one pipeline) or "
+       "--pipeline-processes=K (pipelines of K processes), not both\n"},
   };
   for (const auto& [flags, error] : refused) {
     RunResult r = run(flags);
@@ -2090,6 +2093,10 @@ TEST(CliTest, TrainPipelineProcessesIsCheckedBeforeJoining) {
   EXPECT_EQ(alone.code, 2);
   EXPECT_THAT(alone.err, HasSubstr("pipesched: --pipeline-processes splits the pipeline across "
                                    "the processes of a job: start them with `pipesched launch"));
+  // K = 1 splits nothing: a process alone trains as without it.
+  RunResult one = run({"--pipeline-processes=1"}, /*job=*/false);
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("step 1/1"));
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
 }
 

@@ -197,10 +197,12 @@ struct GridRun {
 // split across K processes, each process with `replicas` local replicas of its ranks.
 // The job's batch is R x replicas x M micro-batches; pipeline group g takes the g-th
 // share.
-std::vector<GridRun> RunGrid(const scheduler::Schedule& schedule, int replicas, int k, int r) {
+// `failing`: a process whose stages fail their F of micro-batch 1 (-1: none).
+std::vector<GridRun> RunGrid(const scheduler::Schedule& schedule, int replicas, int k, int r,
+                             int failing = -1) {
   const int n = k * r, m = schedule.num_microbatches;
   std::vector<GridRun> runs(n);
-  auto job = comm::CreateInProcessBootstraps(n, {.timeout_seconds = 30});
+  auto job = comm::CreateInProcessBootstraps(n, {.timeout_seconds = 120});
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return runs;
   std::vector<std::thread> threads;
@@ -215,9 +217,12 @@ std::vector<GridRun> RunGrid(const scheduler::Schedule& schedule, int replicas, 
       run.pipeline_rank = grid->pipeline->rank();
       run.replica_group = grid->replicas->rank();
       auto backend = HostBackend(schedule.num_ranks() * replicas);
+      ToyOptions toy = kToy;
+      if (q == failing) toy.fail_forward_of_microbatch = 1;
       absl::StatusOr<std::unique_ptr<Executor>> ex =
-          Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), kToy),
+          Executor::Create(schedule, *backend, ToyFactory(schedule.num_stages(), toy),
                            {.num_replicas = replicas,
+                            .step_timeout_seconds = 120,
                             .processes = grid->replicas.get(),
                             .pipeline = grid->pipeline.get()});
       if (!ex.ok()) {
@@ -316,6 +321,25 @@ TEST(PipelineProcessesTest, PipelinesSplitAcrossProcessesAverageAcrossPipelines)
     EXPECT_NE(grid[0].losses, grid[1].losses);
   }
   EXPECT_GE(runs, 15);
+}
+
+// Process 3 (pipeline 1's stage 1) fails its F: its pipeline partner, which waits for its
+// gradients, and the other pipeline's two, which wait for its all-reduce, all stop at once
+// with its reason, long before any timeout (120 s).
+TEST(PipelineProcessesTest, AFailureInOnePipelineStopsEveryPipeline) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<GridRun> grid = RunGrid(schedule, 1, /*k=*/2, /*r=*/2, /*failing=*/3);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20);
+  EXPECT_THAT(grid[3].status, StatusIs(absl::StatusCode::kInternal, HasSubstr("toy F of stage 1")));
+  for (int q = 0; q < 3; ++q) {
+    EXPECT_THAT(grid[q].status,
+                StatusIs(absl::StatusCode::kAborted, HasSubstr("process 3 failed: ")))
+        << "process " << q;
+    EXPECT_THAT(grid[q].status.message(), HasSubstr("toy F of stage 1")) << "process " << q;
+  }
 }
 
 // With exact memory accounting the host thread waits, while it issues, for the frees its

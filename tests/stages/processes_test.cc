@@ -162,11 +162,9 @@ std::vector<JobRun> TrainGrid(std::vector<std::unique_ptr<comm::Bootstrap>>& job
       TrainerConfig config = configs[q];
       config.pipeline = grid->pipeline.get();
       config.processes = grid->replicas.get();
+      // No Fail here on an error: a failure in one group must reach the other by itself.
       runs[q] = TrainAlone(config);
-      if (!runs[q].status.ok()) {
-        job[q]->Fail(std::string(runs[q].status.message()));
-        return;
-      }
+      if (!runs[q].status.ok()) return;
       runs[q].status = grid->pipeline->Close();
       if (runs[q].status.ok()) runs[q].status = grid->replicas->Close();
       if (runs[q].status.ok()) runs[q].status = job[q]->Close();
