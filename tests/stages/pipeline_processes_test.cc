@@ -75,6 +75,35 @@ struct SplitOptions {
   bool exact_memory_accounting = false;
 };
 
+// kSteps steps of `ex`, each on share `share` of `shares` equal shares of the step's
+// ToyData (replicas x M micro-batches each), then the values of this process's stages.
+void StepAndCollect(Executor& ex, const scheduler::Schedule& schedule, int replicas, int shares,
+                    int share, ProcessRun& run) {
+  const std::size_t values =
+      static_cast<std::size_t>(replicas) * schedule.num_microbatches * kValuesPerMicrobatch;
+  const std::size_t from = values * static_cast<std::size_t>(share);
+  std::vector<float> x, t;
+  for (int step = 0; step < kSteps; ++step) {
+    ToyData(step, shares * replicas * schedule.num_microbatches, kValuesPerMicrobatch, x, t);
+    const std::vector<float> mine_x(x.begin() + from, x.begin() + from + values);
+    const std::vector<float> mine_t(t.begin() + from, t.begin() + from + values);
+    absl::StatusOr<StepResult> r = ex.Step(AsInputs(mine_x, mine_t));
+    if (!r.ok()) {
+      run.status = r.status();
+      return;
+    }
+    run.losses.push_back(r->loss);
+    run.results.push_back(*std::move(r));
+  }
+  for (int d = 0; d < replicas; ++d) {
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      if (!ex.runs_stage(s)) continue;
+      auto& toy_stage = static_cast<ToyStage&>(ex.work(d, s));
+      run.params.push_back({d, s, toy_stage.a(), toy_stage.b()});
+    }
+  }
+}
+
 // One thread per bootstrap, each running its part of `schedule` (D = replicas) for
 // kSteps steps on its own host backend.
 std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replicas,
@@ -96,24 +125,7 @@ std::vector<ProcessRun> RunSplit(const scheduler::Schedule& schedule, int replic
         run.status = ex.status();
         return;
       }
-      std::vector<float> x, t;
-      for (int step = 0; step < kSteps; ++step) {
-        ToyData(step, replicas * schedule.num_microbatches, kValuesPerMicrobatch, x, t);
-        absl::StatusOr<StepResult> r = (*ex)->Step(AsInputs(x, t));
-        if (!r.ok()) {
-          run.status = r.status();
-          return;
-        }
-        run.losses.push_back(r->loss);
-        run.results.push_back(*std::move(r));
-      }
-      for (int d = 0; d < replicas; ++d) {
-        for (int s = 0; s < schedule.num_stages(); ++s) {
-          if (!(*ex)->runs_stage(s)) continue;
-          auto& toy_stage = static_cast<ToyStage&>((*ex)->work(d, s));
-          run.params.push_back({d, s, toy_stage.a(), toy_stage.b()});
-        }
-      }
+      StepAndCollect(**ex, schedule, replicas, /*shares=*/1, /*share=*/0, run);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -183,13 +195,9 @@ TEST(PipelineProcessesTest, EverySplitScheduleTrainsAsOneProcess) {
   EXPECT_GE(runs, 30);
 }
 
-// A process of a two-dimensional job (comm::SplitJob): its pipeline's stage values and
-// its timeline, which holds its whole pipeline.
-struct GridRun {
-  absl::Status status;
-  std::vector<double> losses;
-  std::vector<ProcessRun::Param> params;
-  std::vector<trace::Timeline> timelines;
+// A process of a two-dimensional job (comm::SplitJob): its run (whose timelines hold its
+// whole pipeline) and where it sits.
+struct GridRun : ProcessRun {
   int pipeline_rank = -1, replica_group = -1;
 };
 
@@ -200,7 +208,7 @@ struct GridRun {
 // `failing`: a process whose stages fail their F of micro-batch 1 (-1: none).
 std::vector<GridRun> RunGrid(const scheduler::Schedule& schedule, int replicas, int k, int r,
                              int failing = -1) {
-  const int n = k * r, m = schedule.num_microbatches;
+  const int n = k * r;
   std::vector<GridRun> runs(n);
   auto job = comm::CreateInProcessBootstraps(n, {.timeout_seconds = 120});
   EXPECT_TRUE(job.ok()) << job.status();
@@ -229,28 +237,7 @@ std::vector<GridRun> RunGrid(const scheduler::Schedule& schedule, int replicas, 
         run.status = ex.status();
         return;
       }
-      const std::size_t share = static_cast<std::size_t>(replicas) * m * kValuesPerMicrobatch;
-      std::vector<float> x, t;
-      for (int step = 0; step < kSteps; ++step) {
-        ToyData(step, r * replicas * m, kValuesPerMicrobatch, x, t);
-        const std::size_t from = share * static_cast<std::size_t>(run.replica_group);
-        const std::vector<float> mine_x(x.begin() + from, x.begin() + from + share);
-        const std::vector<float> mine_t(t.begin() + from, t.begin() + from + share);
-        absl::StatusOr<StepResult> result = (*ex)->Step(AsInputs(mine_x, mine_t));
-        if (!result.ok()) {
-          run.status = result.status();
-          return;
-        }
-        run.losses.push_back(result->loss);
-        run.timelines.push_back(result->timeline);
-      }
-      for (int d = 0; d < replicas; ++d) {
-        for (int s = 0; s < schedule.num_stages(); ++s) {
-          if (!(*ex)->runs_stage(s)) continue;
-          auto& toy_stage = static_cast<ToyStage&>((*ex)->work(d, s));
-          run.params.push_back({d, s, toy_stage.a(), toy_stage.b()});
-        }
-      }
+      StepAndCollect(**ex, schedule, replicas, /*shares=*/r, run.replica_group, run);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -309,9 +296,9 @@ TEST(PipelineProcessesTest, PipelinesSplitAcrossProcessesAverageAcrossPipelines)
         const int process = schedule.placement.RankOf(s) * 2 / c.p;
         EXPECT_EQ(stages.count(s), process == q / 2 ? 1u : 0u) << "process " << q << " stage " << s;
       }
-      ASSERT_EQ(run.timelines.size(), static_cast<std::size_t>(kSteps));
+      ASSERT_EQ(run.results.size(), static_cast<std::size_t>(kSteps));
       std::set<int> rows;
-      for (const trace::Span& span : run.timelines.back().spans) {
+      for (const trace::Span& span : run.results.back().timeline.spans) {
         if (span.op == "F") rows.insert(span.rank);
       }
       EXPECT_EQ(rows.size(), static_cast<std::size_t>(c.p * c.d)) << "process " << q;
