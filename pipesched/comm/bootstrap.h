@@ -142,7 +142,9 @@ absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std:
 // outlive it. Its AllGather and Send/Receive are `job`'s point-to-point messages between
 // the members, on channels of the group's own ("<name>_..."), so groups exchange
 // independently of each other and of `job`'s own collectives, with `job`'s timeouts and
-// failure detection; a part of its AllGather is 8 bytes smaller than `job`'s. A member
+// failure detection (a timeout's message names the group and its channel; the job's
+// own point-to-point channels must not begin with a group's name and '_'); a part of its
+// AllGather is 8 bytes smaller than `job`'s. A member
 // given the same name but other members (or another order) makes the first AllGather
 // fail with FailedPrecondition naming the process; one given another name exchanges on
 // other channels, so the others wait for it until `job`'s timeout. Abort, Failure and Fail are

@@ -53,7 +53,7 @@ class GroupBootstrap final : public Bootstrap {
                                                      std::string_view bytes) override {
     PS_RETURN_IF_ERROR(internal::CheckChannel(channel));
     PS_RETURN_IF_ERROR(CheckOpen());
-    return Gather(JobChannel('g', channel), bytes);
+    return Gather(JobChannel('g', channel), bytes, channel);
   }
 
   absl::Status Send(int to, std::string_view channel, std::string_view bytes) override {
@@ -67,7 +67,9 @@ class GroupBootstrap final : public Bootstrap {
     PS_RETURN_IF_ERROR(internal::CheckChannel(channel));
     PS_RETURN_IF_ERROR(internal::CheckPeer(from, rank_, size()));
     PS_RETURN_IF_ERROR(CheckOpen());
-    return job_.Receive(members_[from], JobChannel('p', channel));
+    absl::StatusOr<std::string> got = job_.Receive(members_[from], JobChannel('p', channel));
+    if (!got.ok()) return InGroup(got.status(), channel);
+    return got;
   }
 
   // The job's: a group's waits are the job's Receives, which only the job's Abort ends.
@@ -78,7 +80,7 @@ class GroupBootstrap final : public Bootstrap {
   absl::Status Close() override {
     PS_RETURN_IF_ERROR(CheckOpen());
     // Every member's exchanges are over once each has come here; the job stays open.
-    absl::Status barrier = Gather(JobChannel('c', "close"), "").status();
+    absl::Status barrier = Gather(JobChannel('c', "close"), "", "(close)").status();
     closed_.store(true, std::memory_order_release);
     return barrier;
   }
@@ -103,8 +105,18 @@ class GroupBootstrap final : public Bootstrap {
                         absl::Hex(hash.value(), absl::kZeroPad16));
   }
 
+  // A timeout names the job's channel ("<name>_g<channel>"): say which group's and which
+  // of its channels that is.
+  absl::Status InGroup(const absl::Status& status, std::string_view channel) const {
+    if (!absl::IsDeadlineExceeded(status)) return status;
+    return absl::DeadlineExceededError(absl::StrCat("in the group '", name_, "' of processes [",
+                                                    absl::StrJoin(members_, ", "), "], channel '",
+                                                    Absl(channel), "': ", status.message()));
+  }
+
   absl::StatusOr<std::vector<std::string>> Gather(const std::string& channel,
-                                                  std::string_view bytes) {
+                                                  std::string_view bytes,
+                                                  std::string_view group_channel) {
     // Each part starts with the group's id: a member given other members or another
     // name is found at its first exchange, not as a wait that never ends.
     const std::string part = absl::StrCat(id_, Absl(bytes));
@@ -118,7 +130,9 @@ class GroupBootstrap final : public Bootstrap {
         all[q] = std::string(bytes);
         continue;
       }
-      PS_ASSIGN_OR_RETURN(std::string theirs, job_.Receive(members_[q], channel));
+      absl::StatusOr<std::string> received = job_.Receive(members_[q], channel);
+      if (!received.ok()) return InGroup(received.status(), group_channel);
+      std::string theirs = *std::move(received);
       if (!theirs.starts_with(id_)) {
         return absl::FailedPreconditionError(
             absl::StrCat("process ", job_.job_rank(members_[q]), " is not in the same group '",

@@ -195,6 +195,19 @@ TEST(GroupBootstrapTest, AGroupKeepsTheContractAndNamesTheJobsProcesses) {
   for (const absl::Status& s : job_closed) PS_EXPECT_OK(s);
 }
 
+// A member that never comes: the job's timeout, naming the group and its channel (not only
+// the job's channel the group's messages travel on).
+TEST(GroupBootstrapTest, ATimeoutNamesTheGroupAndItsChannel) {
+  PS_ASSERT_OK_AND_ASSIGN(auto job, CreateInProcessBootstraps(3, {.timeout_seconds = 0.2}));
+  PS_ASSERT_OK_AND_ASSIGN(auto group, CreateGroupBootstrap(*job[2], {2, 0}, "late"));
+  EXPECT_THAT(group->AllGather("stage-1", "x"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("in the group 'late' of processes [2, 0], channel 'stage-1': ")));
+  EXPECT_THAT(group->Receive(1, "act"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("in the group 'late' of processes [2, 0], channel 'act': ")));
+}
+
 TEST(GroupBootstrapTest, MembersThatDisagreeAreNamed) {
   PS_ASSERT_OK_AND_ASSIGN(auto job, CreateInProcessBootstraps(3, {.timeout_seconds = 20}));
   // Process 1 lists the members in another order: the group's ranks would not match.
