@@ -136,7 +136,9 @@ class HostAllReducer final : public AllReducer {
       return over() || r.arrived == static_cast<int>(r.data.size());
     };
     bool timed_out = false;
-    if (timeout_seconds > 0) {
+    // Past 30 years a timeout is none (as the bootstrap's: its duration would overflow the
+    // clock, and the wait would end at once).
+    if (timeout_seconds > 0 && timeout_seconds <= 1e9) {
       timed_out =
           !r.cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds), over_or_all_here);
     } else {

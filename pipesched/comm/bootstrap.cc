@@ -127,6 +127,12 @@ std::optional<std::chrono::steady_clock::time_point> DeadlineAfter(double second
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+absl::Status CheckExchangeTimeout(double seconds) {
+  if (seconds >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the bootstrap's exchange timeout must be >= 0 seconds (0 = until aborted), not ", seconds));
+}
+
 absl::Status CheckHeartbeatTimeout(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0 || (seconds > 0 && seconds < 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1074,6 +1080,7 @@ absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std:
 absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstraps(
     int size, const BootstrapOptions& options) {
   PS_RETURN_IF_ERROR(CheckRankAndSize(0, size));
+  PS_RETURN_IF_ERROR(internal::CheckExchangeTimeout(options.timeout_seconds));
   auto group = std::make_shared<Group>(size, options);
   std::vector<std::unique_ptr<Bootstrap>> out;
   for (int r = 0; r < size; ++r) out.push_back(std::make_unique<InProcessBootstrap>(group, r));
@@ -1087,6 +1094,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateFileBootstrap(const std::string
   if (dir.empty()) {
     return absl::InvalidArgumentError("the rendezvous directory is empty: give a path");
   }
+  PS_RETURN_IF_ERROR(internal::CheckExchangeTimeout(options.timeout_seconds));
   PS_RETURN_IF_ERROR(internal::CheckHeartbeatTimeout(options.heartbeat_timeout_seconds));
   auto bootstrap = std::make_unique<FileBootstrap>(dir, rank, size, options);
   PS_RETURN_IF_ERROR(bootstrap->Join());

@@ -34,7 +34,8 @@ namespace pipesched::comm {
 struct BootstrapOptions {
   // How long one exchange waits for the other ranks before failing with
   // DeadlineExceeded naming the ranks that have not arrived (a rank that failed, or was
-  // never started). 0 = until Abort().
+  // never started). 0 (or past 1e9 s) = until Abort(); negative or NaN: every factory
+  // refuses it (InvalidArgument).
   double timeout_seconds = 300;
   // File kind (the MPI kind beats by messages instead: CreateMpiBootstrap): the heartbeat. From the
   // start of its first exchange until its close exchange is done, each rank rewrites
@@ -142,12 +143,15 @@ absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std:
 // outlive it. Its AllGather and Send/Receive are `job`'s point-to-point messages between
 // the members, on channels of the group's own ("<name>_..."), so groups exchange
 // independently of each other and of `job`'s own collectives, with `job`'s timeouts and
-// failure detection (a timeout's message names the group and its channel; the job's
+// failure detection (each Receive waits up to `job`'s timeout, so an AllGather of n
+// members whose parts come late one after another may wait up to n - 1 timeouts; a
+// timeout's message names the group and its channel; the job's
 // own point-to-point channels must not begin with a group's name and '_'); a part of its
 // AllGather is 8 bytes smaller than `job`'s. A member
 // given the same name but other members (or another order) makes the first AllGather
-// fail with FailedPrecondition naming the process; one given another name exchanges on
-// other channels, so the others wait for it until `job`'s timeout. Abort, Failure and Fail are
+// fail with FailedPrecondition naming the process when the members' lists include each
+// other; otherwise (another name, or lists that do not meet) they exchange on other
+// channels or with other processes, and wait until `job`'s timeout. Abort, Failure and Fail are
 // `job`'s (a failure is the whole job's); Close is a barrier of the members that leaves `job` open
 // (`job` is closed by its owner, after its groups). kind() is `job`'s. InvalidArgument for a bad
 // name, no members, a member outside [0, job.size()) or given twice, and when this process
@@ -173,7 +177,10 @@ struct JobGrid {
 // cross between hosts (Megatron-LM orders its ranks so too). K = 1: each process holds
 // whole pipelines (`pipeline` is a group of one); K = N: one pipeline (`replicas` is a
 // group of one). InvalidArgument unless K >= 1 divides N. Creates groups only (no
-// exchange); every process of `job` calls it with the same K.
+// exchange); every process of `job` calls it with the same K. The groups' names are
+// fixed by K and the process's place ("pipe<K>x<g>", "repl<K>x<b>"): two grids of one K
+// alive at once on one job would share channels, so make one per K (grids of different
+// K do not meet).
 absl::StatusOr<JobGrid> SplitJob(Bootstrap& job, int pipeline_processes);
 
 // `size` bootstraps linked in memory; element r is rank r. InvalidArgument for size < 1.

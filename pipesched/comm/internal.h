@@ -34,6 +34,9 @@ std::optional<std::chrono::steady_clock::time_point> DeadlineAfter(double second
 // OK, or InvalidArgument for a heartbeat timeout that is negative, not finite, or above
 // 0 but under 2 s (BootstrapOptions::heartbeat_timeout_seconds).
 absl::Status CheckHeartbeatTimeout(double seconds);
+// OK, or InvalidArgument for an exchange timeout that is negative or NaN
+// (BootstrapOptions::timeout_seconds; 0 and anything past 1e9 s wait until aborted).
+absl::Status CheckExchangeTimeout(double seconds);
 // A failing rank's reason as the others quote it: one line of at most 1000 bytes.
 std::string FailureReason(std::string_view reason);
 

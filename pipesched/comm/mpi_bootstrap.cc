@@ -787,6 +787,7 @@ void FinalizeAtExit() {
 bool MpiBootstrapBuilt() { return true; }
 
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateMpiBootstrap(const BootstrapOptions& options) {
+  PS_RETURN_IF_ERROR(internal::CheckExchangeTimeout(options.timeout_seconds));
   PS_RETURN_IF_ERROR(internal::CheckHeartbeatTimeout(options.heartbeat_timeout_seconds));
   PS_RETURN_IF_ERROR(InitializeMpi());
   MPI_Comm comm = MPI_COMM_NULL;

@@ -149,8 +149,8 @@ class Stream {
   virtual absl::Status EnqueueHost(std::function<absl::Status()> fn) = 0;
   // Occupies the stream for `microseconds` (host: the worker sleeps; CUDA: a one-thread
   // kernel spins on the GPU's global timer). Synthetic stage durations and tests.
-  // Enqueued on this stream; returns immediately. InvalidArgument for a negative or NaN
-  // duration.
+  // Enqueued on this stream; returns immediately. InvalidArgument for a duration outside
+  // [0, 3.6e9] (an hour) or NaN.
   virtual absl::Status EnqueueBusyWait(double microseconds) = 0;
   // Blocks the host until all enqueued work is done; returns the first error of work
   // run on this stream, if any (and keeps returning it: a failed stream stays failed).

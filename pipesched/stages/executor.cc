@@ -124,6 +124,19 @@ Executor::~Executor() {
   ranks_.clear();
 }
 
+namespace {
+
+// The bootstrap whose Fail reaches the job's other processes: the pipeline's (in a
+// two-dimensional job a group's Fail is the whole job's), else the replicas' when there
+// are other processes; null for a process alone.
+comm::Bootstrap* JobOf(const ExecutorOptions& options) {
+  if (options.pipeline != nullptr) return options.pipeline;
+  if (options.processes != nullptr && options.processes->size() > 1) return options.processes;
+  return nullptr;
+}
+
+}  // namespace
+
 int Executor::process_of_rank(int rank) const {
   if (options_.pipeline == nullptr) return 0;
   return static_cast<int>(static_cast<std::int64_t>(rank) * options_.pipeline->size() /
@@ -205,10 +218,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
                                                            const StageWorkFactory& factory,
                                                            const ExecutorOptions& options) {
   absl::StatusOr<std::unique_ptr<Executor>> ex = Build(schedule, backend, factory, options);
-  // The other processes of a split pipeline may be waiting in an exchange of Build's:
-  // they stop with this reason instead of at their timeout.
-  if (!ex.ok() && options.pipeline != nullptr) {
-    options.pipeline->Fail(std::string(ex.status().message()));
+  // The job's other processes may be waiting in an exchange of Build's, or would wait in
+  // the first step's: they stop with this reason instead of at their timeout.
+  if (comm::Bootstrap* job = JobOf(options); !ex.ok() && job != nullptr) {
+    job->Fail(std::string(ex.status().message()));
   }
   return ex;
 }
@@ -217,9 +230,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
                                                           runtime::Backend& backend,
                                                           const StageWorkFactory& factory,
                                                           const ExecutorOptions& options) {
-  if (options.num_replicas < 1) {
+  // The upper limit keeps replicas x processes (each at most 4096) inside an int.
+  if (options.num_replicas < 1 || options.num_replicas > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the number of data-parallel replicas must be at least 1, not ", options.num_replicas));
+        "the number of data-parallel replicas must be in [1, 4096], not ", options.num_replicas));
   }
   if (!factory) {
     return absl::InvalidArgumentError(
@@ -231,6 +245,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
   }
   PS_RETURN_IF_ERROR(scheduler::Validate(schedule));
   if (comm::Bootstrap* pipeline = options.pipeline; pipeline != nullptr) {
+    if (pipeline == options.processes && pipeline->size() > 1) {
+      return absl::InvalidArgumentError(
+          "ExecutorOptions::pipeline and ::processes are one bootstrap: a process cannot both "
+          "split a pipeline with and hold replicas beside the same processes; give each its "
+          "group of the job (comm::SplitJob)");
+    }
     if (backend.kind() != runtime::BackendKind::kHost) {
       return absl::FailedPreconditionError(
           "a pipeline split across processes runs on the host backend only: on CUDA its "
@@ -241,6 +261,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
           absl::StrCat("a pipeline of ", schedule.num_ranks(), " ranks cannot be split across ",
                        pipeline->size(), " processes: give at most ", schedule.num_ranks(),
                        " (each process runs at least one rank)"));
+    }
+    // A two-dimensional job: the replicas of a block of ranks must hold the same block.
+    if (options.processes != nullptr && options.processes->size() > 1) {
+      PS_RETURN_IF_ERROR(comm::CheckAgreement(
+          *options.processes, "executor-grid", "place in its pipeline",
+          absl::StrCat("process ", pipeline->rank(), " of ", pipeline->size())));
     }
   }
   auto ex = std::unique_ptr<Executor>(new Executor());
@@ -1624,16 +1650,16 @@ absl::StatusOr<StepResult> Executor::Step(const StepInputs& inputs) {
   if (!failed_step_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a previous step of this executor failed (", failed_step_.message(),
-        options_.pipeline != nullptr
-            ? "): the job of a pipeline split across processes has failed; start it again"
-            : "): its streams stay failed; make a new Executor"));
+        JobOf(options_) != nullptr ? "): the job of several processes has failed; start it again"
+                                   : "): its streams stay failed; make a new Executor"));
   }
   absl::StatusOr<StepResult> result = RunStep(inputs);
-  if (!result.ok() && options_.pipeline != nullptr) {
-    // The other processes wait for this one's messages, or its exchange at the step's
-    // end: they stop now, with this reason. Its exchanges are out of step from here.
+  if (comm::Bootstrap* job = JobOf(options_); !result.ok() && job != nullptr) {
+    // The other processes wait for this one's messages, its all-reduces, or its exchange
+    // at the step's end: they stop now, with this reason. Its exchanges are out of step
+    // from here.
     if (failed_step_.ok()) failed_step_ = result.status();
-    options_.pipeline->Fail(std::string(result.status().message()));
+    job->Fail(std::string(result.status().message()));
   }
   return result;
 }

@@ -386,17 +386,43 @@ absl::Status Trainer::CheckConfig(const TrainerConfig& config) {
   return CheckStages(config, checked);
 }
 
+namespace {
+
+// The bootstraps of `config` that hold other processes: 0 (alone), 1 (a job of one kind,
+// or one of a two-dimensional job's groups of one) or 2.
+int GroupsOfSeveral(const TrainerConfig& config) {
+  int n = 0;
+  for (const comm::Bootstrap* group : {config.pipeline, config.processes}) {
+    n += group != nullptr && group->size() > 1;
+  }
+  return n;
+}
+
+// The bootstrap whose Fail stops the job's other processes (null alone).
+comm::Bootstrap* JobToFail(const TrainerConfig& config) {
+  if (config.pipeline != nullptr && config.pipeline->size() > 1) return config.pipeline;
+  if (config.processes != nullptr && config.processes->size() > 1) return config.processes;
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config) {
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Build(config);
-  // In a two-dimensional job a check that fails in one group (say, the pipeline's) is not
-  // seen by the processes of the other, which would wait for this one.
-  if (!t.ok() && config.pipeline != nullptr && config.processes != nullptr) {
-    config.pipeline->Fail(std::string(t.status().message()));
+  bool everyone_saw = false;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Build(config, &everyone_saw);
+  // The others would wait for this process: after a failure of its own (memory, its
+  // devices, a data file), and, in a two-dimensional job, after a check that failed in
+  // one group (the other group's processes do not see it).
+  if (comm::Bootstrap* job = JobToFail(config); !t.ok() && job != nullptr && !everyone_saw) {
+    job->Fail(std::string(t.status().message()));
   }
   return t;
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& config) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& config,
+                                                        bool* everyone_saw) {
+  // A check of the one group of a job's processes fails in every process at once.
+  const bool one_group = GroupsOfSeveral(config) == 1;
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
   PS_ASSIGN_OR_RETURN(CheckedConfig checked, CheckShape(config, /*resolve_auto=*/true));
@@ -409,7 +435,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
   // for the processes of the group that did not see it).
   for (comm::Bootstrap* group : {config.pipeline, config.processes}) {
     if (group != nullptr && group->size() > 1) {
-      PS_RETURN_IF_ERROR(CheckSameJob(*group, JobFingerprint(config, schedule, kind)));
+      absl::Status same = CheckSameJob(*group, JobFingerprint(config, schedule, kind));
+      if (!same.ok()) {
+        *everyone_saw = one_group;
+        return same;
+      }
     }
   }
   PS_RETURN_IF_ERROR(CheckStages(config, checked));
@@ -537,15 +567,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
               : absl::StrCat(" (replicas x microbatches x microbatch-size = ", D, " x "),
         t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
   }
-  PS_RETURN_IF_ERROR(t->CompareAcrossProcesses());
+  if (absl::Status same = t->CompareAcrossProcesses(); !same.ok()) {
+    *everyone_saw = one_group;
+    return same;
+  }
   return t;
 }
 
 absl::Status Trainer::CheckProcessesAgree() {
   absl::Status same = CompareAcrossProcesses();
   // As in Create: the other group of a two-dimensional job would wait for this process.
-  if (!same.ok() && config_.pipeline != nullptr && config_.processes != nullptr) {
-    config_.pipeline->Fail(std::string(same.message()));
+  if (comm::Bootstrap* job = JobToFail(config_);
+      !same.ok() && job != nullptr && GroupsOfSeveral(config_) == 2) {
+    job->Fail(std::string(same.message()));
   }
   return same;
 }

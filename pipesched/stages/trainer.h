@@ -123,10 +123,11 @@ class Trainer {
   // holds at its peak (stages/memory_check.h) do not fit where they live. A plan that
   // passes may still exhaust memory during a step when the host runs ahead of the
   // streams (the check is a floor) unless device_memory_bytes is set.
-  // In a two-dimensional job (both TrainerConfig::processes and ::pipeline), a failure
-  // also fails the job (Bootstrap::Fail): a check fails in one group of processes only,
-  // and those of the other would wait for this one. (With one of them, every process
-  // sees a failed check; after another failure, call the bootstrap's Fail yourself.)
+  // In a job of several processes (TrainerConfig::processes, ::pipeline), a failure also
+  // fails the job (Bootstrap::Fail), so that the others stop with its reason rather than
+  // wait for this process: any failure of its own, and, in a two-dimensional job, a check
+  // that failed in one group of processes (the other group's do not see it). Not a
+  // failed check of a job's one group, which every process reports itself.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
   // The checks of Create that need no backend, memory, data or other process: the sizes,
   // the model, the schedule (generated or validated), the backend's name, the partition,
@@ -196,7 +197,9 @@ class Trainer {
   std::int64_t stage_state_bytes(int stage) const;
   runtime::Backend& backend() const { return *backend_; }
   std::int64_t global_batch() const;  // D x M x B: this process's replicas
-  // Every process's replicas together: global_batch() x the number of processes.
+  // Every process's replicas together: global_batch() x the processes that hold replicas
+  // (TrainerConfig::processes: the pipelines of a two-dimensional job; 1 for a pipeline
+  // split across every process).
   std::int64_t job_batch() const;
   int num_processes() const { return config_.processes != nullptr ? config_.processes->size() : 1; }
   int process_rank() const { return config_.processes != nullptr ? config_.processes->rank() : 0; }
@@ -215,8 +218,10 @@ class Trainer {
 
  private:
   Trainer() = default;
-  // Create and CheckProcessesAgree, less their failing a two-dimensional job.
-  static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerConfig& config);
+  // Create and CheckProcessesAgree, less their failing the job; `everyone_saw`: the
+  // failure is a check that every process of the job made and failed.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerConfig& config,
+                                                        bool* everyone_saw);
   absl::Status CompareAcrossProcesses();
   TrainerConfig config_;
   std::unique_ptr<runtime::Backend> backend_;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -159,6 +160,14 @@ TEST(BootstrapTest, BadArgumentsAreRefused) {
                        HasSubstr("rank 2 is out of range for 2 processes: use 0 to 1")));
   EXPECT_THAT(CreateFileBootstrap("", 0, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("give a path")));
+  for (double bad : {-1.0, std::nan("")}) {
+    EXPECT_THAT(CreateInProcessBootstraps(2, {.timeout_seconds = bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("the bootstrap's exchange timeout must be >= 0 seconds")));
+    EXPECT_THAT(CreateFileBootstrap(FreshDir("timeout"), 0, 2, {.timeout_seconds = bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("the bootstrap's exchange timeout must be >= 0 seconds")));
+  }
   PS_ASSERT_OK_AND_ASSIGN(auto ranks, CreateInProcessBootstraps(1));
   for (std::string_view channel : {"", "a/b", "~close", "a b"}) {
     EXPECT_THAT(ranks[0]->AllGather(channel, ""),

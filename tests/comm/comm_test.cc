@@ -141,6 +141,25 @@ TEST(HostAllReduceTest, AveragesAndHoldsEveryStreamUntilDone) {
   }
 }
 
+// A timeout past 30 years is none: the reduction waits for the late participant rather
+// than giving up at once (its duration would overflow the clock).
+TEST(HostAllReduceTest, AHugeTimeoutIsNone) {
+  Replicas r = MakeReplicas(2, 4);
+  PS_ASSERT_OK_AND_ASSIGN(auto reducer, CreateAllReducer(r.devices, {.timeout_seconds = 1e10}));
+  std::vector<ReducePart> parts;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> init(4, static_cast<float>(i));
+    PS_ASSERT_OK(r.devices[i]->CopyFromHost(r.buffers[i].data(), init.data(), 4 * sizeof(float)));
+    parts.push_back({.data = r.buffers[i].as<float>(), .stream = r.streams[i].get()});
+  }
+  PS_ASSERT_OK(r.streams[1]->EnqueueBusyWait(20000));
+  PS_ASSERT_OK(reducer->AllReduceAverage(parts, 4));
+  for (auto& s : r.streams) PS_ASSERT_OK(s->Synchronize());
+  std::vector<float> got(4);
+  PS_ASSERT_OK(r.devices[0]->CopyToHost(got.data(), r.buffers[0].data(), 4 * sizeof(float)));
+  EXPECT_EQ(got[3], 0.5f);
+}
+
 TEST(HostAllReduceTest, ConsecutiveCallsStayOrdered) {
   constexpr int kD = 2;
   Replicas r = MakeReplicas(kD, 4);

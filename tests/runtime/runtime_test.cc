@@ -12,8 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -245,6 +247,21 @@ TEST_P(HostRuntime, TimingEventsMeasureWorkAndAreMonotonic) {
   EXPECT_LT(timing.elapsed_ms, 1000);
   EXPECT_GE(timing.start_us, 0);
   EXPECT_NEAR(timing.end_us - timing.start_us, timing.elapsed_ms * 1000, 1e-6);
+}
+
+// A busy wait outside [0, an hour] is refused: an infinite one would overflow the clock
+// and end at once.
+TEST_P(HostRuntime, BusyWaitsOutsideAnHourAreRefused) {
+  auto backend = Host();
+  PS_ASSERT_OK_AND_ASSIGN(auto stream, backend->device(0).CreateStream("s"));
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(), 3.7e9}) {
+    EXPECT_THAT(stream->EnqueueBusyWait(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("EnqueueBusyWait: microseconds must be in [0, 3.6e9]")))
+        << bad;
+  }
+  PS_EXPECT_OK(stream->EnqueueBusyWait(0));
+  PS_EXPECT_OK(stream->Synchronize());
 }
 
 TEST_P(HostRuntime, TimestampsFollowStreamOrder) {

@@ -310,6 +310,37 @@ TEST(PipelineProcessesTest, PipelinesSplitAcrossProcessesAverageAcrossPipelines)
   EXPECT_GE(runs, 15);
 }
 
+// Groups wired by hand so that the two replicas of a block are different blocks of their
+// pipelines (process 0 and 3 are replicas, but 0 is its pipeline's first and 3 its
+// second): named at Create.
+TEST(PipelineProcessesTest, ReplicasOfDifferentBlocksAreRefused) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      scheduler::Schedule schedule,
+      scheduler::GenerateSchedule("1f1b", {.num_ranks = 2, .num_microbatches = 4}));
+  PS_ASSERT_OK_AND_ASSIGN(auto job, comm::CreateInProcessBootstraps(4, {.timeout_seconds = 30}));
+  const std::vector<std::vector<int>> pipelines = {{0, 1}, {0, 1}, {2, 3}, {2, 3}};
+  const std::vector<std::vector<int>> replicas = {{0, 3}, {1, 2}, {1, 2}, {0, 3}};
+  std::vector<absl::Status> created(4);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < 4; ++q) {
+    threads.emplace_back([&, q] {
+      auto pipeline = comm::CreateGroupBootstrap(*job[q], pipelines[q], "p");
+      auto replica = comm::CreateGroupBootstrap(*job[q], replicas[q], "r");
+      ASSERT_TRUE(pipeline.ok() && replica.ok());
+      auto backend = HostBackend(2);
+      created[q] = Executor::Create(schedule, *backend, ToyFactory(2, kToy),
+                                    {.processes = replica.value().get(), .pipeline = pipeline.value().get()})
+                       .status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int q = 0; q < 4; ++q) {
+    EXPECT_THAT(std::string(created[q].message()),
+                HasSubstr("'s place in its pipeline differs from process "))
+        << "process " << q << ": " << created[q];
+  }
+}
+
 // Process 3 (pipeline 1's stage 1) fails its F: its pipeline partner, which waits for its
 // gradients, and the other pipeline's two, which wait for its all-reduce, all stop at once
 // with its reason, long before any timeout (120 s).
@@ -674,6 +705,12 @@ TEST(PipelineProcessesTest, WhatCannotBeSplitIsRefused) {
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("a pipeline of 2 ranks cannot be split across 3 processes: give "
                          "at most 2")));
+  // One bootstrap for both: refused, not left to wait in an all-reduce that never pairs.
+  PS_ASSERT_OK_AND_ASSIGN(auto both, comm::CreateInProcessBootstraps(2));
+  EXPECT_THAT(Executor::Create(schedule, *backend, ToyFactory(2, kToy),
+                               {.processes = both[0].get(), .pipeline = both[0].get()}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ExecutorOptions::pipeline and ::processes are one bootstrap")));
   // The two processes generated different schedules: named before any step.
   PS_ASSERT_OK_AND_ASSIGN(
       scheduler::Schedule gpipe,

@@ -5,6 +5,7 @@
 // the others.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -311,6 +312,36 @@ TEST(ProcessesTest, AProcessThatFailsStopsTheOthers) {
   EXPECT_THAT(runs[0].status,
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("process 1 failed: the micro-batch size must be at least 1")));
+}
+
+// A failure of one process's own (its device memory cap, which the processes need not
+// share) fails the job at Create: the others stop with its reason at once rather than
+// wait for it in their next exchange until the timeout. Both kinds of job.
+TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split" : "replicas");
+    PS_ASSERT_OK_AND_ASSIGN(auto processes,
+                            comm::CreateInProcessBootstraps(2, {.timeout_seconds = 60}));
+    std::vector<absl::Status> created(2);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int q = 0; q < 2; ++q) {
+      threads.emplace_back([&, q] {
+        TrainerConfig config = Config("1f1b", 1);
+        (split ? config.pipeline : config.processes) = processes[q].get();
+        if (q == 1) config.device_memory_bytes = 1024;
+        absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+        created[q] = trainer.status();
+        // No Fail here: Create's own.
+        if (trainer.ok()) created[q] = (*trainer)->Step().status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30);
+    EXPECT_THAT(created[1], StatusIs(absl::StatusCode::kResourceExhausted,
+                                     HasSubstr("does not fit the device memory cap")));
+    EXPECT_THAT(created[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+  }
 }
 
 // After --resume each process has loaded its own copy of a checkpoint: one whose

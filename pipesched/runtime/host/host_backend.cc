@@ -574,9 +574,11 @@ absl::Status HostStream::EnqueueHost(std::function<absl::Status()> fn) {
 }
 
 absl::Status HostStream::EnqueueBusyWait(double microseconds) {
-  if (!(microseconds >= 0)) {
+  // As the CUDA stream's: an hour at most (an infinite or huge duration would overflow
+  // the clock, and the wait would end at once).
+  if (!(microseconds >= 0 && microseconds <= 3.6e9)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("EnqueueBusyWait: microseconds must be >= 0, not ", microseconds));
+        absl::StrCat("EnqueueBusyWait: microseconds must be in [0, 3.6e9], not ", microseconds));
   }
   EnqueueInternal([core = core_, microseconds] {
     std::unique_lock<std::mutex> lock(core->sleep_mu);
