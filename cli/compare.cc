@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <string>
@@ -132,7 +133,8 @@ struct Row {
 Row MakeRow(const scheduler::ComparedSchedule& c) {
   Row row{.c = &c,
           .step = c.sim.step_time,
-          .rank_key = std::stod(absl::StrFormat("%.10g", c.sim.step_time))};
+          // strtod, not stod: a subnormal step (costs of 1e-310) reads back, where stod throws.
+          .rank_key = std::strtod(absl::StrFormat("%.10g", c.sim.step_time).c_str(), nullptr)};
   for (const scheduler::RankStats& rank : c.sim.ranks) {
     row.peak_stage_activations =
         std::max(row.peak_stage_activations,
@@ -335,12 +337,33 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+// Whether a compared schedule splits the backward into I and W (every one searched for
+// its costs does; an unknown name or a shape refused counts as one: CompareSchedules
+// reports it). Only then must B be I + W.
+bool AnySplitsBackward(const Request& r) {
+  for (const std::string& name : r.schedules) {
+    const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
+    if (info == nullptr || info->uses_costs) return true;
+    absl::StatusOr<scheduler::Schedule> schedule = scheduler::GenerateSchedule(
+        name, {.num_ranks = r.p, .num_microbatches = r.m, .num_chunks = r.v});
+    if (!schedule.ok() || schedule->SplitsBackward()) return true;
+  }
+  return false;
+}
+
 absl::Status Compare(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Request r, RequestFromFlags(ctx));
   // The costs describe the P stages of a one-chunk cut (CheckOneChunkCosts).
   std::string source;
   PS_ASSIGN_OR_RETURN(scheduler::CostModel costs,
                       UncheckedCostsFromFlags(ctx, scheduler::ScheduleFile{}, "", &source));
+  // A file's I and W that do not add up to its B are no one's business when every
+  // schedule compared runs B: they are set to B's halves (as --cost-b alone sets them),
+  // which nothing reads. Given as flags, they were meant: still checked.
+  if (!FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w") && !AnySplitsBackward(r)) {
+    costs.uniform.i = costs.uniform.w = costs.uniform.b / 2;
+    for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
+  }
   if (absl::Status fit = scheduler::CheckOneChunkCosts(costs, r.p); !fit.ok()) {
     return source.empty() ? fit
                           : absl::InvalidArgumentError(absl::StrCat(source, ": ", fit.message()));

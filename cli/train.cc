@@ -596,9 +596,23 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
       // The first loss comes before any update of this run: no learning rate made it.
       return absl::InternalError(absl::StrCat(
           "step ", step, ": the loss is ", result.loss,
-          step == 1 ? " before any update: the forward pass overflows fp32 with these inputs "
-                      "and parameters (they are finite: checked when loaded); scale the "
-                      "inputs (--data) down"
+          step == 1 ? absl::StrCat(
+                          " before any update: the forward pass overflows fp32 with these "
+                          "inputs and parameters (they are finite: checked when loaded); ",
+                          !resume.empty() || !absl::GetFlag(FLAGS_init).empty()
+                              ? absl::StrCat("the parameters loaded from ",
+                                             !resume.empty() ? resume : absl::GetFlag(FLAGS_init),
+                                             " are too large for them")
+                              : "",
+                          (!resume.empty() || !absl::GetFlag(FLAGS_init).empty()) &&
+                                  !absl::GetFlag(FLAGS_data).empty()
+                              ? ", or "
+                              : "",
+                          !absl::GetFlag(FLAGS_data).empty() ? "scale the inputs (--data) down"
+                          : resume.empty() && absl::GetFlag(FLAGS_init).empty()
+                              ? "the synthetic data and seeded initial values should not do "
+                                "this: please report it"
+                              : "")
                     : absl::StrCat("; training diverged (inputs, labels and initial values are "
                                    "checked when loaded): lower --lr or --weight-decay",
                                    absl::GetFlag(FLAGS_data).empty()
@@ -630,6 +644,12 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
       if (!ctx.out_is_terminal)
         out << "saved " << save << " after step " << resumed_at + step << "\n";
     }
+  }
+  // The last update comes after the last loss: a run that diverged there has finite
+  // losses and parameters that are not (which no --init or --resume could load).
+  if (absl::Status finite = trainer->CheckParametersFinite(); !finite.ok()) {
+    return absl::InternalError(absl::StrCat("after step ", steps, " the parameter ",
+                                            finite.message(), ": lower --lr or --weight-decay"));
   }
 
   // Steady state: leave the first step (warm-up) out when there are more; the medians

@@ -1,6 +1,7 @@
 #include "cli/training.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -53,6 +54,11 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   PS_RETURN_IF_ERROR(Positive("hidden", config.model.d_hidden, 1 << 16));
   PS_RETURN_IF_ERROR(Positive("inputs", config.model.d_in, 1 << 16));
   PS_RETURN_IF_ERROR(Positive("classes", config.model.num_classes, 1 << 20));
+  if (config.model.num_classes == 1) {
+    return absl::InvalidArgumentError(
+        "--classes=1: a softmax over one class has nothing to learn (its loss is always 0); "
+        "give at least 2");
+  }
   if (std::string p = absl::GetFlag(FLAGS_partition); !p.empty()) {
     for (absl::string_view part : absl::StrSplit(p, ',')) {
       int n = 0;
@@ -82,14 +88,18 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   double lr = absl::GetFlag(FLAGS_lr);
   double momentum = absl::GetFlag(FLAGS_momentum);
   double wd = absl::GetFlag(FLAGS_weight_decay);
-  if (!(lr > 0) || !std::isfinite(lr)) {
-    return absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be a positive number"));
+  // The optimizer computes in fp32: a value past its range would be inf.
+  constexpr double kMaxFloat = std::numeric_limits<float>::max();
+  if (!(lr > 0) || !(lr <= kMaxFloat)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr=", lr, " must be a positive number that fp32 holds (at most 3.4e38)"));
   }
   if (!(momentum >= 0 && momentum < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("--momentum=", momentum, " must be in [0, 1)"));
   }
-  if (!(wd >= 0) || !std::isfinite(wd)) {
-    return absl::InvalidArgumentError(absl::StrCat("--weight-decay=", wd, " must be >= 0"));
+  if (!(wd >= 0) || !(wd <= kMaxFloat)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-decay=", wd, " must be >= 0 and a number that fp32 holds (at most 3.4e38)"));
   }
   config.optimizer.sgd.lr = static_cast<float>(lr);
   config.optimizer.sgd.momentum = static_cast<float>(momentum);

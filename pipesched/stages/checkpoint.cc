@@ -104,6 +104,12 @@ absl::StatusOr<model::SafetensorsFile> MakeCheckpoint(const Trainer& trainer) {
     t.name = kOptimizerPrefix + t.name;
     file.tensors.push_back(std::move(t));
   }
+  // LoadCheckpoint refuses such a file: say so now. Every process of a split pipeline
+  // has the whole model here, so all of them refuse alike.
+  if (absl::Status finite = Trainer::CheckFinite(file.tensors); !finite.ok()) {
+    return absl::Status(finite.code(),
+                        absl::StrCat("no checkpoint after step ", step, ": ", finite.message()));
+  }
   const TrainerConfig& c = trainer.config();
   file.metadata = Configuration(trainer);
   file.metadata["format"] = kFormat;

@@ -43,6 +43,8 @@ struct CheckpointInfo {
 // two-dimensional job, the processes of the pipeline that writes).
 absl::Status SaveCheckpoint(const Trainer& trainer, const std::string& path);
 // The checkpoint SaveCheckpoint writes, in memory (every process of a pipeline calls it).
+// FailedPrecondition when a parameter or optimizer state is not finite (Trainer::CheckFinite):
+// LoadCheckpoint would refuse it.
 absl::StatusOr<model::SafetensorsFile> MakeCheckpoint(const Trainer& trainer);
 
 // Restores a checkpoint into every replica of `trainer` (with TrainerConfig::pipeline,

@@ -2,6 +2,7 @@
 #include "pipesched/stages/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -813,9 +814,38 @@ absl::Status Trainer::LoadParameters(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::CheckFinite(const std::vector<model::HostTensor>& tensors) {
+  for (const model::HostTensor& t : tensors) {
+    if (t.dtype != model::DType::kF32) continue;
+    for (std::size_t k = 0; k < t.bytes.size() / sizeof(float); ++k) {
+      float v;
+      std::memcpy(&v, t.bytes.data() + k * sizeof(float), sizeof(float));
+      if (!std::isfinite(v)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("'", t.name, "' holds ", v, " at element ", k,
+                         ": training diverged (an update after the last finite loss)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckParametersFinite() const {
+  for (int s = 0; s < executor_->num_stages(); ++s) {
+    if (!runs_stage(s)) continue;
+    PS_ASSIGN_OR_RETURN(const std::vector<model::HostTensor> params,
+                        chunk(0, s).ExportParameters());
+    PS_RETURN_IF_ERROR(CheckFinite(params));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::SaveParameters(const std::string& path) const {
   model::SafetensorsFile file;
   PS_ASSIGN_OR_RETURN(file.tensors, ExportParameters());
+  if (absl::Status finite = CheckFinite(file.tensors); !finite.ok()) {
+    return absl::Status(finite.code(), absl::StrCat("not saving ", path, ": ", finite.message()));
+  }
   file.metadata["format"] = "pt";
   file.metadata["producer"] = "pipesched";
   return model::WriteSafetensors(path, file);

@@ -152,8 +152,16 @@ class Trainer {
   // taken (`*step`); with config().pipeline gathered as ExportParameters. Internal when
   // two stages took different numbers of steps.
   absl::StatusOr<std::vector<model::HostTensor>> ExportOptimizerStates(std::int64_t* step) const;
-  // Atomic write (temporary file, fsync, rename).
+  // Atomic write (temporary file, fsync, rename). FailedPrecondition, writing nothing,
+  // when a parameter is not finite (CheckFinite).
   absl::Status SaveParameters(const std::string& path) const;
+  // OK, or FailedPrecondition naming the first tensor of `tensors` (F32) that holds a
+  // value that is not finite, and where: training that diverged in an update after its
+  // last loss (which is finite) leaves such parameters, which nothing can load.
+  static absl::Status CheckFinite(const std::vector<model::HostTensor>& tensors);
+  // CheckFinite of this process's stages' parameters (replica 0's; the replicas are
+  // identical). Local: no exchange.
+  absl::Status CheckParametersFinite() const;
 
   // Across processes (config().processes): FailedPrecondition unless every process holds
   // the same parameters, optimizer state (with its step count), data set and data position

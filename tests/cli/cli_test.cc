@@ -1715,6 +1715,11 @@ TEST(CliTrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train", "--optimizer=lamb"}, "--optimizer=lamb is not one of sgd, adamw"},
       {{"train", "--backend=tpu"}, "--backend=tpu is not one of auto, host, cuda"},
       {{"train", "--lr=0"}, "--lr=0 must be a positive number"},
+      // Past fp32's range the optimizer's values would be inf.
+      {{"train", "--lr=1e39"}, "--lr=1e+39 must be a positive number that fp32 holds"},
+      {{"train", "--weight-decay=1e39"},
+       "--weight-decay=1e+39 must be >= 0 and a number that fp32 holds (at most 3.4e38)"},
+      {{"train", "--classes=1"}, "--classes=1: a softmax over one class has nothing to learn"},
       {{"train", "--steps=0"}, "--steps=0 is out of range"},
       {{"train", "--replicas=0"}, "--replicas=0 is out of range"},
       {{"train", "--partition=2,x"}, "'x' is not a positive layer count"},

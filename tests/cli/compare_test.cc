@@ -1,11 +1,13 @@
 // `pipesched compare` in-process: the ranking at equal work, the memory column against
 // --device-memory, per-stage cost files, the outputs, and one-line errors.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cli/cli_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -101,6 +103,30 @@ TEST(CompareTest, BAloneSplitsEvenlyIntoIAndW) {
             "pipesched: cost model: B=4 is not I + W = 2 (I=1, W=1): schedules that split the "
             "backward would do other work than those that do not; give I and W that add up to "
             "B\n");
+}
+
+// A costs file whose I and W do not add up to B: refused when a compared schedule splits
+// the backward, and beside the point (not read) when none does.
+TEST(CompareTest, ACostFilesSplitMattersOnlyToSchedulesThatSplit) {
+  const std::string path = ::testing::TempDir() + "/compare_b3.json";
+  {
+    std::ofstream out(path);
+    out << R"({"version": 1, "default": {"f": 1, "b": 3}})";
+  }
+  RunResult plain = RunCli({"compare", "--stages=4", "--microbatches=8",
+                            absl::StrCat("--costs=", path), "--schedules=1f1b,gpipe"});
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("1f1b               1          44"));
+  RunResult split = RunCli({"compare", "--stages=4", "--microbatches=8",
+                            absl::StrCat("--costs=", path), "--schedules=1f1b,zb-h1"});
+  EXPECT_EQ(split.code, 2);
+  EXPECT_THAT(split.err, HasSubstr("B=3 is not I + W = 2"));
+  // Costs so small that the step is subnormal: ranked, not a crash.
+  RunResult tiny = RunCli({"compare", "--stages=2", "--microbatches=4", "--cost-f=1e-310",
+                           "--cost-b=2e-310", "--schedules=1f1b,gpipe"});
+  EXPECT_EQ(tiny.code, 0) << tiny.err;
+  EXPECT_THAT(tiny.out, HasSubstr("fastest: "));
+  std::filesystem::remove(path);
 }
 
 TEST(CompareTest, MarksWhatFitsTheDeviceMemory) {

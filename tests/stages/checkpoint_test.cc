@@ -359,6 +359,23 @@ TEST(TrainerApiTest, ValuesThatCannotBeRightAreErrors) {
   }
 }
 
+// Parameters that are not finite (a last update that diverged) are named, and a trainer's
+// own finite ones pass.
+TEST(TrainerApiTest, NonFiniteParametersAreNamed) {
+  model::HostTensor t{.name = "blocks.1.bias", .dtype = model::DType::kF32, .shape = {3}};
+  const float values[3] = {0.5f, -std::numeric_limits<float>::infinity(), 1.0f};
+  t.bytes.assign(reinterpret_cast<const char*>(values), sizeof(values));
+  model::HostTensor labels{.name = "y", .dtype = model::DType::kI32, .shape = {1}};
+  labels.bytes = std::string(4, '\xff');
+  EXPECT_THAT(Trainer::CheckFinite({labels, t}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("'blocks.1.bias' holds -inf at element 1: training diverged")));
+  PS_EXPECT_OK(Trainer::CheckFinite({labels}));
+  PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(Config(model::OptimizerKind::kSgd)));
+  PS_ASSERT_OK(trainer->Step().status());
+  PS_EXPECT_OK(trainer->CheckParametersFinite());
+}
+
 TEST(TrainerApiTest, AFailedImportLeavesEveryParameterAsItWas) {
   PS_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(Config(model::OptimizerKind::kSgd)));
   PS_ASSERT_OK_AND_ASSIGN(std::vector<model::HostTensor> before, trainer->ExportParameters());
