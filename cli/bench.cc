@@ -227,9 +227,10 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
     std::vector<std::string> parts = absl::StrSplit(slow, ':');
     int rank = 0;
     double factor = 0;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
-        !absl::SimpleAtod(parts[1], &factor) || rank < 0 || !(factor >= 1) ||
-        !std::isfinite(factor) || factor > 1000) {
+    // Decimal digits, as every number flag (abseil alone would take " 2" and "0x10").
+    if (parts.size() != 2 || !IsIntegerLiteral(parts[0]) || !IsDecimalNumber(parts[1]) ||
+        !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtod(parts[1], &factor) || rank < 0 ||
+        !(factor >= 1) || !std::isfinite(factor) || factor > 1000) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--slow-stage=", slow,
           ": write RANK:FACTOR with a rank >= 0 and a factor from 1 to 1000, e.g. 1:2"));

@@ -124,9 +124,16 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
     return kExitBadInput;
   }
   // A control byte in a flag or a path would break the one-line errors that echo it (and
-  // reach the terminal raw): refused before anything reads it.
-  for (int i = 1; i < argc; ++i) {
+  // reach the terminal raw): refused before anything reads it. Not in the arguments of a
+  // program of the user's that `launch` starts (after its "--"; a multi-line `sh -c`
+  // script is theirs to give), only in `launch -- train`'s, which are pipesched's.
+  bool user_program = false;
+  for (int i = 1; i < argc && !user_program; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--" && std::string_view(argv[1]) == "launch") {
+      user_program = i + 1 < argc && std::string_view(argv[i + 1]) != "train";
+      continue;
+    }
     if (const std::size_t at = FindControlByte(arg); at != std::string_view::npos) {
       CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
       return ReportError(

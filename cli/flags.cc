@@ -66,10 +66,6 @@ bool IsIntegerLiteral(std::string_view text) {
   return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
-namespace {
-
-// A decimal number: [+-]digits[.digits][e[+-]digits], or with the digits after the point
-// only (".5"). abseil would also take hexadecimal ("0x10" as 16), "inf" and "nan".
 bool IsDecimalNumber(std::string_view text) {
   std::size_t i = 0;
   auto digits = [&] {
@@ -91,8 +87,6 @@ bool IsDecimalNumber(std::string_view text) {
   }
   return i == text.size();
 }
-
-}  // namespace
 
 absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
                                       const std::vector<std::string_view>& allowed,

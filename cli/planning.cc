@@ -271,7 +271,8 @@ absl::StatusOr<std::vector<int>> IntList(std::string_view flag, const std::strin
   std::vector<int> out;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int n = 0;
-    if (!absl::SimpleAtoi(part, &n)) {
+    // Digits only, as the scalar flags (abseil would take " 2" too).
+    if (!IsIntegerLiteral(Std(part)) || !absl::SimpleAtoi(part, &n)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", Absl(flag), "=", text, ": '", part, "' ",
                        IsIntegerLiteral(Std(part)) ? "is far too large" : "is not an integer",

@@ -62,7 +62,7 @@ absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContex
   if (std::string p = absl::GetFlag(FLAGS_partition); !p.empty()) {
     for (absl::string_view part : absl::StrSplit(p, ',')) {
       int n = 0;
-      if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      if (!IsIntegerLiteral(Std(part)) || !absl::SimpleAtoi(part, &n) || n < 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("--partition=", p, ": '", part,
                          "' is not a positive layer count; write one count per chunk, e.g. 3,3,3"));

@@ -1128,9 +1128,33 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
     if (value == nullptr) return std::nullopt;
     return std::string_view(value);
   };
+  // Decimal digits only, as launch's flags (abseil alone would take " 2", "+2", "0x10").
+  auto digits = [](std::string_view text) {
+    return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  // [digits][.digits][e[+-]digits], some digit before the exponent.
+  auto decimal = [&digits](std::string_view text) {
+    const std::size_t e = text.find_first_of("eE");
+    std::string_view mantissa = text.substr(0, e);
+    if (e != std::string_view::npos) {
+      std::string_view exponent = text.substr(e + 1);
+      if (!exponent.empty() && (exponent[0] == '+' || exponent[0] == '-')) {
+        exponent.remove_prefix(1);
+      }
+      if (!digits(exponent)) return false;
+    }
+    const std::size_t dot = mantissa.find('.');
+    const std::string_view whole = mantissa.substr(0, dot);
+    const std::string_view part = dot == std::string_view::npos ? "" : mantissa.substr(dot + 1);
+    return (digits(whole) || whole.empty()) && (digits(part) || part.empty()) &&
+           !(whole.empty() && part.empty());
+  };
   int size = 0, rank = 0;
-  if (!absl::SimpleAtoi(processes_text, &size) || size < 1) {
-    return malformed(kProcessesVariable, processes_text, "a number of processes (1 or more)");
+  // At most 4096, as launch's and train's --processes.
+  if (!digits(processes_text) || !absl::SimpleAtoi(processes_text, &size) || size < 1 ||
+      size > 4096) {
+    return malformed(kProcessesVariable, processes_text,
+                     "a number of processes from 1 to 4096, in decimal digits");
   }
   const std::optional<std::string_view> rank_text = get(kProcessRankVariable);
   if (!rank_text.has_value()) {
@@ -1138,7 +1162,8 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
         absl::StrCat(kProcessesVariable, " is set but ", kProcessRankVariable,
                      " is not: a process of a job needs both (`pipesched launch` sets them)"));
   }
-  if (!absl::SimpleAtoi(Absl(*rank_text), &rank) || rank < 0 || rank >= size) {
+  if (!digits(*rank_text) || !absl::SimpleAtoi(Absl(*rank_text), &rank) || rank < 0 ||
+      rank >= size) {
     return malformed(
         kProcessRankVariable, *rank_text,
         absl::StrCat("a rank from 0 to ", size - 1, " (", kProcessesVariable, "=", size, ")"));
@@ -1156,8 +1181,10 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
     double seconds = 0;
     // At least a second, as launch's and train's --rendezvous-timeout: 0 would wait for
     // ever for a process that never comes.
-    if (!absl::SimpleAtod(Absl(*timeout), &seconds) || !std::isfinite(seconds) || seconds < 1) {
-      return malformed(kRendezvousTimeoutVariable, *timeout, "a number of seconds, 1 or more");
+    if (!decimal(*timeout) || !absl::SimpleAtod(Absl(*timeout), &seconds) ||
+        !std::isfinite(seconds) || seconds < 1) {
+      return malformed(kRendezvousTimeoutVariable, *timeout,
+                       "a number of seconds, 1 or more, in decimal");
     }
     resolved.timeout_seconds = seconds;
   }

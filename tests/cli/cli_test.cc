@@ -408,6 +408,15 @@ INSTANTIATE_TEST_SUITE_P(
                  "argument 2, \"--schedule=x\\ny\", holds the control byte \"\\n\" at byte "
                  "13; flags and paths take none"},
         BadInput{{"validate", "f/\x1b[31mred.csv"}, "holds the control byte \"\\x1b\" at byte 3"},
+        // Lists and RANK:FACTOR take decimal digits as the scalar flags do: no spaces, no hex.
+        BadInput{{"simulate", "--nogrid", "--recompute-stages= 0,1"},
+                 "--recompute-stages= 0,1: ' 0' is not an integer"},
+        BadInput{{"train", "--partition= 1,2"}, "' 1' is not a positive layer count"},
+        BadInput{{"bench", "--slow-stage=0:0x10"},
+                 "--slow-stage=0:0x10: write RANK:FACTOR with a rank >= 0 and a factor from 1"},
+        // launch -- train: pipesched's own flags, checked once by launch.
+        BadInput{{"launch", "--processes=2", "--", "train", "--seed=1\n"},
+                 "argument 5, \"--seed=1\\n\", holds the control byte"},
         BadInput{{"simulate",
                   "--json=a\x9b"
                   "b.json"},

@@ -113,6 +113,10 @@ TEST_F(LaunchTest, EachProcessIsToldItsRankAndItsOutputIsRelayed) {
   EXPECT_EQ(long_line.code, 0) << long_line.err;
   const std::string piece = "[1] " + std::string(65536, 'a') + "\n";
   EXPECT_EQ(long_line.out, piece + piece + "[1] " + std::string(150000 - 2 * 65536, 'a') + "\n");
+  // A program of the user's takes arguments of any bytes: a script of two lines.
+  RunResult script = RunCli({"launch", "--processes=2", "--", "sh", "-c", "echo one\necho two"});
+  EXPECT_EQ(script.code, 0) << script.err;
+  EXPECT_EQ(script.out, "one\ntwo\n");
   // Everyone's output, each line after [RANK]; a given --rendezvous is passed as it is.
   const std::string given = (tmp_ / "given").string();
   RunResult all = RunCli(

@@ -893,6 +893,19 @@ TEST(BootstrapTest, TheEnvironmentOfALaunchedProcessMakesItsBootstrap) {
           {{{kProcessesVariable, "two"}},
            "PIPESCHED_PROCESSES=\"two\" is not a number of processes"},
           {{{kProcessesVariable, "0"}}, "PIPESCHED_PROCESSES=\"0\" is not a number"},
+          // As --processes: at most 4096, decimal digits only.
+          {{{kProcessesVariable, "2147483647"}},
+           "PIPESCHED_PROCESSES=\"2147483647\" is not a number of processes from 1 to 4096, in "
+           "decimal digits"},
+          {{{kProcessesVariable, " 2"}}, "PIPESCHED_PROCESSES=\" 2\" is not a number"},
+          {{{kProcessesVariable, "2"}, {kProcessRankVariable, "+1"}, {kRendezvousVariable, dir}},
+           "PIPESCHED_PROCESS_RANK=\"+1\" is not a rank from 0 to 1"},
+          {{{kProcessesVariable, "2"},
+            {kProcessRankVariable, "1"},
+            {kRendezvousVariable, dir},
+            {kRendezvousTimeoutVariable, "0x10"}},
+           "PIPESCHED_RENDEZVOUS_TIMEOUT=\"0x10\" is not a number of seconds, 1 or more, in "
+           "decimal"},
           {{{kProcessesVariable, "2"}, {kRendezvousVariable, dir}},
            "PIPESCHED_PROCESSES is set but PIPESCHED_PROCESS_RANK is not"},
           {{{kProcessesVariable, "2"}, {kProcessRankVariable, "2"}, {kRendezvousVariable, dir}},
