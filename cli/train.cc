@@ -1,8 +1,13 @@
 // `pipesched train`: the built-in MLP trained by the pipeline executor; per-step loss and
 // throughput, then the measured bubble next to the simulator's plan for the same costs.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <sstream>
@@ -366,6 +371,14 @@ std::vector<FlagPath> OutputFlags() {
 // (/dev/stdout, /dev/fd/N, /proc/self/fd/N) to the processes: theirs are not its own.
 enum class Outputs { kNotOurs, kOurs, kLauncher };
 
+// A path that names a process's own descriptors or terminal (/dev/stdout, /dev/fd/N,
+// /proc/self/fd/N, /dev/tty): the launcher's are not the processes' it starts.
+bool IsProcessesOwnDescriptor(const std::string& path) {
+  return path == "/dev/stdin" || path == "/dev/stdout" || path == "/dev/stderr" ||
+         path == "/dev/tty" || path.rfind("/dev/fd/", 0) == 0 ||
+         path.rfind("/proc/self/", 0) == 0 || path.rfind("/proc/thread-self/", 0) == 0;
+}
+
 // train's checks of its own flags (beyond the trainer's configuration), made before the
 // trainer is created; `where`: whether (and how) its output paths are checked here.
 absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfig& config,
@@ -397,11 +410,30 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
                                    {"--svg", absl::GetFlag(FLAGS_svg)},
                                    {"--json", absl::GetFlag(FLAGS_json)}}) {
     if (path.empty() || where == Outputs::kNotOurs) continue;
-    if (where == Outputs::kLauncher &&
-        (path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0)) {
-      continue;
-    }
+    if (where == Outputs::kLauncher && IsProcessesOwnDescriptor(path)) continue;
     PS_RETURN_IF_ERROR(CheckOutputPath(flag, path));
+  }
+  // The launcher says once what every process would: an input that is not there, or
+  // cannot be read. (What is in it, each process reads and checks.)
+  if (where == Outputs::kLauncher) {
+    for (const auto& [flag, path] :
+         {std::pair<const char*, std::string>{"--data", absl::GetFlag(FLAGS_data)},
+          {"--init", absl::GetFlag(FLAGS_init)},
+          {"--resume", resume},
+          {"--from", absl::GetFlag(FLAGS_from)}}) {
+      if (path.empty() || IsProcessesOwnDescriptor(path)) continue;
+      std::error_code error;
+      const std::filesystem::file_status status = std::filesystem::status(path, error);
+      if (!std::filesystem::exists(status)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, "=", path, ": no such file; give the path of one that every process can read"));
+      }
+      if (std::filesystem::is_regular_file(status) && ::access(path.c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, "=", path, ": ", std::strerror(errno),
+                         "; give a file that every process can read"));
+      }
+    }
   }
   // --save may be --resume or --init: a run that continues its own checkpoint or
   // parameters in place.

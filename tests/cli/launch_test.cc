@@ -281,6 +281,12 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
        "/no does not exist"},
       {{"launch", "--processes=2", "--", "train", "--recompute-stages=auto"},
        "--recompute-stages=auto plans for this machine's memory"},
+      // An input that is not there, and an output under /proc (not a process's own
+      // descriptor): said once, not by every process.
+      {{"launch", "--processes=2", "--", "train", "--data=" + (tmp_ / "none.safetensors").string()},
+       "none.safetensors: no such file; give the path of one that every process can read"},
+      {{"launch", "--processes=2", "--", "train", "--save=/proc/x"},
+       "--save=/proc/x: the directory /proc takes no new file"},
   };
   for (const auto& [args, message] : refused) {
     RunResult r = RunCli(args);
