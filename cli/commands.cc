@@ -125,15 +125,21 @@ int RunMain(int argc, char** argv, std::ostream& out, std::ostream& err, bool ou
   }
   // A control byte in a flag or a path would break the one-line errors that echo it (and
   // reach the terminal raw): refused before anything reads it. Not in the arguments of a
-  // program of the user's that `launch` starts (after its "--"; a multi-line `sh -c`
-  // script is theirs to give), only in `launch -- train`'s, which are pipesched's.
-  bool user_program = false;
-  for (int i = 1; i < argc && !user_program; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--" && std::string_view(argv[1]) == "launch") {
-      user_program = i + 1 < argc && std::string_view(argv[i + 1]) != "train";
-      continue;
+  // program of the user's that `launch` starts (a multi-line `sh -c` script is theirs to
+  // give): from its program on -- after launch's first "--", or its first argument that
+  // is not a flag -- unless that program is `train`, whose flags are pipesched's.
+  int checked = argc;
+  if (std::string_view(argv[1]) == "launch") {
+    for (int i = 2; i < argc; ++i) {
+      const std::string_view arg = argv[i];
+      const int program = arg == "--" ? i + 1 : (arg.empty() || arg[0] != '-') ? i : -1;
+      if (program < 0) continue;
+      if (program < argc && std::string_view(argv[program]) != "train") checked = program;
+      break;
     }
+  }
+  for (int i = 1; i < checked; ++i) {
+    const std::string_view arg = argv[i];
     if (const std::size_t at = FindControlByte(arg); at != std::string_view::npos) {
       CommandContext ctx{.out = &out, .err = &err, .out_is_terminal = out_is_terminal};
       return ReportError(

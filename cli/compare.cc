@@ -338,15 +338,17 @@ std::string Json(const Request& r, const std::vector<Row>& rows,
 }
 
 // Whether a compared schedule splits the backward into I and W (every one searched for
-// its costs does; an unknown name or a shape refused counts as one: CompareSchedules
-// reports it). Only then must B be I + W.
+// its costs does; one that refuses the shape runs nothing: CompareSchedules reports it).
+// Only then must B be I + W.
 bool AnySplitsBackward(const Request& r) {
   for (const std::string& name : r.schedules) {
     const scheduler::ScheduleInfo* info = scheduler::FindSchedule(name);
-    if (info == nullptr || info->uses_costs) return true;
+    if (info != nullptr && info->uses_costs) return true;
+  }
+  for (const std::string& name : r.schedules) {
     absl::StatusOr<scheduler::Schedule> schedule = scheduler::GenerateSchedule(
         name, {.num_ranks = r.p, .num_microbatches = r.m, .num_chunks = r.v});
-    if (!schedule.ok() || schedule->SplitsBackward()) return true;
+    if (schedule.ok() && schedule->SplitsBackward()) return true;
   }
   return false;
 }
@@ -360,7 +362,8 @@ absl::Status Compare(const CommandContext& ctx) {
   // A file's I and W that do not add up to its B are no one's business when every
   // schedule compared runs B: they are set to B's halves (as --cost-b alone sets them),
   // which nothing reads. Given as flags, they were meant: still checked.
-  if (!FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w") && !AnySplitsBackward(r)) {
+  if (!FlagGiven(ctx, "cost_i") && !FlagGiven(ctx, "cost_w") &&
+      !scheduler::CheckOneChunkCosts(costs, r.p).ok() && !AnySplitsBackward(r)) {
     costs.uniform.i = costs.uniform.w = costs.uniform.b / 2;
     for (scheduler::StageCosts& s : costs.stages) s.i = s.w = s.b / 2;
   }

@@ -424,6 +424,10 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
       if (path.empty() || IsProcessesOwnDescriptor(path)) continue;
       std::error_code error;
       const std::filesystem::file_status status = std::filesystem::status(path, error);
+      if (error && error != std::errc::no_such_file_or_directory) {  // a directory not searchable
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, "=", path, ": ", error.message(), "; give a file that every process can read"));
+      }
       if (!std::filesystem::exists(status)) {
         return absl::InvalidArgumentError(absl::StrCat(
             flag, "=", path, ": no such file; give the path of one that every process can read"));
@@ -630,7 +634,11 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
           "step ", step, ": the loss is ", result.loss,
           step == 1 ? absl::StrCat(
                           " before any update: the forward pass overflows fp32 with these "
-                          "inputs and parameters (they are finite: checked when loaded); ",
+                          "inputs and parameters",
+                          !resume.empty() || !absl::GetFlag(FLAGS_init).empty() ||
+                                  !absl::GetFlag(FLAGS_data).empty()
+                              ? " (they are finite: checked when loaded); "
+                              : "; ",
                           !resume.empty() || !absl::GetFlag(FLAGS_init).empty()
                               ? absl::StrCat("the parameters loaded from ",
                                              !resume.empty() ? resume : absl::GetFlag(FLAGS_init),
@@ -680,7 +688,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   // The last update comes after the last loss: a run that diverged there has finite
   // losses and parameters that are not (which no --init or --resume could load).
   if (absl::Status finite = trainer->CheckParametersFinite(); !finite.ok()) {
-    return absl::InternalError(absl::StrCat("after step ", steps, " the parameter ",
+    return absl::InternalError(absl::StrCat("after step ", resumed_at + steps, " the parameter ",
                                             finite.message(), ": lower --lr or --weight-decay"));
   }
 

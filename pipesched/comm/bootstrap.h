@@ -264,7 +264,9 @@ inline constexpr char kRendezvousTimeoutVariable[] = "PIPESCHED_RENDEZVOUS_TIMEO
 // CreateFileBootstrap(PIPESCHED_RENDEZVOUS, PIPESCHED_PROCESS_RANK, PIPESCHED_PROCESSES)
 // with PIPESCHED_RENDEZVOUS_TIMEOUT, when set, for `options.timeout_seconds` (seconds, 1
 // or more, as launch's flag: not 0, which would wait for ever). A missing or malformed
-// variable is InvalidArgument naming it and its value.
+// variable is InvalidArgument naming it and its value: the numbers are decimal (digits
+// only for the size, 1 to 4096 as launch's --processes, and the rank; no spaces, signs or
+// hexadecimal).
 absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
     const BootstrapOptions& options = {});
 

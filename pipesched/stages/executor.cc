@@ -127,10 +127,10 @@ Executor::~Executor() {
 namespace {
 
 // The bootstrap whose Fail reaches the job's other processes: the pipeline's (in a
-// two-dimensional job a group's Fail is the whole job's), else the replicas' when there
-// are other processes; null for a process alone.
+// two-dimensional job a group's Fail is the whole job's), else the replicas', whichever
+// holds other processes; null for a process alone.
 comm::Bootstrap* JobOf(const ExecutorOptions& options) {
-  if (options.pipeline != nullptr) return options.pipeline;
+  if (options.pipeline != nullptr && options.pipeline->size() > 1) return options.pipeline;
   if (options.processes != nullptr && options.processes->size() > 1) return options.processes;
   return nullptr;
 }
@@ -1733,7 +1733,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const StepInputs& inputs) {
     if (rk != nullptr) rk->free_pending = false;
   }
   if (!issued.ok() || !synced.ok()) {
-    failed_step_ = issued.ok() ? synced : issued;  // (Step tells a split pipeline's others)
+    failed_step_ = issued.ok() ? synced : issued;  // (Step tells the job's other processes)
     // Drop what a failed step left behind, once its streams are idle. Not when a host
     // function was abandoned still running: it may use any of these buffers (and on CUDA
     // freeing one now would wait for it, forever for one that never returns); they stay

@@ -117,9 +117,10 @@ struct ExecutorOptions {
   // job is two-dimensional (comm::SplitJob makes both bootstraps, as groups of one job's
   // processes): `pipeline` holds the processes that split this pipeline, `processes` those
   // that run the same ranks in the other pipelines, and each stage's gradients are averaged
-  // over every pipeline's replicas of it. Not on CUDA (whose host functions must not block:
-  // NCCL send/recv will carry it there): FailedPrecondition. null: this process holds every
-  // rank.
+  // over every pipeline's replicas of it; Create checks ("executor-grid", over
+  // `processes`) that the replicas of a block hold the same block. Not on CUDA (whose host
+  // functions must not block: NCCL send/recv will carry it there): FailedPrecondition. null: this
+  // process holds every rank.
   comm::Bootstrap* pipeline = nullptr;
 };
 
@@ -166,7 +167,10 @@ class Executor {
   // scheduler::Validate), places the all-reduces (D > 1), creates the streams, events,
   // transports and all-reducers, and one StageWork per (replica, stage) from `factory`.
   // InvalidArgument when a stage's output size differs from the next stage's input size,
-  // when the first stage needs no input or the last no targets.
+  // when the first stage needs no input or the last no targets, for num_replicas outside
+  // [1, 4096], and for one bootstrap given as both `pipeline` and `processes`. In a job of
+  // several processes a failed Create calls the bootstrap's Fail, so that the others
+  // stop with its reason.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const scheduler::Schedule& schedule,
                                                           runtime::Backend& backend,
                                                           const StageWorkFactory& factory,
@@ -183,10 +187,11 @@ class Executor {
   // step's streams are aborted. InvalidArgument when the inputs have the wrong size. A
   // stream that failed stays failed (runtime semantics): after a failed step, make a new
   // Executor. A step after a failed one is FailedPrecondition (quoting the first line of
-  // that failure) before it touches a stream, which may still run a host function. With
-  // ExecutorOptions::pipeline any failed step, its inputs refused included, calls the
-  // bootstrap's Fail (the other processes wait for this one's messages) and leaves the
-  // executor failed: the job has to start again.
+  // that failure) before it touches a stream, which may still run a host function. In a
+  // job of several processes (ExecutorOptions::pipeline or ::processes of more than one)
+  // any failed step, its inputs refused included, calls the bootstrap's Fail (the other
+  // processes wait for this one's messages or all-reduces) and leaves the executor
+  // failed: the job has to start again.
   absl::StatusOr<StepResult> Step(const StepInputs& inputs);
 
   // The schedule as run (with the ALLREDUCE actions placed when data_parallel_size() > 1).
@@ -248,14 +253,14 @@ class Executor {
   struct Issue;
   struct Kept;
   Executor() = default;
-  // Step, less its failing the job of ExecutorOptions::pipeline when it fails.
+  // Step, less its failing the job of several processes when it fails.
   absl::StatusOr<StepResult> RunStep(const StepInputs& inputs);
   // The watchdog's look at a stall: whether a receive of a message from another process
   // (a crossing's RECV_F or RECV_B) has begun and not ended while no action of this
   // process has started and not finished, so that this process only waits for another
   // one, whose own watchdog, failure or silence ends it (not this one's).
   bool WaitingForAnotherProcess() const;
-  // Create, less its telling the other processes of ExecutorOptions::pipeline that it failed.
+  // Create, less its telling the job's other processes that it failed.
   static absl::StatusOr<std::unique_ptr<Executor>> Build(const scheduler::Schedule& schedule,
                                                          runtime::Backend& backend,
                                                          const StageWorkFactory& factory,

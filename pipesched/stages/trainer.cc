@@ -438,7 +438,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
     if (group != nullptr && group->size() > 1) {
       absl::Status same = CheckSameJob(*group, JobFingerprint(config, schedule, kind));
       if (!same.ok()) {
-        *everyone_saw = one_group;
+        *everyone_saw = one_group && absl::IsFailedPrecondition(same);
         return same;
       }
     }
@@ -569,7 +569,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
         t->executor_->num_microbatches(), " x ", config.microbatch_size, ")"));
   }
   if (absl::Status same = t->CompareAcrossProcesses(); !same.ok()) {
-    *everyone_saw = one_group;
+    *everyone_saw = one_group && absl::IsFailedPrecondition(same);
     return same;
   }
   return t;

@@ -381,8 +381,14 @@ TEST(ExecutorToyTest, BadConfigurationsAreErrors) {
       scheduler::Schedule schedule,
       scheduler::GenerateSchedule("gpipe", {.num_ranks = 2, .num_microbatches = 2}));
   auto backend = HostBackend(2);
-  EXPECT_THAT(Executor::Create(schedule, *backend, ToyFactory(2, {}), {.num_replicas = 0}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1, not 0")));
+  for (int replicas : {0, 4097}) {
+    EXPECT_THAT(
+        Executor::Create(schedule, *backend, ToyFactory(2, {}), {.num_replicas = replicas}),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr(absl::StrCat("the number of data-parallel replicas must be in [1, "
+                                        "4096], not ",
+                                        replicas))));
+  }
   // Stage 0 outputs 3 x 2 floats, stage 1 expects 4 x 2.
   StageWorkFactory mismatched =
       [](int stage, int, runtime::Device& device) -> absl::StatusOr<std::unique_ptr<StageWork>> {
