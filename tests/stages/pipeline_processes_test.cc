@@ -328,9 +328,10 @@ TEST(PipelineProcessesTest, ReplicasOfDifferentBlocksAreRefused) {
       auto replica = comm::CreateGroupBootstrap(*job[q], replicas[q], "r");
       ASSERT_TRUE(pipeline.ok() && replica.ok());
       auto backend = HostBackend(2);
-      created[q] = Executor::Create(schedule, *backend, ToyFactory(2, kToy),
-                                    {.processes = replica.value().get(), .pipeline = pipeline.value().get()})
-                       .status();
+      created[q] =
+          Executor::Create(schedule, *backend, ToyFactory(2, kToy),
+                           {.processes = replica.value().get(), .pipeline = pipeline.value().get()})
+              .status();
     });
   }
   for (std::thread& t : threads) t.join();
