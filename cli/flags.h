@@ -60,9 +60,6 @@ absl::StatusOr<ParsedArgs> ParseFlags(int argc, char** argv,
 
 // "12", "-3", "+40": an optional sign and digits only (whatever their size).
 bool IsIntegerLiteral(std::string_view text);
-// A decimal number: [+-]digits[.digits][e[+-]digits], or with the digits after the point
-// only (".5"). abseil would also take hexadecimal ("0x10" as 16), spaces, "inf" and "nan".
-bool IsDecimalNumber(std::string_view text);
 
 }  // namespace pipesched::cli
 

@@ -38,4 +38,9 @@ std::size_t FindControlByte(std::string_view text);
 // gave (absl::StrCat keeps 6 digits, so "--cost-f=1e+15 is not in [0, 1e+15]").
 std::string ShortestNumber(double value);
 
+// A decimal number: [+-]digits[.digits][e[+-]digits], or with the digits after the point
+// only (".5"). abseil's SimpleAtod would also take hexadecimal ("0x10" as 16), spaces,
+// "inf" and "nan": check with this first where the text is the user's.
+bool IsDecimalNumber(std::string_view text);
+
 }  // namespace pipesched

@@ -1132,23 +1132,6 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
   auto digits = [](std::string_view text) {
     return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
   };
-  // [digits][.digits][e[+-]digits], some digit before the exponent.
-  auto decimal = [&digits](std::string_view text) {
-    const std::size_t e = text.find_first_of("eE");
-    std::string_view mantissa = text.substr(0, e);
-    if (e != std::string_view::npos) {
-      std::string_view exponent = text.substr(e + 1);
-      if (!exponent.empty() && (exponent[0] == '+' || exponent[0] == '-')) {
-        exponent.remove_prefix(1);
-      }
-      if (!digits(exponent)) return false;
-    }
-    const std::size_t dot = mantissa.find('.');
-    const std::string_view whole = mantissa.substr(0, dot);
-    const std::string_view part = dot == std::string_view::npos ? "" : mantissa.substr(dot + 1);
-    return (digits(whole) || whole.empty()) && (digits(part) || part.empty()) &&
-           !(whole.empty() && part.empty());
-  };
   int size = 0, rank = 0;
   // At most 4096, as launch's and train's --processes.
   if (!digits(processes_text) || !absl::SimpleAtoi(processes_text, &size) || size < 1 ||
@@ -1181,8 +1164,9 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateBootstrapFromEnvironment(
     double seconds = 0;
     // At least a second, as launch's and train's --rendezvous-timeout: 0 would wait for
     // ever for a process that never comes.
-    if (!decimal(*timeout) || !absl::SimpleAtod(Absl(*timeout), &seconds) ||
-        !std::isfinite(seconds) || seconds < 1) {
+    // Unsigned, as launch writes it.
+    if (!IsDecimalNumber(*timeout) || (*timeout)[0] == '+' || (*timeout)[0] == '-' ||
+        !absl::SimpleAtod(Absl(*timeout), &seconds) || !std::isfinite(seconds) || seconds < 1) {
       return malformed(kRendezvousTimeoutVariable, *timeout,
                        "a number of seconds, 1 or more, in decimal");
     }
