@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <system_error>
 
 #include "absl/flags/flag.h"
@@ -24,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/job.h"
 #include "cli/planning.h"
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
@@ -77,6 +79,9 @@ struct Sweep {
   bool recompute_auto = false;
   stages::TrainerConfig base;
   std::string traces_dir;  // --traces: one trace + SVG per configuration, or empty
+  // A job of several processes (cli/job.h), or null alone; its groups for the trainer.
+  comm::Bootstrap* job = nullptr;
+  const JobPlace* place = nullptr;
 };
 
 struct Row {
@@ -85,6 +90,9 @@ struct Row {
   const FileConfig* file = nullptr;  // a --from file's configuration, else null
   std::string skipped;               // empty when it ran
   bool failed = false;               // skipped because it failed at run time (not bad input)
+  // In a job: it passed the checks every process makes alike (Trainer::CheckConfig), then
+  // failed, so the processes cannot go on together.
+  bool stops_job = false;
   double step_ms = 0, samples_per_s = 0, makespan_ms = 0;
   double sim_ms = 0, sim_plain_ms = 0, replay_ms = 0, ideal_ms = 0;
   // Whole steps (zero-grad + actions + optimizer), simulated and replayed: against step_ms.
@@ -130,7 +138,9 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
+// `writes_files`: this process writes the outputs (alone, or process 0 of a job), so
+// checks their paths and makes --traces.
+absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx, bool writes_files) {
   Sweep sweep;
   PS_ASSIGN_OR_RETURN(sweep.base, TrainerConfigFromFlags(ctx));
   if (!FlagGiven(ctx, "hidden")) sweep.base.model.d_hidden = kBenchHidden;
@@ -238,6 +248,8 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
     sweep.slow_rank = rank;
     sweep.slow_factor = factor;
   }
+  sweep.traces_dir = absl::GetFlag(FLAGS_traces);
+  if (!writes_files) return sweep;
   // Written after the sweep: a path that cannot be written is an error now, not then.
   std::vector<FlagPath> inputs = {{"--data", absl::GetFlag(FLAGS_data)},
                                   {"--init", absl::GetFlag(FLAGS_init)}};
@@ -246,7 +258,6 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx) {
                                            {"--json", absl::GetFlag(FLAGS_json)},
                                            {"--md", absl::GetFlag(FLAGS_md)},
                                            {"--svg", absl::GetFlag(FLAGS_svg)}}));
-  sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!sweep.traces_dir.empty()) {
     // Only the last component is made: a mistyped parent is an error, not a new tree.
     std::error_code ec;
@@ -306,6 +317,21 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   }
   config.slow_rank = sweep.slow_rank;
   config.slow_factor = sweep.slow_factor;
+  if (sweep.place != nullptr) {
+    // The same in every process of the job (its flags agree: Trainer::Create checks), so
+    // every process skips the same configurations and steps through the others together.
+    const int k = sweep.place->k;
+    if (k > 1 && row.p < k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a pipeline of ", row.p, row.p == 1 ? " rank" : " ranks", " cannot be split across ", k,
+          " processes (each runs at least one rank): give --stages of at least ", k));
+    }
+    if (info != nullptr) PS_RETURN_IF_ERROR(CheckOneOrderInJob(row.schedule, sweep.search_steps));
+    config.pipeline = sweep.place->pipeline;
+    config.processes = sweep.place->processes;
+    PS_RETURN_IF_ERROR(stages::Trainer::CheckConfig(config));
+    row.stops_job = true;  // reset once the configuration has run
+  }
   // The searched schedules: searched for this machine's costs, measured in a few steps first.
   std::unique_ptr<stages::Trainer> trainer;
   if (sweep.recompute_auto) {
@@ -344,7 +370,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   const std::size_t median_step = order[(order.size() - 1) / 2];
   const stages::StepResult& med = results[median_step];
   row.step_ms = med.step_micros / 1000;
-  row.samples_per_s = trainer->global_batch() / (med.step_micros * 1e-6);
+  row.samples_per_s = trainer->job_batch() / (med.step_micros * 1e-6);
   row.loss = med.loss;
   // Measured bubble and its decomposition (median step); hand-offs from every step.
   std::vector<stages::IdleAnalysis> analyses;
@@ -548,7 +574,7 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     row.peak_bytes.assign(exact_step.peak_activation_bytes.begin(),
                           exact_step.peak_activation_bytes.begin() + p);
   }
-
+  row.stops_job = false;
   return absl::OkStatus();
 }
 
@@ -905,19 +931,62 @@ std::string LoadAverage() {
   return parts.size() >= 3 ? absl::StrCat(parts[0], " ", parts[1], " ", parts[2]) : "unknown";
 }
 
-int Bench(const CommandContext& ctx) {
+// The sweep, alone or as one process of `job` (null alone), whose process 0 reports it:
+// the table, the files. Errors are the caller's to report; otherwise the exit code
+// (kExitBadInput when nothing could run, kExitFailure when a configuration failed).
+absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
+  const bool reports = job == nullptr || job->rank() == 0;
+  std::ostream silent(nullptr);  // no buffer: writes go nowhere
+  CommandContext ctx = given;
+  if (!reports) {
+    ctx.out = &silent;
+    ctx.out_is_terminal = false;
+  }
   std::ostream& out = *ctx.out;
-  absl::StatusOr<Sweep> parsed = SweepFromFlags(ctx);
-  if (!parsed.ok()) return ReportError(ctx, parsed.status());
-  const Sweep& sweep = *parsed;
+  JobPlace place;
+  if (job != nullptr) {
+    PS_ASSIGN_OR_RETURN(place, PlaceInJob(*job));
+  }
+  PS_ASSIGN_OR_RETURN(Sweep sweep, SweepFromFlags(ctx, reports));
+  if (job != nullptr) {
+    sweep.job = job;
+    sweep.place = &place;
+    // Every process steps through the same configurations, as many steps each (the
+    // trainer checks the rest of the configuration, one configuration at a time).
+    std::vector<std::string> files;
+    for (const FileConfig& f : sweep.files) {
+      files.push_back(absl::StrFormat("%s P=%d V=%d M=%d actions=%d", f.schedule.name,
+                                      f.schedule.num_ranks(), f.schedule.num_chunks(),
+                                      f.schedule.num_microbatches, f.schedule.NumActions()));
+    }
+    PS_RETURN_IF_ERROR(comm::CheckAgreement(
+        *job, "bench-sweep",
+        "sweep (--schedules, --stages, --microbatches, --from, --warmup, --steps, "
+        "--search-steps, --slow-stage)",
+        absl::StrFormat("%s stages=%s microbatches=%s from=[%s] warmup=%d steps=%d search=%d "
+                        "slow=%d:%g",
+                        absl::StrJoin(sweep.schedules, ","), absl::StrJoin(sweep.stages, ","),
+                        absl::StrJoin(sweep.microbatches, ","), absl::StrJoin(files, "; "),
+                        sweep.warmup, sweep.steps, sweep.search_steps, sweep.slow_rank,
+                        sweep.slow_factor)));
+  }
   const stages::TrainerConfig& b = sweep.base;
+  const int pipelines = job != nullptr ? job->size() / place.k : 1;
   const std::string model = absl::StrFormat(
-      "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s%s",
+      "MLP %d inputs, %d blocks of width %d, %d classes; micro-batch %d; D=%d; backend %s%s%s",
       b.model.d_in, b.model.num_layers, b.model.d_hidden, b.model.num_classes, b.microbatch_size,
       b.replicas, b.backend,
       b.recompute            ? "; activation recomputation"
       : sweep.recompute_auto ? "; activation recomputation where the activations do not fit"
-                             : "");
+                             : "",
+      job != nullptr
+          ? absl::StrFormat("; job of %d processes, %d per pipeline", job->size(), place.k)
+          : "");
+  if (!reports) {
+    *given.out << absl::StrFormat("bench: process %d of %d (%s); process 0 reports the sweep\n",
+                                  job->rank(), job->size(), MeetingPlace(*job))
+               << std::flush;
+  }
   const std::string load = LoadAverage();
   out << "bench: " << model << "\n"
       << absl::StrFormat(
@@ -933,6 +1002,21 @@ int Bench(const CommandContext& ctx) {
          "d pp = sim - meas\n"
          "idle shares: dep(endency) xfer (transfer/hand-off) ar (all-reduce) host (issue) "
          "imb(alance); expl = their sum / measured idle\n";
+  if (job != nullptr) {
+    out << absl::StrFormat("job: %d processes (%s); ", job->size(), MeetingPlace(*job))
+        << (place.k == job->size()
+                ? "they split each pipeline's ranks in blocks; every process's rows are gathered "
+                  "at each step's end, on process 0's clock, so the figures are the whole "
+                  "pipeline's\n"
+            : place.k > 1
+                ? absl::StrFormat(
+                      "%d pipelines of %d processes, averaging their gradients; the figures are "
+                      "process 0's pipeline's (its processes' rows gathered on process 0's "
+                      "clock)\n",
+                      pipelines, place.k)
+                : "each holds whole replicas, averaging their gradients; the figures are "
+                  "process 0's replicas'\n");
+  }
   // Host devices compute on CPU threads; configurations with more busy devices than
   // cores run ranks that slow each other down, which no simulation here models.
   const absl::StatusOr<runtime::BackendKind> kind = runtime::ResolveBackend(b.backend);
@@ -959,15 +1043,15 @@ int Bench(const CommandContext& ctx) {
   }
   int most_ranks = 1;
   for (const Row& row : planned) most_ranks = std::max(most_ranks, row.p);
-  const int most_devices = most_ranks * b.replicas;
+  const int most_devices = most_ranks * b.replicas * pipelines;
   const int busy_devices = b.num_devices > 0 ? std::min(b.num_devices, most_devices) : most_devices;
   const int cpus = HostCpuCount();
   if (kind.ok() && *kind == runtime::BackendKind::kHost && busy_devices > cpus) {
     out << absl::StrFormat(
-        "note: %d CPU core(s); configurations with more than %d devices (P x D) run ranks "
+        "note: %d CPU core(s); configurations with more than %d devices (P x D%s) run ranks "
         "that slow each other down when they compute at once, which the simulations do not "
         "model\n",
-        cpus, cpus);
+        cpus, cpus, pipelines > 1 ? " x pipelines" : "");
   }
   PrintHeader(out);
   std::vector<Row> rows;
@@ -978,6 +1062,10 @@ int Bench(const CommandContext& ctx) {
     if (!st.ok()) {
       row.skipped = std::string(st.message());
       if (ctx.out_is_terminal) out << "\r" << std::string(60, ' ') << "\r";
+      // A job that failed (this process, or another) cannot run the rest together.
+      if (job != nullptr && (row.stops_job || !job->Failure().ok())) {
+        return absl::Status(st.code(), absl::StrCat(ConfigName(row), ": ", st.message()));
+      }
     }
     ran += st.ok();
     failed += row.failed;
@@ -987,7 +1075,7 @@ int Bench(const CommandContext& ctx) {
       out << "  " << line << "\n";
     }
     if (st.ok() && !sweep.traces_dir.empty()) {
-      if (absl::Status w = WriteTraces(sweep, row, out); !w.ok()) return ReportError(ctx, w);
+      PS_RETURN_IF_ERROR(WriteTraces(sweep, row, out));
       row.measured_tl = {};
       row.simulated_tl = {};
     }
@@ -998,6 +1086,7 @@ int Bench(const CommandContext& ctx) {
   if (ran < total) out << absl::StrFormat(", %d skipped", total - ran);
   out << absl::StrFormat("; load average now %s\n", LoadAverage());
   if (ran == 0) {
+    if (!reports) return kExitBadInput;
     // The first reason on the error line itself: stdout may be a file nobody reads.
     const Row& first = rows.front();
     *ctx.err << absl::StrFormat(
@@ -1011,6 +1100,7 @@ int Bench(const CommandContext& ctx) {
     SayWrote(out, path);
     return absl::OkStatus();
   };
+  if (!reports) return failed > 0 ? kExitFailure : kExitOk;
   absl::Status written = [&]() -> absl::Status {
     if (std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
       PS_RETURN_IF_ERROR(write(path, ToCsv(rows, sweep)));
@@ -1022,6 +1112,8 @@ int Bench(const CommandContext& ctx) {
       j["steps"] = sweep.steps;
       j["load_average"] = load;
       j["host_cpus"] = cpus;
+      j["processes"] = job != nullptr ? job->size() : 1;
+      j["pipeline_processes"] = place.k;
       j["configurations"] = nlohmann::json::array();
       for (const Row& r : rows) j["configurations"].push_back(RowJson(r, sweep));
       PS_RETURN_IF_ERROR(
@@ -1035,15 +1127,34 @@ int Bench(const CommandContext& ctx) {
     }
     return absl::OkStatus();
   }();
-  if (!written.ok()) return ReportError(ctx, written);
+  PS_RETURN_IF_ERROR(written);
   return failed > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace
 
+absl::Status CheckBenchCommandLine(const std::vector<std::string>& command) {
+  if (command.empty() || command[0] != "bench") {
+    return absl::InternalError("CheckBenchCommandLine takes a bench command line");
+  }
+  std::ostringstream ignored;
+  PS_ASSIGN_OR_RETURN(const std::optional<CommandContext> parsed,
+                      ParseLaunchedCommand(command, &ignored));
+  if (!parsed.has_value()) return absl::OkStatus();  // --help
+  PS_RETURN_IF_ERROR(CheckJobFlags(*parsed, "bench").status());
+  return SweepFromFlags(*parsed, /*writes_files=*/false).status();
+}
+
 int RunBench(const CommandContext& ctx) {
   if (int code; RejectArguments(ctx, "bench", code)) return code;
-  return Bench(ctx);
+  absl::StatusOr<Job> kind = CheckJobFlags(ctx, "bench");
+  if (!kind.ok()) return ReportError(ctx, kind.status());
+  absl::StatusOr<std::unique_ptr<comm::Bootstrap>> job = JoinJob(*kind, /*judge_heartbeats=*/true);
+  if (!job.ok()) return ReportError(ctx, job.status());
+  std::ostream silent(nullptr);  // no buffer: writes go nowhere
+  absl::StatusOr<int> code = Bench(ContextInJob(ctx, job->get(), &silent), job->get());
+  const absl::Status left = LeaveJob(job->get(), code.status());
+  return left.ok() ? *code : ReportError(ctx, left);
 }
 
 }  // namespace pipesched::cli

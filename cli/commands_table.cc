@@ -102,20 +102,25 @@ const std::vector<Command>& AllCommands() {
        "      [--traces=DIR] [--from=FILE.csv|FILE.json,...: your schedules, one configuration\n"
        "       each with its own P, V, M; with --schedules the generated ones run too]\n"
        "      [model and backend flags as in train; defaults --layers=17 --hidden=512\n"
-       "       --microbatch-size=64]",
+       "       --microbatch-size=64]\n"
+       "      [--processes=N --process-rank=R --rendezvous=DIR | --mpi] "
+       "[--rendezvous-timeout=300]\n"
+       "      [--split-stages | --pipeline-processes=K]",
        "sweep schedules x P x M: bubble closed form, simulated, replayed and measured; idle "
        "decomposed",
        Training({"schedules", "stages=bench_stages", "microbatches=bench_microbatches", "from"},
                 {"warmup", "search_steps", "recompute_stages", "slow_stage", "csv", "json", "md",
-                 "svg", "traces"}),
+                 "svg", "traces", "processes", "process_rank", "rendezvous", "rendezvous_timeout",
+                 "mpi", "split_stages", "pipeline_processes"}),
        &RunBench},
       {"launch",
        "launch --processes=N [--rendezvous=DIR] [--rendezvous-timeout=300]\n"
        "       [--output=first|all] [--grace=10] [--nodes=K --node-rank=R]\n"
-       "       -- train [train's flags]\n"
+       "       -- train [train's flags] | -- bench [bench's flags]\n"
        "       (or -- PROGRAM [ARGS...]: a program of yours that reads PIPESCHED_PROCESSES,\n"
        "        PIPESCHED_PROCESS_RANK, PIPESCHED_RENDEZVOUS, PIPESCHED_RENDEZVOUS_TIMEOUT)",
-       "start the N processes of a training job on this host; stop them all when one fails",
+       "start the N processes of a training job (or a bench sweep) on this host; stop them all "
+       "when one fails",
        {"processes", "rendezvous", "rendezvous_timeout", "output", "grace", "nodes", "node_rank"},
        &RunLaunch,
        /*runs_a_command=*/true},

@@ -732,7 +732,7 @@ std::vector<std::string> EnvironmentFor(int processes, int rank, const std::stri
   return env;
 }
 
-// What launch gives train of process `rank`, right after "train".
+// What launch gives train or bench of process `rank`, right after the command's name.
 std::vector<std::string> TrainProcessFlags(int processes, int rank, const std::string& rendezvous,
                                            double timeout) {
   return {absl::StrCat("--processes=", processes), absl::StrCat("--process-rank=", rank),
@@ -740,7 +740,7 @@ std::vector<std::string> TrainProcessFlags(int processes, int rank, const std::s
           absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout))};
 }
 
-// The flags of train that launch sets for each process.
+// The flags of train and bench that launch sets for each process.
 constexpr std::string_view kLaunchSets[] = {"processes",          "process-rank",
                                             "process_rank",       "rendezvous",
                                             "rendezvous-timeout", "rendezvous_timeout"};
@@ -753,15 +753,15 @@ absl::Status CheckCommand(const std::vector<std::string>& command) {
   }
   const std::string& name = command[0];
   for (const Command& c : AllCommands()) {
-    if (c.name == name && name != "train") {
+    if (c.name == name && name != "train" && name != "bench") {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", name,
           "' runs as one process; launch starts the processes of a training job: `-- train "
-          "...`, or a program of yours that reads ",
+          "...` or `-- bench ...`, or a program of yours that reads ",
           comm::kProcessesVariable, " (docs/training.md)"));
     }
   }
-  if (name != "train") return absl::OkStatus();
+  if (name != "train" && name != "bench") return absl::OkStatus();
   for (std::size_t i = 1; i < command.size(); ++i) {
     const std::string_view arg = command[i];
     if (arg == "--") break;
@@ -770,7 +770,7 @@ absl::Status CheckCommand(const std::vector<std::string>& command) {
     for (std::string_view set : kLaunchSets) {
       if (flag == set) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "train's --", Absl(flag),
+            name, "'s --", Absl(flag),
             " is launch's to set (each process gets its own --process-rank): give "
             "--processes, --rendezvous and --rendezvous-timeout to launch, before --"));
       }
@@ -847,15 +847,20 @@ int RunLaunch(const CommandContext& ctx) {
   if (absl::Status s = CheckCommand(ctx.positional); !s.ok()) return ReportError(ctx, s);
   if (absl::Status s = MakeRoomForPipes(processes); !s.ok()) return ReportError(ctx, s);
   std::vector<std::string> program = ctx.positional;
-  const bool is_train = program[0] == "train";
-  if (is_train) {
+  // train or bench: this pipesched, given its process flags.
+  const bool is_ours = program[0] == "train" || program[0] == "bench";
+  if (is_ours) {
     // What every process would refuse is said once, before any starts (process 0's
-    // command line: the others' differ only in --process-rank). This sets train's flags:
-    // launch's own were read above.
+    // command line: the others' differ only in --process-rank). This sets the command's
+    // flags: launch's own were read above.
     std::vector<std::string> first = program;
     const std::vector<std::string> flags = TrainProcessFlags(total, 0, "launch-check", timeout);
     first.insert(first.begin() + 1, flags.begin(), flags.end());
-    if (absl::Status s = CheckTrainCommandLine(first); !s.ok()) return ReportError(ctx, s);
+    if (absl::Status s =
+            program[0] == "train" ? CheckTrainCommandLine(first) : CheckBenchCommandLine(first);
+        !s.ok()) {
+      return ReportError(ctx, s);
+    }
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
     program.insert(program.begin(), *self);
@@ -874,7 +879,7 @@ int RunLaunch(const CommandContext& ctx) {
     absl::Status started = absl::OkStatus();
     for (int rank = first_rank; rank < first_rank + processes && started.ok(); ++rank) {
       std::vector<std::string> argv = program;
-      if (is_train) {
+      if (is_ours) {
         // Right after the command name: before anything of the user's, a "--" included.
         const std::vector<std::string> flags = TrainProcessFlags(total, rank, rendezvous, timeout);
         argv.insert(argv.begin() + 2, flags.begin(), flags.end());

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/job.h"
 #include "cli/planning.h"
 #include "cli/training.h"
 #include "nlohmann/json.hpp"
@@ -49,33 +50,6 @@ ABSL_FLAG(std::string, resume, "",
 ABSL_FLAG(std::string, save_costs, "",
           "write the measured costs (per-stage action times, hand-offs, gap between actions, "
           "bytes) as a cost-model file for `simulate --costs`");
-// Data parallelism across processes (train only; docs/training.md).
-ABSL_FLAG(int32_t, processes, 1,
-          "processes in the job, each running --replicas replicas of the pipeline on its own "
-          "devices; their gradients are averaged over all of them. Start every process with the "
-          "same flags but --process-rank");
-ABSL_FLAG(int32_t, process_rank, 0, "this process's rank in the job: 0 to --processes - 1");
-ABSL_FLAG(std::string, rendezvous, "",
-          "with --processes: a directory path that every process can see (one host, or a shared "
-          "file system) and that does not exist yet; process 0 creates it and removes it at the "
-          "end");
-ABSL_FLAG(double, rendezvous_timeout, 300,
-          "with --processes or --mpi: seconds a process waits for the others (to start, and in "
-          "each exchange) before it fails");
-ABSL_FLAG(bool, mpi, false,
-          "the job is the processes of MPI_COMM_WORLD, started by mpirun, mpiexec or srun "
-          "(`mpirun -n 2 pipesched train --mpi ...`), each running --replicas replicas as with "
-          "--processes; needs a pipesched built with MPI");
-ABSL_FLAG(bool, split_stages, false,
-          "with a job of several processes (--processes, pipesched launch or --mpi): the "
-          "processes split the pipeline's ranks in blocks (process q of N runs ranks r with "
-          "r x N / P = q, for every replica) instead of each running whole replicas; "
-          "activations and gradients cross between them as the job's messages; host backend");
-ABSL_FLAG(int, pipeline_processes, 0,
-          "with a job of N processes: each pipeline is split across K of them (K divides N), "
-          "and the N / K pipelines average their gradients as data-parallel replicas: process q "
-          "runs block q / (N / K) of the ranks, in pipeline q mod (N / K); --split-stages is "
-          "K = N; K = 1 is whole replicas in each process; host backend");
 ABSL_FLAG(double, step_timeout, 60,
           "abort a step in which nothing completes for this many seconds, naming what each rank "
           "waits for; 0 = never (and, with --processes or --mpi, no process is judged gone "
@@ -142,173 +116,19 @@ struct StepRecord {
   double measured_bubble;
 };
 
-// How this process learns its job.
-enum class Job { kAlone, kFromFlags, kFromEnvironment, kMpi };
-
-// The size of the job an MPI launcher started this process in, and the variable that
-// says it; 0 when none did. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's and
-// Intel MPI's mpiexec (and srun --mpi=pmi2) PMI_SIZE, MVAPICH2's MV2_COMM_WORLD_SIZE;
-// srun --mpi=pmix sets no size of PMIx's, so there a PMIX_RANK with Slurm's
-// SLURM_STEP_NUM_TASKS (the tasks of this srun, not of the allocation) says it.
-std::pair<int, std::string> MpiLauncherSize() {
-  const auto size_in = [](const char* variable) {
-    int size = 0;
-    const char* value = std::getenv(variable);
-    return value != nullptr && absl::SimpleAtoi(value, &size) && size > 0 ? size : 0;
-  };
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
-    if (const int size = size_in(variable); size > 0) return {size, variable};
-  }
-  if (std::getenv("PMIX_RANK") != nullptr) {
-    if (const int size = size_in("SLURM_STEP_NUM_TASKS"); size > 0) {
-      return {size, "SLURM_STEP_NUM_TASKS"};
-    }
-  }
-  return {0, ""};
-}
-
-// "--process-rank" for the first of `flags` (canonical names: process_rank) given, if any.
-std::optional<std::string> FirstGiven(const CommandContext& ctx,
-                                      std::initializer_list<std::string_view> flags) {
-  for (std::string_view flag : flags) {
-    if (FlagGiven(ctx, flag)) {
-      std::string name = absl::StrCat("--", Absl(flag));
-      std::replace(name.begin(), name.end(), '_', '-');
-      return name;
-    }
-  }
-  return std::nullopt;
-}
-
-// The checks of JoinFromFlags, without joining.
+// The job's checks for train (CheckJobFlags), then train's own: a searched order, and
+// at least one rank for each process of a pipeline.
 absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
-  const int processes = absl::GetFlag(FLAGS_processes);
-  const int rank = absl::GetFlag(FLAGS_process_rank);
-  const std::string dir = absl::GetFlag(FLAGS_rendezvous);
-  const double timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
-  if (absl::GetFlag(FLAGS_mpi)) {
-    if (const std::optional<std::string> given =
-            FirstGiven(ctx, {"processes", "process_rank", "rendezvous"})) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--mpi takes the job from MPI (its processes and their ranks): drop ", *given));
-    }
-  }
-  if (processes < 1 || processes > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--processes=", processes, " is out of range: use 1 to 4096"));
-  }
-  if (rank < 0 || rank >= processes) {
-    return absl::InvalidArgumentError(absl::StrCat("--process-rank=", rank,
-                                                   " is out of range for --processes=", processes,
-                                                   ": use 0 to ", processes - 1));
-  }
-  if (!(timeout >= 1) || !std::isfinite(timeout)) {
-    return absl::InvalidArgumentError(absl::StrCat("--rendezvous-timeout=", ShortestNumber(timeout),
-                                                   " must be at least 1 second"));
-  }
-  // Started by `pipesched launch -- PROGRAM` (PROGRAM this pipesched, by its path) or a
-  // script of such a process: the job is in the environment, as for any launched program.
-  const bool from_environment =
-      !FlagGiven(ctx, "processes") && std::getenv(comm::kProcessesVariable) != nullptr;
-  const bool mpi = absl::GetFlag(FLAGS_mpi);
-  if (mpi) {
-    if (from_environment) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--mpi is given, but this process was started by `pipesched launch` (",
-          comm::kProcessesVariable, " is set), which gives the job itself: drop --mpi"));
-    }
-    if (!comm::MpiBootstrapBuilt()) {
-      return absl::InvalidArgumentError(
-          "--mpi: this pipesched was built without MPI (CMake found none; on Debian install "
-          "libopenmpi-dev and openmpi-bin, then build again), or start the processes with "
-          "`pipesched launch`");
-    }
-  } else if (const auto [size, variable] = MpiLauncherSize();
-             size > 1 && processes == 1 && !from_environment) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this process is one of ", size, " that an MPI launcher started (", variable, "=", size,
-        "), and each would train alone: give --mpi to train as one job of ", size, " processes"));
+  PS_ASSIGN_OR_RETURN(const Job job, CheckJobFlags(ctx, "train"));
+  if (job == Job::kAlone) return job;
+  if (absl::GetFlag(FLAGS_from).empty()) {
+    PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
+    PS_RETURN_IF_ERROR(CheckOneOrderInJob(absl::GetFlag(FLAGS_schedule), search_steps));
   }
   const bool k_given = FlagGiven(ctx, "pipeline_processes");
   const int k = absl::GetFlag(FLAGS_pipeline_processes);
-  if (k_given && k < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline-processes=", k, " must be at least 1 (processes that split each pipeline)"));
-  }
-  if (k_given && absl::GetFlag(FLAGS_split_stages)) {
-    return absl::InvalidArgumentError(
-        "give --split-stages (the job's processes split one pipeline) or --pipeline-processes=K "
-        "(pipelines of K processes), not both");
-  }
-  if (processes == 1 && !from_environment && !mpi) {
-    if (absl::GetFlag(FLAGS_split_stages) || (k_given && k > 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          absl::GetFlag(FLAGS_split_stages) ? "--split-stages" : "--pipeline-processes",
-          " splits the pipeline across the processes of a job: start them with "
-          "`pipesched launch --processes=N -- pipesched train ...`, give each --processes, "
-          "--process-rank and --rendezvous, or give --mpi under mpirun"));
-    }
-    if (const std::optional<std::string> given =
-            FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          *given,
-          " is for a job of several processes: give --processes=N (N > 1) too, or drop it"));
-    }
-    return Job::kAlone;
-  }
-  if (from_environment) {
-    if (const std::optional<std::string> given =
-            FirstGiven(ctx, {"process_rank", "rendezvous", "rendezvous_timeout"})) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          *given, " is given without --processes while ", comm::kProcessesVariable,
-          " is set (this process was started by `pipesched launch`, which gives the job in "
-          "the environment): give every process flag, or none"));
-    }
-  } else if (dir.empty() && !mpi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--processes=", processes,
-                     " needs --rendezvous=DIR: a path every process can see and that does not "
-                     "exist yet (process 0 creates it), the same for all"));
-  }
-  // Refused now rather than after the others have joined: one order must run everywhere.
-  if (absl::GetFlag(FLAGS_refine)) {
-    return absl::InvalidArgumentError(
-        "--refine keeps a refined order only where it fits this machine's memory, which may "
-        "differ between processes: refine once (`simulate --refine --schedule-json=F.json`) "
-        "and give every process --from=F.json");
-  }
-  if (absl::GetFlag(FLAGS_recompute_stages) == "auto") {
-    return absl::InvalidArgumentError(
-        "--recompute-stages=auto plans for this machine's memory, which may differ between "
-        "processes: give the same --recompute-stages list to every process");
-  }
-  if (const scheduler::ScheduleInfo* info = scheduler::FindSchedule(absl::GetFlag(FLAGS_schedule));
-      absl::GetFlag(FLAGS_from).empty() && info != nullptr && info->uses_costs) {
-    PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
-    if (search_steps > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          absl::GetFlag(FLAGS_schedule),
-          "'s order is searched for the costs each process measures, which differ, and every "
-          "process must run one order: give --search-steps=0 (its unit-cost order), or --from "
-          "a schedule file (`simulate --schedule-json` writes one)"));
-    }
-  }
-  // --processes is the job's size here, also in `launch`'s check (under MPI: after
-  // joining, PipelineProcesses).
-  if (k_given && !from_environment && !mpi && processes % k != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline-processes=", k, " does not divide --processes=", processes,
-        ": give a divisor of ", processes, " (the job runs N / K pipelines of K processes)"));
-  }
-  const std::string split_flag =
-      k_given ? absl::StrCat("--pipeline-processes=", k) : std::string("--split-stages");
+  const int processes = absl::GetFlag(FLAGS_processes);
   if (absl::GetFlag(FLAGS_split_stages) || (k_given && k > 1)) {
-    if (absl::GetFlag(FLAGS_backend) == "cuda") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          split_flag,
-          " runs on the host backend only (on CUDA the crossings need NCCL send/recv, not "
-          "built yet): give --backend=host"));
-    }
     // Each process runs at least one rank (with --from the file's P decides, later).
     if (const int stages = absl::GetFlag(FLAGS_stages);
         absl::GetFlag(FLAGS_from).empty() && (k_given ? k : processes) > stages) {
@@ -323,38 +143,14 @@ absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
                                  stages, " processes"));
     }
   }
-  if (mpi) return Job::kMpi;
-  return from_environment ? Job::kFromEnvironment : Job::kFromFlags;
+  return job;
 }
 
-// --processes, --process-rank, --rendezvous and --rendezvous-timeout: the bootstrap of a
-// job of several processes (null for one), created first so that this process's later
-// errors reach the others (Bootstrap::Fail) instead of leaving them to wait.
+// The job's bootstrap (null alone); --step-timeout=0 (wait for ever: a debugger, say)
+// judges no heartbeat either.
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinFromFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Job job, CheckProcessFlags(ctx));
-  if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
-  // --step-timeout=0 (wait for ever: a debugger, say) judges no heartbeat either.
-  const comm::BootstrapOptions options = {
-      .timeout_seconds = absl::GetFlag(FLAGS_rendezvous_timeout),
-      .heartbeat_timeout_seconds = absl::GetFlag(FLAGS_step_timeout) == 0
-                                       ? 0
-                                       : comm::BootstrapOptions{}.heartbeat_timeout_seconds};
-  if (job == Job::kFromEnvironment) return comm::CreateBootstrapFromEnvironment(options);
-  if (job == Job::kMpi) return comm::CreateMpiBootstrap(options);
-  return comm::CreateFileBootstrap(absl::GetFlag(FLAGS_rendezvous),
-                                   absl::GetFlag(FLAGS_process_rank),
-                                   absl::GetFlag(FLAGS_processes), options);
-}
-
-// Where the processes meet: "rendezvous DIR" (--rendezvous, or the launch's
-// environment), or "MPI".
-std::string MeetingPlace(const comm::Bootstrap& processes) {
-  if (processes.kind() == "mpi") return "MPI";
-  std::string dir = absl::GetFlag(FLAGS_rendezvous);
-  if (const char* env = std::getenv(comm::kRendezvousVariable); dir.empty() && env != nullptr) {
-    dir = env;
-  }
-  return absl::StrCat("rendezvous ", dir);
+  return JoinJob(job, absl::GetFlag(FLAGS_step_timeout) != 0);
 }
 
 // The files train writes: --save first, then the reports.
@@ -454,42 +250,20 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
   return SearchStepsFromFlags().status();
 }
 
-// How many processes split each pipeline: --pipeline-processes, else all of them with
-// --split-stages, else 1 (each holds whole replicas). InvalidArgument when it does not
-// divide the job (an MPI job's size is known only here).
-absl::StatusOr<int> PipelineProcesses(const comm::Bootstrap& processes) {
-  const int n = processes.size();
-  const int k = absl::GetFlag(FLAGS_pipeline_processes);
-  if (k == 0) return absl::GetFlag(FLAGS_split_stages) ? n : 1;
-  if (n % k != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline-processes=", k, " does not divide the job's ", n,
-        " processes: give a divisor of ", n, " (the job runs N / K pipelines of K processes)"));
-  }
-  return k;
-}
-
 absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   std::ostream& out = *ctx.out;
   PS_ASSIGN_OR_RETURN(stages::TrainerConfig config, ConfigFromFlags(ctx));
   // --split-stages and --pipeline-processes: the processes split each pipeline, K to a
   // pipeline, instead of holding whole replicas; with K < N the pipelines are
   // data-parallel replicas of each other (groups of the job: comm::SplitJob).
-  int k = 1;
+  JobPlace place;
   if (processes != nullptr) {
-    PS_ASSIGN_OR_RETURN(k, PipelineProcesses(*processes));
+    PS_ASSIGN_OR_RETURN(place, PlaceInJob(*processes));
   }
+  const int k = place.k;
   const bool split = k > 1;
-  comm::JobGrid grid;
-  if (!split) {
-    config.processes = processes;
-  } else if (k == processes->size()) {
-    config.pipeline = processes;
-  } else {
-    PS_ASSIGN_OR_RETURN(grid, comm::SplitJob(*processes, k));
-    config.pipeline = grid.pipeline.get();
-    config.processes = grid.replicas.get();
-  }
+  config.pipeline = place.pipeline;
+  config.processes = place.processes;
   // Process 0 writes the job's files; the others' parameters are the same, and their
   // timelines are their own replicas' only.
   const bool writes_files = processes == nullptr || processes->rank() == 0;
@@ -948,36 +722,14 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
 }  // namespace
 
 absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
-  const Command* train = nullptr;
-  for (const Command& c : AllCommands()) {
-    if (c.name == "train") train = &c;
-  }
-  if (train == nullptr || command.empty() || command[0] != "train") {
+  if (command.empty() || command[0] != "train") {
     return absl::InternalError("CheckTrainCommandLine takes a train command line");
   }
-  // `-- train --help`: each process prints train's help (process 0's is shown).
-  for (std::size_t i = 1; i < command.size() && command[i] != "--"; ++i) {
-    if (command[i] == "--help" || command[i] == "-h") return absl::OkStatus();
-  }
-  std::vector<std::string> args = {"pipesched"};
-  args.insert(args.end(), command.begin(), command.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  PS_ASSIGN_OR_RETURN(const ParsedArgs parsed,
-                      ParseFlags(static_cast<int>(argv.size()), argv.data(), train->flags));
   std::ostringstream ignored;
-  CommandContext ctx{.positional = parsed.positional,
-                     .flags_set = parsed.flags_set,
-                     .out = &ignored,
-                     .err = &ignored};
-  if (!ctx.positional.empty()) {
-    return UnexpectedArgument(ctx.positional[0], "train takes only --flags");
-  }
-  if (absl::GetFlag(FLAGS_mpi)) {
-    return absl::InvalidArgumentError(
-        "--mpi is for processes that an MPI launcher starts (`mpirun -n N pipesched train "
-        "--mpi ...`); `pipesched launch` gives its processes their job itself: drop --mpi");
-  }
+  PS_ASSIGN_OR_RETURN(const std::optional<CommandContext> parsed,
+                      ParseLaunchedCommand(command, &ignored));
+  if (!parsed.has_value()) return absl::OkStatus();  // --help
+  const CommandContext& ctx = *parsed;
   PS_RETURN_IF_ERROR(CheckProcessFlags(ctx).status());
   PS_ASSIGN_OR_RETURN(const stages::TrainerConfig config, ConfigFromFlags(ctx));
   PS_RETURN_IF_ERROR(CheckRunFlags(ctx, config, Outputs::kLauncher));
@@ -988,23 +740,9 @@ int RunTrain(const CommandContext& ctx) {
   if (int code; RejectArguments(ctx, "train", code)) return code;
   absl::StatusOr<std::unique_ptr<comm::Bootstrap>> processes = JoinFromFlags(ctx);
   if (!processes.ok()) return ReportError(ctx, processes.status());
-  // Under MPI every process's standard output reaches one place, through the MPI
-  // launcher: process 0 speaks for the job (as `pipesched launch` shows it by default),
-  // the others print their errors only; and a line per step, no progress bar (Open MPI
-  // gives each process a terminal of its own, whatever its launcher writes to).
   std::ostream silent(nullptr);  // no buffer: writes go nowhere
-  CommandContext quiet = ctx;
-  if (*processes != nullptr && (*processes)->kind() == "mpi") {
-    quiet.out_is_terminal = false;
-    if ((*processes)->rank() != 0) quiet.out = &silent;
-  }
-  absl::Status s = Train(quiet, processes->get());
-  if (*processes != nullptr) {
-    if (s.ok()) s = (*processes)->Close();  // process 0 removes the rendezvous directory
-    // The others stop now, with this reason (also when the close itself failed: some
-    // may still wait in it).
-    if (!s.ok()) (*processes)->Fail(Std(s.message()));
-  }
+  const absl::Status s = LeaveJob(
+      processes->get(), Train(ContextInJob(ctx, processes->get(), &silent), processes->get()));
   return s.ok() ? kExitOk : ReportError(ctx, s);
 }
 

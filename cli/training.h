@@ -45,6 +45,11 @@ inline int SpreadDraws(const scheduler::Schedule& schedule) {
 // restore logs every flag it restores): the caller reads its own flags first.
 absl::Status CheckTrainCommandLine(const std::vector<std::string>& command);
 
+// The same for `launch -- bench ...`: bench's flags parse, the job's flags
+// (CheckJobFlags) and the sweep's (its lists, ranges and --from files). The output
+// paths are process 0's to check, once it has joined (a failure there stops the others).
+absl::Status CheckBenchCommandLine(const std::vector<std::string>& command);
+
 // Everything but the schedule name, P, V and M (bench sweeps those).
 absl::StatusOr<stages::TrainerConfig> TrainerConfigFromFlags(const CommandContext& ctx);
 

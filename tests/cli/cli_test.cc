@@ -2065,6 +2065,44 @@ TEST(CliTest, TrainSplitStagesIsCheckedBeforeJoining) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
 }
 
+// bench runs in a job as train does, and its job's flags are checked likewise before it
+// joins: with the command's name in the advice.
+TEST(CliTest, BenchJobFlagsAreCheckedBeforeJoining) {
+  const std::string dir = ::testing::TempDir() + "/bench_job_never_created";
+  const std::string rendezvous = absl::StrCat("--rendezvous=", dir);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"bench", "--split-stages"},
+       "pipesched: --split-stages splits the pipeline across the processes of a job: start them "
+       "with `pipesched launch --processes=N -- pipesched bench ...`, give each --processes, "
+       "--process-rank and --rendezvous, or give --mpi under mpirun\n"},
+      {{"bench", "--processes=2"},
+       "pipesched: --processes=2 needs --rendezvous=DIR: a path every process can see and that "
+       "does not exist yet (process 0 creates it), the same for all\n"},
+      {{"bench", "--rendezvous=x"},
+       "pipesched: --rendezvous is for a job of several processes: give --processes=N (N > 1) "
+       "too, or drop it\n"},
+      {{"bench", "--processes=2", "--process-rank=2", rendezvous},
+       "pipesched: --process-rank=2 is out of range for --processes=2: use 0 to 1\n"},
+      {{"bench", "--processes=4", "--pipeline-processes=3", rendezvous},
+       "pipesched: --pipeline-processes=3 does not divide --processes=4: give a divisor of 4 (the "
+       "job runs N / K pipelines of K processes)\n"},
+      {{"bench", "--processes=2", "--split-stages", "--pipeline-processes=2", rendezvous},
+       "pipesched: give --split-stages (the job's processes split one pipeline) or "
+       "--pipeline-processes=K (pipelines of K processes), not both\n"},
+      {{"bench", "--processes=2", "--recompute-stages=auto", rendezvous},
+       "pipesched: --recompute-stages=auto plans for this machine's memory, which may differ "
+       "between processes: run bench as one process, or train with a --recompute-stages list\n"},
+      {{"bench", "--processes=2", "--refine", rendezvous},
+       "pipesched: --refine keeps a refined order only where it fits this machine's memory"},
+  };
+  for (const auto& [args, message] : refused) {
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << args[1];
+    EXPECT_THAT(r.err, HasSubstr(message));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
+}
+
 // --pipeline-processes=K: K must divide the job and fit the pipeline, before joining.
 TEST(CliTest, TrainPipelineProcessesIsCheckedBeforeJoining) {
   const std::string dir = ::testing::TempDir() + "/pipeline_processes_never_created";

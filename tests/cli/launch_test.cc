@@ -241,8 +241,9 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
        "--grace=-1 is out of range: give 0 to 86400 seconds"},
       {{"launch", "--processes=2", "--rendezvous-timeout=0.5", "--", "true"},
        "--rendezvous-timeout=0.5 must be at least 1 second"},
-      {{"launch", "--processes=2", "--", "bench", "--stages=2"},
-       "'bench' runs as one process; launch starts the processes of a training job"},
+      {{"launch", "--processes=2", "--", "simulate", "--stages=2"},
+       "'simulate' runs as one process; launch starts the processes of a training job: `-- "
+       "train ...` or `-- bench ...`"},
       {{"launch", "--processes=2", "--", "train", "--process-rank=1"},
        "train's --process-rank is launch's to set (each process gets its own --process-rank): "
        "give --processes, --rendezvous and --rendezvous-timeout to launch, before --"},
@@ -287,6 +288,23 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
        "none.safetensors: no such file; give the path of one that every process can read"},
       {{"launch", "--processes=2", "--", "train", "--save=/proc/x"},
        "--save=/proc/x: the directory /proc takes no new file"},
+      // bench's likewise: the job's flags and the sweep's.
+      {{"launch", "--processes=2", "--", "bench", "--processes=3"},
+       "bench's --processes is launch's to set"},
+      {{"launch", "--processes=2", "--", "bench", "--mpi"},
+       "--mpi is for processes that an MPI launcher starts (`mpirun -n N pipesched bench --mpi "
+       "...`)"},
+      {{"launch", "--processes=4", "--", "bench", "--pipeline-processes=3"},
+       "--pipeline-processes=3 does not divide --processes=4: give a divisor of 4"},
+      {{"launch", "--processes=2", "--", "bench", "--recompute-stages=auto"},
+       "--recompute-stages=auto plans for this machine's memory, which may differ between "
+       "processes: run bench as one process, or train with a --recompute-stages list"},
+      {{"launch", "--processes=2", "--", "bench", "--split-stages", "--backend=cuda"},
+       "--split-stages runs on the host backend only"},
+      {{"launch", "--processes=2", "--", "bench", "--stages=2,x"}, "--stages"},
+      {{"launch", "--processes=2", "--", "bench", "--bogus"}, "unknown flag --bogus for 'bench'"},
+      {{"launch", "--processes=2", "--", "bench", "extra"},
+       "unexpected argument 'extra'; bench takes only --flags"},
   };
   for (const auto& [args, message] : refused) {
     RunResult r = RunCli(args);
