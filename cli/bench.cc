@@ -248,8 +248,8 @@ absl::StatusOr<Sweep> SweepFromFlags(const CommandContext& ctx, bool writes_file
     sweep.slow_rank = rank;
     sweep.slow_factor = factor;
   }
-  sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   if (!writes_files) return sweep;
+  sweep.traces_dir = absl::GetFlag(FLAGS_traces);
   // Written after the sweep: a path that cannot be written is an error now, not then.
   std::vector<FlagPath> inputs = {{"--data", absl::GetFlag(FLAGS_data)},
                                   {"--init", absl::GetFlag(FLAGS_init)}};
@@ -324,13 +324,14 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
     if (k > 1 && row.p < k) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a pipeline of ", row.p, row.p == 1 ? " rank" : " ranks", " cannot be split across ", k,
-          " processes (each runs at least one rank): give --stages of at least ", k));
+          " processes (each runs at least one rank): ",
+          row.file != nullptr ? absl::StrCat("give a schedule of at least ", k, " ranks")
+                              : absl::StrCat("give --stages of at least ", k)));
     }
     if (info != nullptr) PS_RETURN_IF_ERROR(CheckOneOrderInJob(row.schedule, sweep.search_steps));
     config.pipeline = sweep.place->pipeline;
     config.processes = sweep.place->processes;
     PS_RETURN_IF_ERROR(stages::Trainer::CheckConfig(config));
-    row.stops_job = true;  // reset once the configuration has run
   }
   // The searched schedules: searched for this machine's costs, measured in a few steps first.
   std::unique_ptr<stages::Trainer> trainer;
@@ -342,6 +343,8 @@ absl::Status RunOne(const Sweep& sweep, const CommandContext& ctx, Row& row) {
   } else {
     PS_ASSIGN_OR_RETURN(trainer, CreateTrainer(&config, sweep.search_steps, &row.search_note));
   }
+  // From here on, in a job, a failure leaves the processes apart (reset at the end).
+  row.stops_job = sweep.job != nullptr;
   row.v = trainer->schedule().num_chunks();
   row.recompute_stages = RecomputingStages(trainer->executor());
   const int p = row.p, total = sweep.warmup + sweep.steps;
@@ -608,8 +611,9 @@ void PrintHeader(std::ostream& out) {
 
 void PrintRow(std::ostream& out, const Row& r) {
   if (!r.skipped.empty()) {
-    out << absl::StrFormat("%-17s %2d %2s %3d  skipped: %s\n", r.schedule, r.p,
-                           r.v > 0 ? absl::StrCat(r.v) : "-", r.m, r.skipped);
+    out << absl::StrFormat("%-17s %2d %2s %3d  %s: %s\n", r.schedule, r.p,
+                           r.v > 0 ? absl::StrCat(r.v) : "-", r.m, r.failed ? "failed" : "skipped",
+                           r.skipped);
     return;
   }
   out << absl::StrFormat(kHeaderFormat, r.schedule, absl::StrCat(r.p), absl::StrCat(r.v),
@@ -951,24 +955,19 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
   if (job != nullptr) {
     sweep.job = job;
     sweep.place = &place;
-    // Every process steps through the same configurations, as many steps each (the
-    // trainer checks the rest of the configuration, one configuration at a time).
+    // Every process steps through the same configurations, as many steps each, and
+    // makes the same decisions about them: the same flags (the --from files' orders too).
     std::vector<std::string> files;
     for (const FileConfig& f : sweep.files) {
       files.push_back(absl::StrFormat("%s P=%d V=%d M=%d actions=%d", f.schedule.name,
                                       f.schedule.num_ranks(), f.schedule.num_chunks(),
                                       f.schedule.num_microbatches, f.schedule.NumActions()));
     }
-    PS_RETURN_IF_ERROR(comm::CheckAgreement(
-        *job, "bench-sweep",
-        "sweep (--schedules, --stages, --microbatches, --from, --warmup, --steps, "
-        "--search-steps, --slow-stage)",
-        absl::StrFormat("%s stages=%s microbatches=%s from=[%s] warmup=%d steps=%d search=%d "
-                        "slow=%d:%g",
-                        absl::StrJoin(sweep.schedules, ","), absl::StrJoin(sweep.stages, ","),
-                        absl::StrJoin(sweep.microbatches, ","), absl::StrJoin(files, "; "),
-                        sweep.warmup, sweep.steps, sweep.search_steps, sweep.slow_rank,
-                        sweep.slow_factor)));
+    PS_RETURN_IF_ERROR(
+        CheckSameFlags(*job, "bench",
+                       {"process_rank", "rendezvous", "rendezvous_timeout", "devices", "csv",
+                        "json", "md", "svg", "traces"},
+                       absl::StrCat("--from's schedules=", absl::StrJoin(files, "; "))));
   }
   const stages::TrainerConfig& b = sweep.base;
   const int pipelines = job != nullptr ? job->size() / place.k : 1;
@@ -1057,14 +1056,18 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
   std::vector<Row> rows;
   const int total = static_cast<int>(planned.size());
   int ran = 0, failed = 0;
+  // In a job: the failure that stopped the sweep (the processes cannot go on together).
+  absl::Status stopped;
   for (Row& row : planned) {
     absl::Status st = RunOne(sweep, ctx, row);
     if (!st.ok()) {
       row.skipped = std::string(st.message());
       if (ctx.out_is_terminal) out << "\r" << std::string(60, ' ') << "\r";
-      // A job that failed (this process, or another) cannot run the rest together.
+      // A refusal that every process saw alike is a skip; a job that failed (this
+      // process, or another: Trainer::Create and the executor fail it) ends the sweep.
       if (job != nullptr && (row.stops_job || !job->Failure().ok())) {
-        return absl::Status(st.code(), absl::StrCat(ConfigName(row), ": ", st.message()));
+        row.failed = true;
+        stopped = absl::Status(st.code(), absl::StrCat(ConfigName(row), ": ", st.message()));
       }
     }
     ran += st.ok();
@@ -1081,12 +1084,19 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
     }
     out << std::flush;
     rows.push_back(std::move(row));
+    if (!stopped.ok()) break;
   }
   out << absl::StrFormat("%d of %d configurations ran", ran, total);
-  if (ran < total) out << absl::StrFormat(", %d skipped", total - ran);
+  if (!stopped.ok()) {
+    out << absl::StrFormat(
+        "; the job stopped at %s (a process failed), and the %d after it did not run",
+        ConfigName(rows.back()), total - static_cast<int>(rows.size()));
+  } else if (ran < total) {
+    out << absl::StrFormat(", %d skipped", total - ran);
+  }
   out << absl::StrFormat("; load average now %s\n", LoadAverage());
+  if (ran == 0 && !stopped.ok()) return stopped;
   if (ran == 0) {
-    if (!reports) return kExitBadInput;
     // The first reason on the error line itself: stdout may be a file nobody reads.
     const Row& first = rows.front();
     *ctx.err << absl::StrFormat(
@@ -1100,7 +1110,10 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
     SayWrote(out, path);
     return absl::OkStatus();
   };
-  if (!reports) return failed > 0 ? kExitFailure : kExitOk;
+  if (!reports) {
+    PS_RETURN_IF_ERROR(stopped);
+    return failed > 0 ? kExitFailure : kExitOk;
+  }
   absl::Status written = [&]() -> absl::Status {
     if (std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
       PS_RETURN_IF_ERROR(write(path, ToCsv(rows, sweep)));
@@ -1128,6 +1141,7 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
     return absl::OkStatus();
   }();
   PS_RETURN_IF_ERROR(written);
+  PS_RETURN_IF_ERROR(stopped);  // after the files: what ran before the failure is in them
   return failed > 0 ? kExitFailure : kExitOk;
 }
 
@@ -1142,6 +1156,8 @@ absl::Status CheckBenchCommandLine(const std::vector<std::string>& command) {
                       ParseLaunchedCommand(command, &ignored));
   if (!parsed.has_value()) return absl::OkStatus();  // --help
   PS_RETURN_IF_ERROR(CheckJobFlags(*parsed, "bench").status());
+  PS_RETURN_IF_ERROR(CheckLaunchInputs(
+      {{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}}));
   return SweepFromFlags(*parsed, /*writes_files=*/false).status();
 }
 

@@ -1,17 +1,26 @@
 // The job of several processes that train and bench run in (cli/job.h).
 #include "cli/job.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/flags.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -303,6 +312,77 @@ absl::StatusOr<std::optional<CommandContext>> ParseLaunchedCommand(
         " --mpi ...`); `pipesched launch` gives its processes their job itself: drop --mpi"));
   }
   return ctx;
+}
+
+absl::Status CheckSameFlags(comm::Bootstrap& job, std::string_view command,
+                            std::initializer_list<std::string_view> local, std::string_view extra) {
+  const Command* program = nullptr;
+  for (const Command& c : AllCommands()) {
+    if (c.name == command) program = &c;
+  }
+  if (program == nullptr) return absl::InternalError(absl::StrCat("no command ", Absl(command)));
+  // A line per flag, "--name=value", as the user would write it; then `extra`.
+  std::string ours;
+  for (std::string_view entry : program->flags) {
+    const std::size_t eq = entry.find('=');
+    const std::string_view name = entry.substr(0, eq);
+    const std::string_view registered = eq == std::string_view::npos ? entry : entry.substr(eq + 1);
+    if (std::find(local.begin(), local.end(), name) != local.end()) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(Absl(registered));
+    if (flag == nullptr) return absl::InternalError(absl::StrCat("no flag ", Absl(registered)));
+    std::string shown = absl::StrCat("--", Absl(name));
+    std::replace(shown.begin(), shown.end(), '_', '-');
+    absl::StrAppend(&ours, shown, "=", flag->CurrentValue(), "\n");
+  }
+  absl::StrAppend(&ours, Absl(extra));
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                      job.AllGather(absl::StrCat(Absl(command), "-flags"), ours));
+  const std::vector<std::string> first = absl::StrSplit(all[0], '\n');
+  for (int q = 1; q < static_cast<int>(all.size()); ++q) {
+    if (all[q] == all[0]) continue;
+    const std::vector<std::string> theirs = absl::StrSplit(all[q], '\n');
+    for (std::size_t i = 0; i < std::max(first.size(), theirs.size()); ++i) {
+      const std::string a = i < first.size() ? first[i] : "";
+      const std::string b = i < theirs.size() ? theirs[i] : "";
+      if (a == b) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("process ", job.job_rank(q), " was started with ", QuoteForMessage(b, 200),
+                       ", process ", job.job_rank(0), " with ", QuoteForMessage(a, 200),
+                       ": every process of a ", Absl(command),
+                       " job needs the same flags (but its rank and outputs, which process 0 "
+                       "writes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsProcessesOwnDescriptor(const std::string& path) {
+  return path == "/dev/stdin" || path == "/dev/stdout" || path == "/dev/stderr" ||
+         path == "/dev/tty" || path.rfind("/dev/fd/", 0) == 0 ||
+         path.rfind("/proc/self/", 0) == 0 || path.rfind("/proc/thread-self/", 0) == 0;
+}
+
+absl::Status CheckLaunchInputs(const std::vector<FlagPath>& inputs) {
+  for (const auto& [flag, path] : inputs) {
+    if (path.empty() || IsProcessesOwnDescriptor(path)) continue;
+    std::error_code error;
+    const std::filesystem::file_status status = std::filesystem::status(path, error);
+    if (error && error != std::errc::no_such_file_or_directory) {  // a directory not searchable
+      return absl::InvalidArgumentError(absl::StrCat(Absl(flag), "=", path, ": ", error.message(),
+                                                     "; give a file that every process can read"));
+    }
+    if (!std::filesystem::exists(status)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Absl(flag), "=", path,
+                       ": no such file; give the path of one that every process can read"));
+    }
+    if (std::filesystem::is_regular_file(status) && ::access(path.c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(Absl(flag), "=", path, ": ",
+                                                     std::strerror(errno),
+                                                     "; give a file that every process can read"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 CommandContext ContextInJob(const CommandContext& ctx, const comm::Bootstrap* job,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/command.h"
+#include "pipesched/base/file_util.h"
 #include "pipesched/comm/bootstrap.h"
 
 ABSL_DECLARE_FLAG(int32_t, processes);
@@ -87,6 +89,23 @@ CommandContext ContextInJob(const CommandContext& ctx, const comm::Bootstrap* jo
 // --help, which each process prints. Refuses arguments that are not flags, and --mpi.
 absl::StatusOr<std::optional<CommandContext>> ParseLaunchedCommand(
     const std::vector<std::string>& command, std::ostream* ignored);
+
+// Every process of `job` was started with the same values of `command`'s flags, but for
+// those in `local` (canonical names: process_rank), and the same `extra` (what the flags
+// name: a file's content); FailedPrecondition naming the first that differs, and both
+// values, otherwise. An exchange of every process (channel "<command>-flags").
+absl::Status CheckSameFlags(comm::Bootstrap& job, std::string_view command,
+                            std::initializer_list<std::string_view> local, std::string_view extra);
+
+// A path that names a process's own descriptors or terminal (/dev/stdout, /dev/fd/N,
+// /proc/self/fd/N, /dev/tty): the launcher's are not the processes' it starts.
+bool IsProcessesOwnDescriptor(const std::string& path);
+
+// The launcher's check of the files the processes will read (`inputs`, empty paths
+// skipped, and the processes' own descriptors): each is there and readable, or
+// InvalidArgument "--data=F: no such file; give the path of one that every process can
+// read". What is in them, each process reads and checks.
+absl::Status CheckLaunchInputs(const std::vector<FlagPath>& inputs);
 
 // Leaves the job at the end of a run whose outcome is `status`: Close when it is OK
 // (process 0 removes the rendezvous directory), and Fail with the reason when it, or the

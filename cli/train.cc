@@ -121,9 +121,10 @@ struct StepRecord {
 absl::StatusOr<Job> CheckProcessFlags(const CommandContext& ctx) {
   PS_ASSIGN_OR_RETURN(const Job job, CheckJobFlags(ctx, "train"));
   if (job == Job::kAlone) return job;
-  if (absl::GetFlag(FLAGS_from).empty()) {
+  if (const scheduler::ScheduleInfo* info = scheduler::FindSchedule(absl::GetFlag(FLAGS_schedule));
+      absl::GetFlag(FLAGS_from).empty() && info != nullptr && info->uses_costs) {
     PS_ASSIGN_OR_RETURN(const int search_steps, SearchStepsFromFlags());
-    PS_RETURN_IF_ERROR(CheckOneOrderInJob(absl::GetFlag(FLAGS_schedule), search_steps));
+    PS_RETURN_IF_ERROR(CheckOneOrderInJob(info->name, search_steps));
   }
   const bool k_given = FlagGiven(ctx, "pipeline_processes");
   const int k = absl::GetFlag(FLAGS_pipeline_processes);
@@ -167,14 +168,6 @@ std::vector<FlagPath> OutputFlags() {
 // (/dev/stdout, /dev/fd/N, /proc/self/fd/N) to the processes: theirs are not its own.
 enum class Outputs { kNotOurs, kOurs, kLauncher };
 
-// A path that names a process's own descriptors or terminal (/dev/stdout, /dev/fd/N,
-// /proc/self/fd/N, /dev/tty): the launcher's are not the processes' it starts.
-bool IsProcessesOwnDescriptor(const std::string& path) {
-  return path == "/dev/stdin" || path == "/dev/stdout" || path == "/dev/stderr" ||
-         path == "/dev/tty" || path.rfind("/dev/fd/", 0) == 0 ||
-         path.rfind("/proc/self/", 0) == 0 || path.rfind("/proc/thread-self/", 0) == 0;
-}
-
 // train's checks of its own flags (beyond the trainer's configuration), made before the
 // trainer is created; `where`: whether (and how) its output paths are checked here.
 absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfig& config,
@@ -212,28 +205,10 @@ absl::Status CheckRunFlags(const CommandContext& ctx, const stages::TrainerConfi
   // The launcher says once what every process would: an input that is not there, or
   // cannot be read. (What is in it, each process reads and checks.)
   if (where == Outputs::kLauncher) {
-    for (const auto& [flag, path] :
-         {std::pair<const char*, std::string>{"--data", absl::GetFlag(FLAGS_data)},
-          {"--init", absl::GetFlag(FLAGS_init)},
-          {"--resume", resume},
-          {"--from", absl::GetFlag(FLAGS_from)}}) {
-      if (path.empty() || IsProcessesOwnDescriptor(path)) continue;
-      std::error_code error;
-      const std::filesystem::file_status status = std::filesystem::status(path, error);
-      if (error && error != std::errc::no_such_file_or_directory) {  // a directory not searchable
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, "=", path, ": ", error.message(), "; give a file that every process can read"));
-      }
-      if (!std::filesystem::exists(status)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, "=", path, ": no such file; give the path of one that every process can read"));
-      }
-      if (std::filesystem::is_regular_file(status) && ::access(path.c_str(), R_OK) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, "=", path, ": ", std::strerror(errno),
-                         "; give a file that every process can read"));
-      }
-    }
+    PS_RETURN_IF_ERROR(CheckLaunchInputs({{"--data", absl::GetFlag(FLAGS_data)},
+                                          {"--init", absl::GetFlag(FLAGS_init)},
+                                          {"--resume", resume},
+                                          {"--from", absl::GetFlag(FLAGS_from)}}));
   }
   // --save may be --resume or --init: a run that continues its own checkpoint or
   // parameters in place.
