@@ -588,13 +588,21 @@ class FileBootstrap final : public Bootstrap {
   }
 
  private:
-  // Sleeps 0.1 ms, doubling up to 20 ms: quick when the others are close behind,
-  // cheap when they are far.
+  // Sleeps 0.1 ms, doubling up to 1 ms for the first second of a wait, then on up to
+  // 20 ms: quick when the others are close behind (a pipeline's crossing, whose receive
+  // is posted well before its message comes, is picked up within about 1 ms of it,
+  // where a 20 ms cap left it up to 20 ms late: docs/benchmarks.md, *A sweep as a job of
+  // several processes*), cheap when they are far (a process still starting, a
+  // straggler; on NFS, each look is a request to the server).
   struct Backoff {
+    Clock::time_point start = Clock::now();
     std::chrono::microseconds next{100};
     void Sleep() {
       std::this_thread::sleep_for(next);
-      next = std::min<std::chrono::microseconds>(next * 2, std::chrono::milliseconds(20));
+      const std::chrono::microseconds cap = Clock::now() - start < std::chrono::seconds(1)
+                                                ? std::chrono::milliseconds(1)
+                                                : std::chrono::milliseconds(20);
+      next = std::min<std::chrono::microseconds>(next * 2, cap);
     }
   };
 
