@@ -959,14 +959,16 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
     // makes the same decisions about them: the same flags (the --from files' orders too).
     std::vector<std::string> files;
     for (const FileConfig& f : sweep.files) {
-      files.push_back(absl::StrFormat("%s P=%d V=%d M=%d actions=%d", f.schedule.name,
+      files.push_back(absl::StrFormat("%s P=%d V=%d M=%d order %016x", f.schedule.name,
                                       f.schedule.num_ranks(), f.schedule.num_chunks(),
-                                      f.schedule.num_microbatches, f.schedule.NumActions()));
+                                      f.schedule.num_microbatches, f.schedule.OrderFingerprint()));
     }
     PS_RETURN_IF_ERROR(
         CheckSameFlags(*job, "bench",
+                       // Paths that may differ between hosts: what the files hold is
+                       // compared (the --from orders here, the data by the trainer).
                        {"process_rank", "rendezvous", "rendezvous_timeout", "devices", "csv",
-                        "json", "md", "svg", "traces"},
+                        "json", "md", "svg", "traces", "from", "data"},
                        absl::StrCat("--from's schedules=", absl::StrJoin(files, "; "))));
   }
   const stages::TrainerConfig& b = sweep.base;
@@ -1148,16 +1150,12 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
 }  // namespace
 
 absl::Status CheckBenchCommandLine(const std::vector<std::string>& command) {
-  if (command.empty() || command[0] != "bench") {
-    return absl::InternalError("CheckBenchCommandLine takes a bench command line");
-  }
   std::ostringstream ignored;
   PS_ASSIGN_OR_RETURN(const std::optional<CommandContext> parsed,
-                      ParseLaunchedCommand(command, &ignored));
+                      ParseLaunchedCommand(command, "bench", &ignored));
   if (!parsed.has_value()) return absl::OkStatus();  // --help
   PS_RETURN_IF_ERROR(CheckJobFlags(*parsed, "bench").status());
-  PS_RETURN_IF_ERROR(CheckLaunchInputs(
-      {{"--data", absl::GetFlag(FLAGS_data)}, {"--init", absl::GetFlag(FLAGS_init)}}));
+  PS_RETURN_IF_ERROR(CheckLaunchInputs({{"--data", absl::GetFlag(FLAGS_data)}}));
   return SweepFromFlags(*parsed, /*writes_files=*/false).status();
 }
 

@@ -280,15 +280,15 @@ absl::StatusOr<JobPlace> PlaceInJob(comm::Bootstrap& job) {
 }
 
 absl::StatusOr<std::optional<CommandContext>> ParseLaunchedCommand(
-    const std::vector<std::string>& command, std::ostream* ignored) {
+    const std::vector<std::string>& command, std::string_view name, std::ostream* ignored) {
   const Command* program = nullptr;
   for (const Command& c : AllCommands()) {
-    if (!command.empty() && c.name == command[0]) program = &c;
+    if (!command.empty() && c.name == command[0] && c.name == name) program = &c;
   }
-  if (program == nullptr || (program->name != "train" && program->name != "bench")) {
-    return absl::InternalError("ParseLaunchedCommand takes a train or bench command line");
+  if (program == nullptr || (name != "train" && name != "bench")) {
+    return absl::InternalError(
+        absl::StrCat("ParseLaunchedCommand takes a ", Absl(name), " command line"));
   }
-  const std::string_view name = program->name;
   // `-- train --help`: each process prints the command's help (process 0's is shown).
   for (std::size_t i = 1; i < command.size() && command[i] != "--"; ++i) {
     if (command[i] == "--help" || command[i] == "-h") return std::nullopt;
@@ -335,25 +335,11 @@ absl::Status CheckSameFlags(comm::Bootstrap& job, std::string_view command,
     absl::StrAppend(&ours, shown, "=", flag->CurrentValue(), "\n");
   }
   absl::StrAppend(&ours, Absl(extra));
-  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                      job.AllGather(absl::StrCat(Absl(command), "-flags"), ours));
-  const std::vector<std::string> first = absl::StrSplit(all[0], '\n');
-  for (int q = 1; q < static_cast<int>(all.size()); ++q) {
-    if (all[q] == all[0]) continue;
-    const std::vector<std::string> theirs = absl::StrSplit(all[q], '\n');
-    for (std::size_t i = 0; i < std::max(first.size(), theirs.size()); ++i) {
-      const std::string a = i < first.size() ? first[i] : "";
-      const std::string b = i < theirs.size() ? theirs[i] : "";
-      if (a == b) continue;
-      return absl::FailedPreconditionError(
-          absl::StrCat("process ", job.job_rank(q), " was started with ", QuoteForMessage(b, 200),
-                       ", process ", job.job_rank(0), " with ", QuoteForMessage(a, 200),
-                       ": every process of a ", Absl(command),
-                       " job needs the same flags (but its rank and outputs, which process 0 "
-                       "writes)"));
-    }
-  }
-  return absl::OkStatus();
+  return comm::CheckSameFields(
+      job, absl::StrCat(Absl(command), "-flags"), ours,
+      absl::StrCat("every process of a ", Absl(command),
+                   " job needs the same flags (but its rank and outputs, which process 0 "
+                   "writes)"));
 }
 
 bool IsProcessesOwnDescriptor(const std::string& path) {

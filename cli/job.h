@@ -82,13 +82,13 @@ CommandContext ContextInJob(const CommandContext& ctx, const comm::Bootstrap* jo
                             std::ostream* silent);
 
 // For `pipesched launch -- train ...` or `-- bench ...`, whose checks the launcher makes
-// once before starting the processes: `command` ("train" or "bench" and its flags, with
-// the process flags launch adds) parsed into the program's flags, which it leaves so
-// (absl::FlagSaver's restore logs every flag it restores: the caller reads its own flags
-// first), and the context to check them with (its output goes nowhere); nullopt for
+// once before starting the processes: `command` (`name`, "train" or "bench", and its
+// flags, with the process flags launch adds; Internal for another) parsed into the program's flags,
+// which it leaves so (absl::FlagSaver's restore logs every flag it restores: the caller reads its
+// own flags first), and the context to check them with (its output goes nowhere); nullopt for
 // --help, which each process prints. Refuses arguments that are not flags, and --mpi.
 absl::StatusOr<std::optional<CommandContext>> ParseLaunchedCommand(
-    const std::vector<std::string>& command, std::ostream* ignored);
+    const std::vector<std::string>& command, std::string_view name, std::ostream* ignored);
 
 // Every process of `job` was started with the same values of `command`'s flags, but for
 // those in `local` (canonical names: process_rank), and the same `extra` (what the flags

@@ -697,12 +697,9 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
 }  // namespace
 
 absl::Status CheckTrainCommandLine(const std::vector<std::string>& command) {
-  if (command.empty() || command[0] != "train") {
-    return absl::InternalError("CheckTrainCommandLine takes a train command line");
-  }
   std::ostringstream ignored;
   PS_ASSIGN_OR_RETURN(const std::optional<CommandContext> parsed,
-                      ParseLaunchedCommand(command, &ignored));
+                      ParseLaunchedCommand(command, "train", &ignored));
   if (!parsed.has_value()) return absl::OkStatus();  // --help
   const CommandContext& ctx = *parsed;
   PS_RETURN_IF_ERROR(CheckProcessFlags(ctx).status());

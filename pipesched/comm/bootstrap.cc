@@ -533,6 +533,9 @@ class FileBootstrap final : public Bootstrap {
 
   void Fail(std::string_view reason) override {
     (void)PutFile((dir_ / "failed").string(), FailureMarker(rank_, reason));
+    // This rank's next Failure() reads the marker, not only one within a millisecond
+    // (FailedMarker's throttle): a caller that failed must see the job failed.
+    failed_seen_.store(true, std::memory_order_release);
   }
 
   absl::Status Close() override {
@@ -562,7 +565,7 @@ class FileBootstrap final : public Bootstrap {
     // Rank 0 waits until every rank has read the close exchange, then removes the rest.
     std::vector<bool> gone(size_, false);
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
-    for (Backoff wait;;) {
+    for (Backoff wait = ExchangeBackoff();;) {
       for (int r = 0; r < size_; ++r) {
         if (!gone[r]) gone[r] = Exists((dir_ / absl::StrCat("gone.", r)).string());
       }
@@ -588,23 +591,32 @@ class FileBootstrap final : public Bootstrap {
   }
 
  private:
-  // Sleeps 0.1 ms, doubling up to 1 ms for the first second of a wait, then on up to
-  // 20 ms: quick when the others are close behind (a pipeline's crossing, whose receive
-  // is posted well before its message comes, is picked up within about 1 ms of it,
-  // where a 20 ms cap left it up to 20 ms late: docs/benchmarks.md, *A sweep as a job of
-  // several processes*), cheap when they are far (a process still starting, a
-  // straggler; on NFS, each look is a request to the server).
+  // Sleeps 0.1 ms, doubling up to `first_cap` (1 ms) for the first second of a wait,
+  // then on up to 20 ms: quick when the others are close behind (a pipeline's crossing,
+  // whose receive is posted well before its message comes, is picked up within about
+  // 1 ms of it, where a 20 ms cap left it up to 20 ms late: docs/benchmarks.md, *A sweep
+  // as a job of several processes*), cheap when they are far (a process still starting,
+  // a straggler; on NFS, each look is a request to the server).
   struct Backoff {
+    std::chrono::microseconds first_cap{1000};
     Clock::time_point start = Clock::now();
     std::chrono::microseconds next{100};
     void Sleep() {
       std::this_thread::sleep_for(next);
       const std::chrono::microseconds cap = Clock::now() - start < std::chrono::seconds(1)
-                                                ? std::chrono::milliseconds(1)
+                                                ? first_cap
                                                 : std::chrono::milliseconds(20);
       next = std::min<std::chrono::microseconds>(next * 2, cap);
     }
   };
+  // An exchange's wait looks for every missing rank's file each time: its first second
+  // polls at 1 ms for up to 8 ranks, and proportionally less often for more (a look
+  // every 8 ms at 64 ranks), so that a process makes at most ~8 looks a millisecond.
+  Backoff ExchangeBackoff() const {
+    return Backoff{
+        .first_cap = std::min<std::chrono::microseconds>(
+            std::chrono::microseconds(125) * std::max(size_, 8), std::chrono::milliseconds(20))};
+  }
 
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
@@ -845,7 +857,7 @@ class FileBootstrap final : public Bootstrap {
     std::vector<bool> have(size_, false);
     out[rank_] = std::string(bytes);
     have[rank_] = true;
-    for (Backoff wait;;) {
+    for (Backoff wait = ExchangeBackoff();;) {
       for (int r = 0; r < size_; ++r) {
         if (have[r]) continue;
         const std::string path = FileOf(channel, k, r);
@@ -1081,6 +1093,26 @@ absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std:
                                               QuoteForMessage(all[0], 200), ")")
                                : std::string(),
                      ": start every process with the same flags"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameFields(Bootstrap& bootstrap, std::string_view channel,
+                             std::string_view fields, std::string_view advice) {
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all, bootstrap.AllGather(channel, fields));
+  const std::vector<std::string> ours = absl::StrSplit(all[0], '\n');
+  for (int q = 1; q < static_cast<int>(all.size()); ++q) {
+    if (all[q] == all[0]) continue;
+    const std::vector<std::string> theirs = absl::StrSplit(all[q], '\n');
+    for (std::size_t i = 0; i < std::max(ours.size(), theirs.size()); ++i) {
+      const std::string a = i < ours.size() ? ours[i] : "";
+      const std::string b = i < theirs.size() ? theirs[i] : "";
+      if (a == b) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("process ", bootstrap.job_rank(q), " was started with ",
+                       QuoteForMessage(b, 200), ", process ", bootstrap.job_rank(0), " with ",
+                       QuoteForMessage(a, 200), ": ", Absl(advice)));
+    }
   }
   return absl::OkStatus();
 }

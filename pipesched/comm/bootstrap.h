@@ -135,6 +135,13 @@ absl::Status Barrier(Bootstrap& bootstrap, std::string_view channel);
 absl::Status CheckAgreement(Bootstrap& bootstrap, std::string_view channel, std::string_view what,
                             std::string_view bytes);
 
+// The same for a configuration of fields, one per line ("seed=5"): every rank's `fields`
+// equal rank 0's, or FailedPrecondition naming the first rank whose differ, with its
+// first differing line and rank 0's: `process 1 was started with "seed=5", process 0
+// with "seed=0": <advice>`.
+absl::Status CheckSameFields(Bootstrap& bootstrap, std::string_view channel,
+                             std::string_view fields, std::string_view advice);
+
 // Some of a job's processes as a job of their own, for collectives among them only: the
 // processes that hold one pipeline's stages, or the replicas of one stage
 // (SplitJob). Every member calls it with the same `members` (ranks of `job`, in the

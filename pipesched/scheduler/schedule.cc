@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pipesched/base/hash.h"
 
 namespace pipesched::scheduler {
 namespace {
@@ -110,6 +111,15 @@ std::size_t Schedule::NumActions() const {
   std::size_t n = 0;
   for (const auto& program : programs) n += program.size();
   return n;
+}
+
+std::uint64_t Schedule::OrderFingerprint() const {
+  Fnv1a64 order;
+  for (const std::vector<Action>& program : programs) {
+    for (const Action& a : program) order.Add(ToString(a) + ";");
+    order.Add("|");
+  }
+  return order.value();
 }
 
 bool Schedule::SplitsBackward() const {

@@ -60,6 +60,10 @@ struct Schedule {
   int num_chunks() const { return placement.num_chunks; }
   int num_stages() const { return placement.num_stages(); }
   std::size_t NumActions() const;
+  // A hash of every rank's program, action by action (not the name, placement or M):
+  // for processes that check they run one order (a searched or loaded schedule may
+  // differ where its name does not).
+  std::uint64_t OrderFingerprint() const;
   // True when any backward is split into I and W.
   bool SplitsBackward() const;
 };

@@ -47,12 +47,6 @@ int JobReplicas(const TrainerConfig& config) {
 // skew injection, timeouts) are left out.
 std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& schedule,
                            runtime::BackendKind kind) {
-  // The order itself, not only its name: a searched or loaded schedule may differ.
-  Fnv1a64 order;
-  for (const std::vector<scheduler::Action>& program : schedule.programs) {
-    for (const scheduler::Action& a : program) order.Add(scheduler::ToString(a) + ";");
-    order.Add("|");
-  }
   std::vector<int> recompute = c.recompute_stages;
   std::sort(recompute.begin(), recompute.end());
   const model::OptimizerConfig& o = c.optimizer;
@@ -75,30 +69,15 @@ std::string JobFingerprint(const TrainerConfig& c, const scheduler::Schedule& sc
       "\nsynthetic-samples=", c.synthetic_samples,
       "\nprocesses per pipeline=", c.pipeline != nullptr ? c.pipeline->size() : 1,
       // Last: a differing order with the same flags is a searched or loaded schedule.
-      "\nschedule order=", absl::Hex(order.value(), absl::kZeroPad16));
+      "\nschedule order=", absl::Hex(schedule.OrderFingerprint(), absl::kZeroPad16));
 }
 
 // Every process's fingerprint equals rank 0's, or FailedPrecondition naming the first
 // field that differs and both values.
 absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerprint) {
-  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                      processes.AllGather("trainer", fingerprint));
-  const std::vector<std::string> ours = absl::StrSplit(all[0], '\n');
-  for (int q = 1; q < static_cast<int>(all.size()); ++q) {
-    if (all[q] == all[0]) continue;
-    const std::vector<std::string> theirs = absl::StrSplit(all[q], '\n');
-    for (std::size_t i = 0; i < std::max(ours.size(), theirs.size()); ++i) {
-      const std::string a = i < ours.size() ? ours[i] : "";
-      const std::string b = i < theirs.size() ? theirs[i] : "";
-      if (a == b) continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "process ", processes.job_rank(q), " was started with ", QuoteForMessage(b, 200),
-          ", process ", processes.job_rank(0), " with ", QuoteForMessage(a, 200),
-          ": every process of a job needs the same configuration (only the process rank "
-          "differs)"));
-    }
-  }
-  return absl::OkStatus();
+  return comm::CheckSameFields(processes, "trainer", fingerprint,
+                               "every process of a job needs the same configuration (only the "
+                               "process rank differs)");
 }
 
 // A tensor as the processes of a split pipeline send them to each other (base/bytes.h):

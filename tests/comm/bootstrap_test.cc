@@ -504,6 +504,28 @@ TEST(FileBootstrapTest, AFailedRankReleasesTheOthersAndItsDirectoryIsReplaced) {
   std::filesystem::remove_all(dir);
 }
 
+// A rank that fails sees its job failed at once, every kind alike: Failure() looks at
+// the file kind's marker at most once a millisecond, but not after this rank's own Fail()
+// (a caller deciding whether the job can go on after its own error, as bench does).
+TEST(BootstrapTest, FailureIsSeenAtOnceByTheRankThatFailed) {
+  const std::string dir = FreshDir("own_failure");
+  std::vector<std::unique_ptr<Bootstrap>> files(2);
+  for (int r = 0; r < 2; ++r) {
+    PS_ASSERT_OK_AND_ASSIGN(files[r], CreateFileBootstrap(dir, r, 2, {.timeout_seconds = 10}));
+  }
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Bootstrap>> threads,
+                          CreateInProcessBootstraps(2));
+  for (Bootstrap* b : {files[1].get(), threads[1].get()}) {
+    SCOPED_TRACE(b->kind());
+    PS_EXPECT_OK(b->Failure());  // a look just now
+    b->Fail("its own reason");
+    EXPECT_THAT(b->Failure(),
+                StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: its own reason")));
+  }
+  files.clear();
+  std::filesystem::remove_all(dir);
+}
+
 // A rank that joined an earlier run's directory finds its own earlier file at its first
 // exchange; a rank started for another size tells rank 0 (and the others) at once.
 TEST(FileBootstrapTest, LeftoversAndSizeMismatchesStopTheRanks) {
