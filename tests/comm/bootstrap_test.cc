@@ -519,8 +519,8 @@ TEST(BootstrapTest, FailureIsSeenAtOnceByTheRankThatFailed) {
     SCOPED_TRACE(b->kind());
     PS_EXPECT_OK(b->Failure());  // a look just now
     b->Fail("its own reason");
-    EXPECT_THAT(b->Failure(),
-                StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: its own reason")));
+    EXPECT_THAT(b->Failure(), StatusIs(absl::StatusCode::kAborted,
+                                       HasSubstr("process 1 failed: its own reason")));
   }
   files.clear();
   std::filesystem::remove_all(dir);
