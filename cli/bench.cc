@@ -1090,9 +1090,9 @@ absl::StatusOr<int> Bench(const CommandContext& given, comm::Bootstrap* job) {
   }
   out << absl::StrFormat("%d of %d configurations ran", ran, total);
   if (!stopped.ok()) {
-    out << absl::StrFormat(
-        "; the job stopped at %s (a process failed), and the %d after it did not run",
-        ConfigName(rows.back()), total - static_cast<int>(rows.size()));
+    const int left = total - static_cast<int>(rows.size());
+    out << absl::StrFormat("; the job stopped at %s (a process failed)", ConfigName(rows.back()))
+        << (left > 0 ? absl::StrFormat(", and the %d after it did not run", left) : "");
   } else if (ran < total) {
     out << absl::StrFormat(", %d skipped", total - ran);
   }

@@ -80,6 +80,56 @@ absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerp
                                "process rank differs)");
 }
 
+// The verdict of a check that every process of a job makes of its own machine (its
+// memory): `own`, and every other process's, heard through the job's groups -- the
+// pipeline's, then the replicas', passing on what the first found: every pipeline has a
+// process in every block, so after both each process has heard from all. OK when every
+// process passed; else the failure of the first process that failed (in the pipeline's
+// order, then the pipelines'), the same for every process, in its words ("process 1:
+// ..." where it is another's). An exchange of each group of several (on `channel`); alone,
+// `own`.
+absl::Status AgreeOnVerdict(const TrainerConfig& config, std::string_view channel,
+                            absl::Status own) {
+  struct Verdict {
+    std::int64_t job_rank = -1;  // of the process that failed; -1: every one passed
+    std::int64_t code = 0;
+    std::string message;
+  };
+  Verdict verdict;
+  std::int64_t self = -1;
+  for (comm::Bootstrap* group : {config.pipeline, config.processes}) {
+    if (group == nullptr || group->size() < 2) continue;
+    if (self < 0) {
+      self = group->job_rank(group->rank());
+      if (!own.ok()) {
+        verdict = {.job_rank = self,
+                   .code = static_cast<std::int64_t>(own.code()),
+                   .message = std::string(own.message())};
+      }
+    }
+    ByteWriter out;
+    out.Int(verdict.job_rank);
+    out.Int(verdict.code);
+    out.Text(verdict.message);
+    PS_ASSIGN_OR_RETURN(const std::vector<std::string> all, group->AllGather(channel, out.bytes()));
+    verdict = {};
+    for (std::size_t q = 0; q < all.size() && verdict.job_rank < 0; ++q) {
+      ByteReader in(all[q]);
+      Verdict theirs{.job_rank = in.Int(), .code = in.Int(), .message = in.Text()};
+      if (!in.ok() || theirs.code < 0 || theirs.code > 16) {
+        return absl::InternalError(absl::StrCat("process ", group->job_rank(static_cast<int>(q)),
+                                                " sent a verdict this process cannot read"));
+      }
+      if (theirs.job_rank >= 0) verdict = std::move(theirs);
+    }
+  }
+  if (self < 0 || verdict.job_rank < 0) return self < 0 ? own : absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(verdict.code),
+                      verdict.job_rank == self
+                          ? verdict.message
+                          : absl::StrCat("process ", verdict.job_rank, ": ", verdict.message));
+}
+
 // A tensor as the processes of a split pipeline send them to each other (base/bytes.h):
 // its name, dtype, rank, shape and bytes.
 void PutTensor(ByteWriter& out, const model::HostTensor& t) {
@@ -427,8 +477,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
   t->config_.virtual_stages = schedule.num_chunks();
   t->config_.microbatches = schedule.num_microbatches;
   t->partition_ = checked.partition;
-  if (kind == runtime::BackendKind::kHost) {
-    PS_RETURN_IF_ERROR(CheckHostMemory(t->config_, t->partition_));
+  // Each process's machine, heard by all: a job that does not fit one is refused by
+  // every process alike (not a failure of the job: bench skips such a configuration).
+  if (absl::Status fits = AgreeOnVerdict(config, "trainer-host-memory",
+                                         kind == runtime::BackendKind::kHost
+                                             ? CheckHostMemory(t->config_, t->partition_)
+                                             : absl::OkStatus());
+      !fits.ok()) {
+    *everyone_saw = absl::IsResourceExhausted(fits);  // not a failed exchange
+    return fits;
   }
   runtime::BackendOptions options{
       .kind = kind, .strict = config.strict, .memory_capacity_bytes = config.device_memory_bytes};
@@ -502,11 +559,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
   t->machine_bytes_ = machine;
   if (config.check_activation_memory) {
     PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
-    PS_RETURN_IF_ERROR(CheckActivationsFit({.schedule = t->executor_->schedule().name,
-                                            .num_ranks = P,
-                                            .num_chunks = t->executor_->schedule().num_chunks(),
-                                            .num_microbatches = t->executor_->num_microbatches()},
-                                           places));
+    // Heard by every process, as the host memory above.
+    if (absl::Status fits = AgreeOnVerdict(
+            config, "trainer-activations",
+            CheckActivationsFit({.schedule = t->executor_->schedule().name,
+                                 .num_ranks = P,
+                                 .num_chunks = t->executor_->schedule().num_chunks(),
+                                 .num_microbatches = t->executor_->num_microbatches()},
+                                places));
+        !fits.ok()) {
+      *everyone_saw = absl::IsResourceExhausted(fits);
+      return fits;
+    }
   }
 
   // Data: the whole job's (every process makes or loads the same data set and takes its

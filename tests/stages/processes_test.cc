@@ -25,6 +25,7 @@ namespace {
 
 using ::pipesched::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TrainerConfig Config(const std::string& schedule, int replicas) {
   TrainerConfig config;
@@ -341,6 +342,60 @@ TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
     EXPECT_THAT(created[1], StatusIs(absl::StatusCode::kResourceExhausted,
                                      HasSubstr("does not fit the device memory cap")));
     EXPECT_THAT(created[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+  }
+}
+
+// A plan whose activations do not fit one process's memory (its device memory cap, which
+// the processes need not share) is refused by every process alike, in that process's
+// words, and the job is not failed: the processes can go on together (bench skips the
+// configuration and runs the next). Replicas, a split pipeline, two pipelines of two.
+TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
+  struct Case {
+    const char* name;
+    int n, k;  // processes, and processes per pipeline
+  };
+  for (const Case& c : {Case{"replicas", 2, 1}, Case{"split", 2, 2}, Case{"grid", 4, 2}}) {
+    SCOPED_TRACE(c.name);
+    PS_ASSERT_OK_AND_ASSIGN(auto job,
+                            comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60}));
+    std::vector<absl::Status> created(c.n);
+    std::vector<std::thread> threads;
+    for (int q = 0; q < c.n; ++q) {
+      threads.emplace_back([&, q] {
+        TrainerConfig config = Config("gpipe", 1);
+        comm::JobGrid grid;
+        if (c.k == 1) {
+          config.processes = job[q].get();
+        } else if (c.k == c.n) {
+          config.pipeline = job[q].get();
+        } else {
+          absl::StatusOr<comm::JobGrid> split = comm::SplitJob(*job[q], c.k);
+          if (!split.ok()) {
+            created[q] = split.status();
+            return;
+          }
+          grid = *std::move(split);
+          config.pipeline = grid.pipeline.get();
+          config.processes = grid.replicas.get();
+        }
+        // The model fits 10500 bytes a device, gpipe's four micro-batches in flight do not.
+        if (q == c.n - 1) config.device_memory_bytes = 10500;
+        created[q] = Trainer::Create(config).status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const int last = c.n - 1;
+    EXPECT_THAT(created[last], StatusIs(absl::StatusCode::kResourceExhausted,
+                                        HasSubstr("gpipe's activations do not fit in host:")));
+    EXPECT_THAT(created[last].message(), Not(HasSubstr("process ")));
+    for (int q = 0; q < last; ++q) {
+      EXPECT_THAT(created[q], StatusIs(absl::StatusCode::kResourceExhausted,
+                                       HasSubstr(absl::StrCat("process ", last,
+                                                              ": gpipe's activations do not fit "
+                                                              "in host:"))))
+          << "process " << q;
+    }
+    for (int q = 0; q < c.n; ++q) PS_EXPECT_OK(job[q]->Failure()) << "process " << q;
   }
 }
 
