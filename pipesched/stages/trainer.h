@@ -127,7 +127,11 @@ class Trainer {
   // fails the job (Bootstrap::Fail), so that the others stop with its reason rather than
   // wait for this process: any failure of its own, and, in a two-dimensional job, a check
   // that failed in one group of processes (the other group's do not see it). Not a
-  // failed check of a job's one group, which every process reports itself.
+  // failed check of a job's one group, which every process reports itself, nor the
+  // memory checks above (host memory, activations), whose verdicts every process of the
+  // job hears: a plan that does not fit one process is refused by every process alike,
+  // ResourceExhausted in that process's words ("process 1: ..." in the others), and the
+  // job stays usable (bench goes on to its next configuration).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config);
   // The checks of Create that need no backend, memory, data or other process: the sizes,
   // the model, the schedule (generated or validated), the backend's name, the partition,
