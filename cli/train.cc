@@ -562,6 +562,20 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
   out << "memory per rank: parameters, gradients and optimizer state " << human(state_bytes)
       << "; activations at the planned peak " << human(planned_peak) << "\n";
 
+  // A job whose processes hold replicas: process 0 draws every process's, as one process
+  // holding them all would (each block's processes gather their pipelines' rows), when it
+  // draws at all -- which only it knows (its --trace and --svg).
+  int drawn_replicas = config.replicas;
+  if (config.processes != nullptr && config.processes->size() > 1) {
+    const bool draws =
+        writes_files && (!absl::GetFlag(FLAGS_trace).empty() || !absl::GetFlag(FLAGS_svg).empty());
+    PS_ASSIGN_OR_RETURN(const std::string wanted,
+                        comm::Broadcast(*processes, "train-draw", draws ? "1" : "0", /*root=*/0));
+    if (wanted == "1") {
+      PS_ASSIGN_OR_RETURN(last, trainer->executor().GatherReplicas(last));
+      drawn_replicas = config.replicas * config.processes->size();
+    }
+  }
   // Draw planned and measured whole steps (zero-grads, actions, optimizer steps) on one
   // axis, each from its first zero-grad.
   trace::Timeline measured_tl = last.timeline;
@@ -591,7 +605,7 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
     trace::SvgOptions options;
     options.title =
         absl::StrFormat("%s  P=%d V=%d D=%d M=%d: planned vs measured", schedule.name, p,
-                        schedule.num_chunks(), config.replicas, schedule.num_microbatches);
+                        schedule.num_chunks(), drawn_replicas, schedule.num_microbatches);
     options.subtitle =
         absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%% (the last step, drawn)",
                         100 * planned.bubble_fraction, 100 * measured.bubble_fraction);

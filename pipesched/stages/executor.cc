@@ -810,18 +810,23 @@ std::string BootId() {
 
 }  // namespace
 
-absl::Status Executor::MeasureClockOffset() {
-  comm::Bootstrap& pipeline = *options_.pipeline;
-  const int K = pipeline.size();
+namespace {
+
+// This process's steady clock minus the clock of `group`'s rank 0, in microseconds: 0
+// for a process on rank 0's host (the same boot id), else estimated from the quickest of
+// a few message round trips with rank 0. Every rank of `group` calls it; its channels
+// are "<prefix>-boot-ids", "<prefix>" and "<prefix>-offsets".
+absl::StatusOr<double> ClockOffsetToRank0(comm::Bootstrap& group, std::string_view prefix) {
+  const int K = group.size();
   constexpr int kRounds = 8;
-  constexpr char kChannel[] = "executor-clock";
+  const std::string channel(prefix);
   ByteWriter offsets;
   // PIPESCHED_MEASURE_CLOCK_OFFSET=1 measures on one host too (tests of the estimate).
   const char* measure = std::getenv("PIPESCHED_MEASURE_CLOCK_OFFSET");
   const bool always = measure != nullptr && std::string_view(measure) == "1";
   PS_ASSIGN_OR_RETURN(const std::vector<std::string> boots,
-                      pipeline.AllGather("executor-boot-ids", always ? "" : BootId()));
-  if (pipeline.rank() == 0) {
+                      group.AllGather(channel + "-boot-ids", always ? "" : BootId()));
+  if (group.rank() == 0) {
     for (int q = 1; q < K; ++q) {
       if (!boots[0].empty() && boots[q] == boots[0]) {  // one host: one clock
         offsets.Int(q);
@@ -831,13 +836,13 @@ absl::Status Executor::MeasureClockOffset() {
       double best_round_trip = std::numeric_limits<double>::infinity(), offset = 0;
       for (int i = 0; i < kRounds; ++i) {
         const double sent = SteadyMicros();
-        PS_RETURN_IF_ERROR(pipeline.Send(q, kChannel, ""));
-        PS_ASSIGN_OR_RETURN(const std::string reply, pipeline.Receive(q, kChannel));
+        PS_RETURN_IF_ERROR(group.Send(q, channel, ""));
+        PS_ASSIGN_OR_RETURN(const std::string reply, group.Receive(q, channel));
         const double back = SteadyMicros();
         ByteReader in(reply);
         const double theirs = in.Real();
         if (!in.ok()) {
-          return absl::InternalError(absl::StrCat("process ", pipeline.job_rank(q),
+          return absl::InternalError(absl::StrCat("process ", group.job_rank(q),
                                                   " answered the clock exchange with ",
                                                   reply.size(), " bytes, not 8"));
         }
@@ -850,27 +855,120 @@ absl::Status Executor::MeasureClockOffset() {
       offsets.Int(q);
       offsets.Real(offset);
     }
-  } else if (boots[0].empty() || boots[pipeline.rank()] != boots[0]) {
+  } else if (boots[0].empty() || boots[group.rank()] != boots[0]) {
     for (int i = 0; i < kRounds; ++i) {
-      PS_RETURN_IF_ERROR(pipeline.Receive(0, kChannel).status());
+      PS_RETURN_IF_ERROR(group.Receive(0, channel).status());
       ByteWriter now;
       now.Real(SteadyMicros());
-      PS_RETURN_IF_ERROR(pipeline.Send(0, kChannel, now.bytes()));
+      PS_RETURN_IF_ERROR(group.Send(0, channel, now.bytes()));
     }
   }
-  PS_ASSIGN_OR_RETURN(const std::string all, comm::Broadcast(pipeline, "executor-clock-offsets",
-                                                             offsets.bytes(), /*root=*/0));
+  PS_ASSIGN_OR_RETURN(const std::string all,
+                      comm::Broadcast(group, channel + "-offsets", offsets.bytes(), /*root=*/0));
   ByteReader in(all);
+  double mine = 0;
   for (int q = 1; q < K; ++q) {
     const std::int64_t who = in.Int();
     const double offset = in.Real();
     if (!in.ok() || who != q) {
-      return absl::InternalError(absl::StrCat("process ", pipeline.job_rank(0),
+      return absl::InternalError(absl::StrCat("process ", group.job_rank(0),
                                               " sent clock offsets this process cannot read"));
     }
-    if (q == pipeline.rank()) clock_offset_micros_ = offset;
+    if (q == group.rank()) mine = offset;
   }
+  return mine;
+}
+
+}  // namespace
+
+absl::Status Executor::MeasureClockOffset() {
+  PS_ASSIGN_OR_RETURN(clock_offset_micros_,
+                      ClockOffsetToRank0(*options_.pipeline, "executor-clock"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Executor::GatherReplicas(const StepResult& step) {
+  comm::Bootstrap* group = options_.processes;
+  if (group == nullptr || group->size() < 2) return step;
+  // A two-dimensional job: block 0's processes hold each pipeline's clock and whole rows.
+  if (options_.pipeline != nullptr && options_.pipeline->rank() != 0) return step;
+  if (!replica_clock_offset_micros_.has_value()) {
+    PS_ASSIGN_OR_RETURN(replica_clock_offset_micros_,
+                        ClockOffsetToRank0(*group, "executor-replica-clock"));
+  }
+  ByteWriter out;
+  out.Real(step.origin_micros - *replica_clock_offset_micros_);  // on process 0's clock
+  out.Int(step.timeline.num_ranks);
+  out.Int(static_cast<std::int64_t>(step.timeline.spans.size()));
+  for (std::size_t i = 0; i < step.timeline.spans.size(); ++i) {
+    PutSpan(out, step.timeline.spans[i]);
+    out.Real(i < step.issue_micros.size() ? step.issue_micros[i] : step.timeline.spans[i].start);
+  }
+  out.Int(static_cast<std::int64_t>(step.phases.size()));
+  for (const trace::Span& span : step.phases) PutSpan(out, span);
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                      group->AllGather("executor-replicas", out.bytes()));
+  struct Part {
+    double origin = 0;
+    std::int64_t rows = 0;
+    std::vector<trace::Span> spans, phases;
+    std::vector<double> issued;
+  };
+  std::vector<Part> parts(all.size());
+  double first = std::numeric_limits<double>::infinity();
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    Part& part = parts[q];
+    ByteReader in(all[q]);
+    part.origin = in.Real();
+    part.rows = in.Int();
+    for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
+      part.spans.push_back(TakeSpan(in));
+      part.issued.push_back(in.Real());
+    }
+    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i) {
+      part.phases.push_back(TakeSpan(in));
+    }
+    if (part.rows != step.timeline.num_ranks) in.Fail();
+    for (const std::vector<trace::Span>* spans : {&part.spans, &part.phases}) {
+      for (const trace::Span& span : *spans) {
+        if (span.rank < 0 || span.rank >= part.rows) in.Fail();
+      }
+    }
+    if (!in.ok()) {
+      return absl::InternalError(
+          absl::StrCat("process ", group->job_rank(static_cast<int>(q)),
+                       " sent its replicas' rows in a form this process cannot read"));
+    }
+    first = std::min(first, part.origin);
+  }
+  StepResult merged = step;
+  const int rows = static_cast<int>(step.timeline.num_ranks);
+  merged.timeline.num_ranks = rows * static_cast<int>(all.size());
+  merged.timeline.ranks_per_replica = num_ranks();
+  merged.timeline.spans.clear();
+  merged.issue_micros.clear();
+  merged.phases.clear();
+  merged.origin_micros = first;
+  for (std::size_t q = 0; q < parts.size(); ++q) {
+    const Part& part = parts[q];
+    const double shift = part.origin - first;
+    const int base = static_cast<int>(q) * rows;  // process q's replicas follow process q-1's
+    for (std::size_t i = 0; i < part.spans.size(); ++i) {
+      trace::Span span = part.spans[i];
+      span.rank += base;
+      span.start += shift;
+      span.end += shift;
+      merged.timeline.spans.push_back(std::move(span));
+      merged.issue_micros.push_back(part.issued[i] + shift);
+    }
+    for (trace::Span span : part.phases) {
+      span.rank += base;
+      span.start += shift;
+      span.end += shift;
+      merged.phases.push_back(std::move(span));
+    }
+  }
+  return merged;
 }
 
 absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_micros,
@@ -959,6 +1057,7 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
     }
     device_base += devices;
   }
+  result.origin_micros = first;  // on the pipeline's process 0's clock, as the rows
   loss_sum = parts[process_of_rank(schedule_.placement.RankOf(num_stages() - 1))].loss_sum;
   // A crossing's receive was posted when its buffer was ready and waited for the message:
   // its transfer starts when the message was sent.
@@ -1775,6 +1874,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const StepInputs& inputs) {
   double origin = 0;
   PS_ASSIGN_OR_RETURN(result.timeline,
                       CollectTimeline(&origin, &result.issue_micros, &result.phases));
+  result.origin_micros = origin;
   if (options_.pipeline != nullptr) {
     // The processes' exchanges are out of step after a failed one: no more steps.
     if (absl::Status merged = MergeAcrossProcesses(result, origin, loss_sum); !merged.ok()) {

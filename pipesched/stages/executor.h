@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -159,6 +160,11 @@ struct StepResult {
   // action and the stage's all-reduce), on the timeline's clock; rank = row, lane =
   // trace::kComputeLane, microbatch -1. step_micros spans them.
   std::vector<trace::Span> phases;
+  // Where time 0 of `timeline` (and of issue_micros and phases) is, in microseconds of
+  // the steady clock of this process -- of the pipeline's process 0 when the pipeline is
+  // split across processes (ExecutorOptions::pipeline), as its rows are: for placing
+  // steps of different processes on one axis (Executor::GatherReplicas).
+  double origin_micros = 0;
 };
 
 class Executor {
@@ -214,6 +220,17 @@ class Executor {
   // measured it (0 on process 0's host; PIPESCHED_MEASURE_CLOCK_OFFSET=1 in the
   // environment measures there too), in microseconds.
   double clock_offset_micros() const { return clock_offset_micros_; }
+  // In a job whose processes hold replicas of the pipeline (ExecutorOptions::processes):
+  // `step` (this process's Step result) with every process's replicas, as one process
+  // holding them all would draw it -- rows (q x D + d) x P + r for process q's replica d,
+  // "replica q x D + d rank r" -- spans, issue times and phases on the clock of the
+  // group's process 0 (loss, step time, peaks and devices stay this process's). Every
+  // process of the group calls it after the same step; the clocks' offsets are measured
+  // at the first call (as a split pipeline's). In a two-dimensional job the processes of
+  // block 0 (pipeline rank 0, which hold their pipelines' gathered rows and clocks)
+  // gather their pipelines; the others get `step` back. `step` itself without replicas
+  // in other processes.
+  absl::StatusOr<StepResult> GatherReplicas(const StepResult& step);
   // The device of (replica, rank) and the StageWork of (replica, stage); indices must be
   // in range, and the rank (the stage's) one this process runs (not checked).
   runtime::Device& device(int replica, int rank) const;
@@ -298,6 +315,8 @@ class Executor {
   // the common one; `loss_sum` becomes the last stage's process's.
   absl::Status MergeAcrossProcesses(StepResult& result, double origin_micros, double& loss_sum);
   double clock_offset_micros_ = 0;  // this process's steady clock minus process 0's
+  // This process's steady clock minus the replica group's process 0's (GatherReplicas).
+  std::optional<double> replica_clock_offset_micros_;
   absl::Status SynchronizeAll();
   // Watchdog (executor.cc, "Hang watchdog"): polls the step to its end, or aborts it.
   absl::Status AwaitStep();

@@ -5,11 +5,13 @@
 // the others.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -396,6 +398,83 @@ TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
           << "process " << q;
     }
     for (int q = 0; q < c.n; ++q) PS_EXPECT_OK(job[q]->Failure()) << "process " << q;
+  }
+}
+
+// Process 0 of a job whose processes hold replicas draws every process's
+// (Executor::GatherReplicas): the rows one process holding them all has, each with its
+// replica's actions; a data-parallel job of two processes, and two pipelines of two, where
+// the processes of block 1 keep their own step (block 0's gather the pipelines).
+TEST(ProcessesTest, ProcessZeroGathersEveryProcesssReplicas) {
+  struct Case {
+    const char* name;
+    int n, k;  // processes, and processes per pipeline
+  };
+  // The compute spans of each row: (op, stage, micro-batch), sorted.
+  auto compute_rows = [](const trace::Timeline& timeline) {
+    std::vector<std::vector<std::tuple<std::string, int, int>>> rows(timeline.num_ranks);
+    for (const trace::Span& span : timeline.spans) {
+      if (span.lane != trace::kComputeLane) continue;
+      rows.at(span.rank).emplace_back(span.op, span.stage, span.microbatch);
+    }
+    for (auto& row : rows) std::sort(row.begin(), row.end());
+    return rows;
+  };
+  for (const Case& c : {Case{"replicas", 2, 1}, Case{"grid", 4, 2}}) {
+    SCOPED_TRACE(c.name);
+    const int pipelines = c.n / c.k;
+    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> alone,
+                            Trainer::Create(Config("1f1b", pipelines)));
+    PS_ASSERT_OK_AND_ASSIGN(const StepResult one, alone->Step());
+    PS_ASSERT_OK_AND_ASSIGN(auto job,
+                            comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60}));
+    std::vector<absl::StatusOr<StepResult>> gathered(c.n, absl::UnknownError("not run"));
+    std::vector<int> own_rows(c.n, 0);
+    std::vector<std::thread> threads;
+    for (int q = 0; q < c.n; ++q) {
+      threads.emplace_back([&, q] {
+        TrainerConfig config = Config("1f1b", 1);
+        comm::JobGrid grid;
+        if (c.k == 1) {
+          config.processes = job[q].get();
+        } else {
+          absl::StatusOr<comm::JobGrid> split = comm::SplitJob(*job[q], c.k);
+          if (!split.ok()) {
+            gathered[q] = split.status();
+            return;
+          }
+          grid = *std::move(split);
+          config.pipeline = grid.pipeline.get();
+          config.processes = grid.replicas.get();
+        }
+        absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+        if (!trainer.ok()) {
+          gathered[q] = trainer.status();
+          return;
+        }
+        absl::StatusOr<StepResult> step = (*trainer)->Step();
+        if (!step.ok()) {
+          gathered[q] = step.status();
+          return;
+        }
+        own_rows[q] = step->timeline.num_ranks;
+        gathered[q] = (*trainer)->executor().GatherReplicas(*step);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int q = 0; q < c.n; ++q)
+      ASSERT_TRUE(gathered[q].ok()) << q << ": " << gathered[q].status();
+    const trace::Timeline& all = gathered[0]->timeline;
+    EXPECT_EQ(all.num_ranks, one.timeline.num_ranks);
+    EXPECT_EQ(all.ranks_per_replica, 2);
+    EXPECT_EQ(compute_rows(all), compute_rows(one.timeline));
+    EXPECT_EQ(gathered[0]->issue_micros.size(), all.spans.size());
+    EXPECT_EQ(gathered[0]->phases.size(), one.phases.size());  // a zero-grad and step a stage
+    for (int q = 0; q < c.n; ++q) {
+      // Block 0 (the first n / k processes) gathers; block 1 keeps its pipeline's rows.
+      EXPECT_EQ(gathered[q]->timeline.num_ranks, q < pipelines ? all.num_ranks : own_rows[q])
+          << "process " << q;
+    }
   }
 }
 
