@@ -798,6 +798,54 @@ trace::Span TakeSpan(ByteReader& in) {
 
 constexpr std::size_t kSpanBytes = 4 * 8 + 8 + 2 * 8;  // a span, its op empty
 
+// A step's rows as processes send them to each other: its spans, each with its issue
+// time, then its phases.
+struct StepRows {
+  std::vector<trace::Span> spans, phases;
+  std::vector<double> issued;
+};
+
+void PutStepRows(ByteWriter& out, const StepResult& step) {
+  out.Int(static_cast<std::int64_t>(step.timeline.spans.size()));
+  for (std::size_t i = 0; i < step.timeline.spans.size(); ++i) {
+    PutSpan(out, step.timeline.spans[i]);
+    out.Real(i < step.issue_micros.size() ? step.issue_micros[i] : step.timeline.spans[i].start);
+  }
+  out.Int(static_cast<std::int64_t>(step.phases.size()));
+  for (const trace::Span& span : step.phases) PutSpan(out, span);
+}
+
+StepRows TakeStepRows(ByteReader& in) {
+  StepRows rows;
+  for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
+    rows.spans.push_back(TakeSpan(in));
+    rows.issued.push_back(in.Real());
+  }
+  for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i) {
+    rows.phases.push_back(TakeSpan(in));
+  }
+  return rows;
+}
+
+// Appends `rows` to `step`'s timeline, issue times and phases, `shift` us later and
+// `row_base` rows further down.
+void AppendStepRows(StepResult& step, const StepRows& rows, double shift, int row_base) {
+  for (std::size_t i = 0; i < rows.spans.size(); ++i) {
+    trace::Span span = rows.spans[i];
+    span.rank += row_base;
+    span.start += shift;
+    span.end += shift;
+    step.timeline.spans.push_back(std::move(span));
+    step.issue_micros.push_back(rows.issued[i] + shift);
+  }
+  for (trace::Span span : rows.phases) {
+    span.rank += row_base;
+    span.start += shift;
+    span.end += shift;
+    step.phases.push_back(std::move(span));
+  }
+}
+
 // This machine's boot id (Linux), empty when unknown: processes with the same one share
 // the steady clock (CLOCK_MONOTONIC), so their offset is 0, not an estimate.
 std::string BootId() {
@@ -899,20 +947,12 @@ absl::StatusOr<StepResult> Executor::GatherReplicas(const StepResult& step) {
   ByteWriter out;
   out.Real(step.origin_micros - *replica_clock_offset_micros_);  // on process 0's clock
   out.Int(step.timeline.num_ranks);
-  out.Int(static_cast<std::int64_t>(step.timeline.spans.size()));
-  for (std::size_t i = 0; i < step.timeline.spans.size(); ++i) {
-    PutSpan(out, step.timeline.spans[i]);
-    out.Real(i < step.issue_micros.size() ? step.issue_micros[i] : step.timeline.spans[i].start);
-  }
-  out.Int(static_cast<std::int64_t>(step.phases.size()));
-  for (const trace::Span& span : step.phases) PutSpan(out, span);
+  PutStepRows(out, step);
   PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                       group->AllGather("executor-replicas", out.bytes()));
-  struct Part {
+  struct Part : StepRows {
     double origin = 0;
     std::int64_t rows = 0;
-    std::vector<trace::Span> spans, phases;
-    std::vector<double> issued;
   };
   std::vector<Part> parts(all.size());
   double first = std::numeric_limits<double>::infinity();
@@ -921,13 +961,7 @@ absl::StatusOr<StepResult> Executor::GatherReplicas(const StepResult& step) {
     ByteReader in(all[q]);
     part.origin = in.Real();
     part.rows = in.Int();
-    for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
-      part.spans.push_back(TakeSpan(in));
-      part.issued.push_back(in.Real());
-    }
-    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i) {
-      part.phases.push_back(TakeSpan(in));
-    }
+    static_cast<StepRows&>(part) = TakeStepRows(in);
     if (part.rows != step.timeline.num_ranks) in.Fail();
     for (const std::vector<trace::Span>* spans : {&part.spans, &part.phases}) {
       for (const trace::Span& span : *spans) {
@@ -950,23 +984,8 @@ absl::StatusOr<StepResult> Executor::GatherReplicas(const StepResult& step) {
   merged.phases.clear();
   merged.origin_micros = first;
   for (std::size_t q = 0; q < parts.size(); ++q) {
-    const Part& part = parts[q];
-    const double shift = part.origin - first;
-    const int base = static_cast<int>(q) * rows;  // process q's replicas follow process q-1's
-    for (std::size_t i = 0; i < part.spans.size(); ++i) {
-      trace::Span span = part.spans[i];
-      span.rank += base;
-      span.start += shift;
-      span.end += shift;
-      merged.timeline.spans.push_back(std::move(span));
-      merged.issue_micros.push_back(part.issued[i] + shift);
-    }
-    for (trace::Span span : part.phases) {
-      span.rank += base;
-      span.start += shift;
-      span.end += shift;
-      merged.phases.push_back(std::move(span));
-    }
+    // Process q's replicas follow process q - 1's.
+    AppendStepRows(merged, parts[q], parts[q].origin - first, static_cast<int>(q) * rows);
   }
   return merged;
 }
@@ -978,13 +997,7 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
   ByteWriter out;
   out.Real(origin_micros - clock_offset_micros_);  // on process 0's clock
   out.Real(loss_sum);
-  out.Int(static_cast<std::int64_t>(result.timeline.spans.size()));
-  for (std::size_t i = 0; i < result.timeline.spans.size(); ++i) {
-    PutSpan(out, result.timeline.spans[i]);
-    out.Real(result.issue_micros[i]);
-  }
-  out.Int(static_cast<std::int64_t>(result.phases.size()));
-  for (const trace::Span& span : result.phases) PutSpan(out, span);
+  PutStepRows(out, result);
   std::vector<int> rows;
   for (int row = 0; row < static_cast<int>(ranks_.size()); ++row) {
     if (ranks_[row] != nullptr) rows.push_back(row);
@@ -998,10 +1011,8 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
   PS_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                       pipeline.AllGather("executor-step", out.bytes()));
 
-  struct Part {
+  struct Part : StepRows {
     double origin = 0, loss_sum = 0;
-    std::vector<trace::Span> spans, phases;
-    std::vector<double> issued;
     std::vector<std::array<std::int64_t, 3>> rows;  // row, peak bytes, device
   };
   std::vector<Part> parts(all.size());
@@ -1011,12 +1022,7 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
     ByteReader in(all[q]);
     part.origin = in.Real();
     part.loss_sum = in.Real();
-    for (std::int64_t i = 0, n = in.Count(kSpanBytes + 8); i < n; ++i) {
-      part.spans.push_back(TakeSpan(in));
-      part.issued.push_back(in.Real());
-    }
-    for (std::int64_t i = 0, n = in.Count(kSpanBytes); i < n; ++i)
-      part.phases.push_back(TakeSpan(in));
+    static_cast<StepRows&>(part) = TakeStepRows(in);
     for (std::int64_t i = 0, n = in.Count(3 * 8); i < n; ++i) {
       part.rows.push_back({in.Int(), in.Int(), in.Int()});
     }
@@ -1036,19 +1042,7 @@ absl::Status Executor::MergeAcrossProcesses(StepResult& result, double origin_mi
   result.phases.clear();
   int device_base = 0;
   for (const Part& part : parts) {
-    const double shift = part.origin - first;
-    for (std::size_t i = 0; i < part.spans.size(); ++i) {
-      trace::Span span = part.spans[i];
-      span.start += shift;
-      span.end += shift;
-      timeline.spans.push_back(std::move(span));
-      result.issue_micros.push_back(part.issued[i] + shift);
-    }
-    for (trace::Span span : part.phases) {
-      span.start += shift;
-      span.end += shift;
-      result.phases.push_back(std::move(span));
-    }
+    AppendStepRows(result, part, part.origin - first, /*row_base=*/0);
     int devices = 0;
     for (const auto& [row, peak, device] : part.rows) {
       result.peak_activation_bytes[row] = peak;
