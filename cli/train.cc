@@ -607,8 +607,9 @@ absl::Status Train(const CommandContext& ctx, comm::Bootstrap* processes) {
         absl::StrFormat("%s  P=%d V=%d D=%d M=%d: planned vs measured", schedule.name, p,
                         schedule.num_chunks(), drawn_replicas, schedule.num_microbatches);
     options.subtitle =
-        absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%% (the last step, drawn)",
-                        100 * planned.bubble_fraction, 100 * measured.bubble_fraction);
+        absl::StrFormat("bubble fraction planned %.1f%%, measured %.1f%% (the last step, drawn%s)",
+                        100 * planned.bubble_fraction, 100 * measured.bubble_fraction,
+                        drawn_replicas > 1 ? "; measured on replica 0" : "");
     PS_RETURN_IF_ERROR(write(path, trace::ToSvg(timelines, options)));
   }
   if (!save.empty()) {
