@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipesched/base/status.h"
 #include "pipesched/comm/bootstrap.h"
 #include "pipesched/stages/checkpoint.h"
 #include "pipesched/stages/trainer.h"
@@ -347,6 +348,22 @@ TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
   }
 }
 
+// Places `config` in `job` as process `job.rank()` of pipelines of `k` processes: k = 1,
+// whole replicas (TrainerConfig::processes); k = the job's size, a split pipeline
+// (::pipeline); between, both groups of comm::SplitJob, kept in `*grid`.
+absl::Status PlaceInJob(comm::Bootstrap& job, int k, TrainerConfig& config, comm::JobGrid* grid) {
+  if (k == 1) {
+    config.processes = &job;
+  } else if (k == job.size()) {
+    config.pipeline = &job;
+  } else {
+    PS_ASSIGN_OR_RETURN(*grid, comm::SplitJob(job, k));
+    config.pipeline = grid->pipeline.get();
+    config.processes = grid->replicas.get();
+  }
+  return absl::OkStatus();
+}
+
 // A plan whose activations do not fit one process's memory (its device memory cap, which
 // the processes need not share) is refused by every process alike, in that process's
 // words, and the job is not failed: the processes can go on together (bench skips the
@@ -366,19 +383,9 @@ TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
       threads.emplace_back([&, q] {
         TrainerConfig config = Config("gpipe", 1);
         comm::JobGrid grid;
-        if (c.k == 1) {
-          config.processes = job[q].get();
-        } else if (c.k == c.n) {
-          config.pipeline = job[q].get();
-        } else {
-          absl::StatusOr<comm::JobGrid> split = comm::SplitJob(*job[q], c.k);
-          if (!split.ok()) {
-            created[q] = split.status();
-            return;
-          }
-          grid = *std::move(split);
-          config.pipeline = grid.pipeline.get();
-          config.processes = grid.replicas.get();
+        if (absl::Status placed = PlaceInJob(*job[q], c.k, config, &grid); !placed.ok()) {
+          created[q] = placed;
+          return;
         }
         // The model fits 10500 bytes a device, gpipe's four micro-batches in flight do not.
         if (q == c.n - 1) config.device_memory_bytes = 10500;
@@ -435,17 +442,9 @@ TEST(ProcessesTest, ProcessZeroGathersEveryProcesssReplicas) {
       threads.emplace_back([&, q] {
         TrainerConfig config = Config("1f1b", 1);
         comm::JobGrid grid;
-        if (c.k == 1) {
-          config.processes = job[q].get();
-        } else {
-          absl::StatusOr<comm::JobGrid> split = comm::SplitJob(*job[q], c.k);
-          if (!split.ok()) {
-            gathered[q] = split.status();
-            return;
-          }
-          grid = *std::move(split);
-          config.pipeline = grid.pipeline.get();
-          config.processes = grid.replicas.get();
+        if (absl::Status placed = PlaceInJob(*job[q], c.k, config, &grid); !placed.ok()) {
+          gathered[q] = placed;
+          return;
         }
         absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
         if (!trainer.ok()) {
