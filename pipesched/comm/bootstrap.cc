@@ -580,9 +580,16 @@ class FileBootstrap final : public Bootstrap {
       wait.Sleep();
     }
     left_.store(true, std::memory_order_release);
+    // A rank that has just linked its gone file may still be removing the temporary file
+    // it linked it from (PutFile): an entry that vanishes while remove_all walks the
+    // directory fails it with ENOENT, and a second walk finds the rest.
     std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    if (ec) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      ec.clear();
+      std::filesystem::remove_all(dir_, ec);
+      if (ec != std::errc::no_such_file_or_directory) break;
+    }
+    if (ec && std::filesystem::exists(dir_)) {
       return absl::InternalError(absl::StrCat("cannot remove rendezvous directory ",
                                               QuoteForMessage(dir_.string(), 200), ": ",
                                               ec.message()));
