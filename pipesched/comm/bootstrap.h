@@ -190,6 +190,24 @@ struct JobGrid {
 // K do not meet).
 absl::StatusOr<JobGrid> SplitJob(Bootstrap& job, int pipeline_processes);
 
+// Each process's own verdict on something it checked alone (`own`: OK, or why it cannot go
+// on, e.g. its memory) heard by every process of the groups given: an AllGather on
+// `channel` in each group of several members in turn (null ones and groups of one are
+// passed over), each passing on what the one before found -- with a job's two groups
+// (SplitJob's pipeline and replicas) every process hears every other. Returns OK when
+// every process passed; else the failure of the first process that failed (in the first
+// group's order, then the next's), with its code, the same in every process, in its
+// words where it is its own and "process <job rank>: <message>" in the others'; that
+// status carries HeardByAll. Nobody else waits on a process that returns it, so the job
+// need not fail (Bootstrap::Fail): every process can go on to the next configuration
+// together. Every process of the groups calls it at the same point. A failed exchange
+// returns its own error (not HeardByAll). With no group of several: `own`, unmarked.
+absl::Status AgreeOnVerdict(const std::vector<Bootstrap*>& groups, std::string_view channel,
+                            absl::Status own);
+
+// Whether `status` is an AgreeOnVerdict failure that every process of its groups returned.
+bool HeardByAll(const absl::Status& status);
+
 // `size` bootstraps linked in memory; element r is rank r. InvalidArgument for size < 1.
 absl::StatusOr<std::vector<std::unique_ptr<Bootstrap>>> CreateInProcessBootstraps(
     int size, const BootstrapOptions& options = {});

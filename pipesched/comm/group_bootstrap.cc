@@ -11,8 +11,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pipesched/base/bytes.h"
 #include "pipesched/base/hash.h"
 #include "pipesched/base/status.h"
 #include "pipesched/base/strings.h"
@@ -23,6 +25,9 @@ namespace pipesched::comm {
 namespace {
 
 constexpr std::size_t kMaxGroupName = 16;
+
+// The payload that marks a failure AgreeOnVerdict made every process return.
+constexpr absl::string_view kHeardByAllUrl = "pipesched/heard-by-all";
 
 bool IsGroupName(std::string_view name) {
   return !name.empty() && name.size() <= kMaxGroupName &&
@@ -186,6 +191,57 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> CreateGroupBootstrap(Bootstrap& job,
   const int rank = static_cast<int>(self - members.begin());
   return std::unique_ptr<Bootstrap>(
       new GroupBootstrap(job, std::move(members), std::string(name), rank));
+}
+
+absl::Status AgreeOnVerdict(const std::vector<Bootstrap*>& groups, std::string_view channel,
+                            absl::Status own) {
+  struct Verdict {
+    std::int64_t job_rank = -1;  // of the process that failed; -1: every one passed
+    std::int64_t code = 0;
+    std::string message;
+  };
+  Verdict verdict;
+  std::int64_t self = -1;
+  for (Bootstrap* group : groups) {
+    if (group == nullptr || group->size() < 2) continue;
+    if (self < 0) {
+      self = group->job_rank(group->rank());
+      if (!own.ok()) {
+        verdict = {.job_rank = self,
+                   .code = static_cast<std::int64_t>(own.code()),
+                   .message = std::string(own.message())};
+      }
+    }
+    ByteWriter out;
+    out.Int(verdict.job_rank);
+    out.Int(verdict.code);
+    out.Text(verdict.message);
+    PS_ASSIGN_OR_RETURN(const std::vector<std::string> all, group->AllGather(channel, out.bytes()));
+    verdict = {};
+    for (std::size_t q = 0; q < all.size() && verdict.job_rank < 0; ++q) {
+      ByteReader in(all[q]);
+      Verdict theirs{.job_rank = in.Int(), .code = in.Int(), .message = in.Text()};
+      // A verdict that names no code, or OK, is not one any process sends.
+      if (!in.ok() || theirs.code < 0 || theirs.code > 16 ||
+          (theirs.job_rank >= 0 && theirs.code == 0)) {
+        return absl::InternalError(absl::StrCat("process ", group->job_rank(static_cast<int>(q)),
+                                                " sent a verdict this process cannot read"));
+      }
+      if (theirs.job_rank >= 0) verdict = std::move(theirs);
+    }
+  }
+  if (self < 0) return own;
+  if (verdict.job_rank < 0) return absl::OkStatus();
+  absl::Status agreed(static_cast<absl::StatusCode>(verdict.code),
+                      verdict.job_rank == self
+                          ? verdict.message
+                          : absl::StrCat("process ", verdict.job_rank, ": ", verdict.message));
+  agreed.SetPayload(kHeardByAllUrl, absl::Cord("1"));
+  return agreed;
+}
+
+bool HeardByAll(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kHeardByAllUrl).has_value();
 }
 
 absl::StatusOr<JobGrid> SplitJob(Bootstrap& job, int pipeline_processes) {

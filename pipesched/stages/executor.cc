@@ -219,8 +219,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const scheduler::Sche
                                                            const ExecutorOptions& options) {
   absl::StatusOr<std::unique_ptr<Executor>> ex = Build(schedule, backend, factory, options);
   // The job's other processes may be waiting in an exchange of Build's, or would wait in
-  // the first step's: they stop with this reason instead of at their timeout.
-  if (comm::Bootstrap* job = JobOf(options); !ex.ok() && job != nullptr) {
+  // the first step's: they stop with this reason instead of at their timeout. Not when
+  // every process returns the same refusal (what its allocations found, heard by all).
+  if (comm::Bootstrap* job = JobOf(options);
+      !ex.ok() && job != nullptr && !comm::HeardByAll(ex.status())) {
     job->Fail(std::string(ex.status().message()));
   }
   return ex;
@@ -312,55 +314,95 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
     }
   }
 
-  // Stage work per (replica, stage), and its sizes.
-  for (int d = 0; d < D; ++d) {
+  // What this process makes alone: the work of each (replica, stage) it runs -- their
+  // parameters, gradients and optimizer state -- and the step's inputs, targets and
+  // losses. In a job its verdict is heard by every process before any exchange of the
+  // pipeline's or the replicas': a device that cannot hold one process's part
+  // (ResourceExhausted) is every process's refusal (comm::HeardByAll) and leaves the job
+  // whole, so a sweep skips that configuration in every process alike.
+  auto make_local = [&]() -> absl::Status {
+    // Stage work per (replica, stage), and its sizes.
+    for (int d = 0; d < D; ++d) {
+      for (int s = 0; s < S; ++s) {
+        if (!ex->runs_stage(s)) {
+          ex->works_.push_back(nullptr);
+          continue;
+        }
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
+                            factory(s, d, *ex->rank_of(d, s).device));
+        if (work == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the stage factory returned no work for stage ", s));
+        }
+        ex->works_.push_back(std::move(work));
+      }
+    }
+    // Sizes a work reports are checked before they are multiplied: every buffer of a step
+    // (D x M micro-batches of the largest) stays far inside 64 bits.
+    constexpr std::int64_t kMaxStepBytes = std::int64_t{1} << 56;
+    ex->sizes_.assign(S, {});
     for (int s = 0; s < S; ++s) {
-      if (!ex->runs_stage(s)) {
-        ex->works_.push_back(nullptr);
-        continue;
+      if (ex->works_[s] == nullptr) continue;  // another process's
+      const StageWork& w = *ex->works_[s];
+      const struct {
+        const char* name;
+        __int128 bytes;
+      } sizes[] = {{"input_bytes()", static_cast<__int128>(w.input_bytes())},
+                   {"output_bytes()", static_cast<__int128>(w.output_bytes())},
+                   {"target_bytes()", static_cast<__int128>(w.target_bytes())},
+                   {"stash_bytes()", static_cast<__int128>(w.stash_bytes())},
+                   {"workspace_bytes()", static_cast<__int128>(w.workspace_bytes())},
+                   {"recompute_bytes()", static_cast<__int128>(w.recompute_bytes())}};
+      for (const auto& [name, bytes] : sizes) {
+        if (bytes < 0 || bytes * D * M > kMaxStepBytes) {
+          const std::string value = bytes < 0
+                                        ? absl::StrCat(static_cast<long long>(bytes))
+                                        : absl::StrCat(static_cast<unsigned long long>(bytes));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "stage ", s, "'s ", name, " is ", bytes < 0 ? "negative" : "too large", " (", value,
+              "): a step's D x M micro-batches of it must stay within ", "2^56 bytes"));
+        }
       }
-      PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
-                          factory(s, d, *ex->rank_of(d, s).device));
-      if (work == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the stage factory returned no work for stage ", s));
-      }
-      ex->works_.push_back(std::move(work));
+      ex->sizes_[s] = {.input = static_cast<std::int64_t>(w.input_bytes()),
+                       .output = static_cast<std::int64_t>(w.output_bytes()),
+                       .target = static_cast<std::int64_t>(w.target_bytes()),
+                       .stash = w.stash_bytes(),
+                       .workspace = w.workspace_bytes(),
+                       .recompute = w.recompute_bytes(),
+                       .recomputes = w.recomputes()};
     }
-  }
-  // Sizes a work reports are checked before they are multiplied: every buffer of a step
-  // (D x M micro-batches of the largest) stays far inside 64 bits.
-  constexpr std::int64_t kMaxStepBytes = std::int64_t{1} << 56;
-  ex->sizes_.assign(S, {});
-  for (int s = 0; s < S; ++s) {
-    if (ex->works_[s] == nullptr) continue;  // another process's
-    const StageWork& w = *ex->works_[s];
-    const struct {
-      const char* name;
-      __int128 bytes;
-    } sizes[] = {{"input_bytes()", static_cast<__int128>(w.input_bytes())},
-                 {"output_bytes()", static_cast<__int128>(w.output_bytes())},
-                 {"target_bytes()", static_cast<__int128>(w.target_bytes())},
-                 {"stash_bytes()", static_cast<__int128>(w.stash_bytes())},
-                 {"workspace_bytes()", static_cast<__int128>(w.workspace_bytes())},
-                 {"recompute_bytes()", static_cast<__int128>(w.recompute_bytes())}};
-    for (const auto& [name, bytes] : sizes) {
-      if (bytes < 0 || bytes * D * M > kMaxStepBytes) {
-        const std::string value = bytes < 0 ? absl::StrCat(static_cast<long long>(bytes))
-                                            : absl::StrCat(static_cast<unsigned long long>(bytes));
-        return absl::InvalidArgumentError(absl::StrCat(
-            "stage ", s, "'s ", name, " is ", bytes < 0 ? "negative" : "too large", " (", value,
-            "): a step's D x M micro-batches of it must stay within ", "2^56 bytes"));
+    // Step data: inputs on each replica's first rank, targets and losses on its last (empty
+    // buffers where another process runs that rank).
+    auto step_buffer = [M](Rank& rank, std::int64_t per_microbatch,
+                           std::string_view what) -> absl::StatusOr<runtime::Buffer> {
+      absl::StatusOr<runtime::Buffer> buffer = rank.device->Allocate(
+          static_cast<std::size_t>(M) * static_cast<std::size_t>(per_microbatch), *rank.compute);
+      if (buffer.ok()) return buffer;
+      return absl::Status(
+          buffer.status().code(),
+          absl::StrCat("the step's ", Absl(what), " (", M, " micro-batches of ", per_microbatch,
+                       " bytes) do not fit: ", buffer.status().message(),
+                       "; give the device more memory, or fewer or smaller "
+                       "micro-batches"));
+    };
+    for (int d = 0; d < D; ++d) {
+      runtime::Buffer in, tg, loss;
+      if (ex->runs_stage(0)) {
+        PS_ASSIGN_OR_RETURN(in, step_buffer(ex->rank_of(d, 0), ex->sizes_[0].input, "inputs"));
       }
+      if (ex->runs_stage(S - 1)) {
+        Rank& last = ex->rank_of(d, S - 1);
+        PS_ASSIGN_OR_RETURN(tg, step_buffer(last, ex->sizes_[S - 1].target, "targets"));
+        PS_ASSIGN_OR_RETURN(loss, step_buffer(last, sizeof(float), "losses"));
+      }
+      ex->inputs_.push_back(std::move(in));
+      ex->targets_.push_back(std::move(tg));
+      ex->losses_.push_back(std::move(loss));
     }
-    ex->sizes_[s] = {.input = static_cast<std::int64_t>(w.input_bytes()),
-                     .output = static_cast<std::int64_t>(w.output_bytes()),
-                     .target = static_cast<std::int64_t>(w.target_bytes()),
-                     .stash = w.stash_bytes(),
-                     .workspace = w.workspace_bytes(),
-                     .recompute = w.recompute_bytes(),
-                     .recomputes = w.recomputes()};
-  }
+    return absl::OkStatus();
+  };
+  PS_RETURN_IF_ERROR(
+      comm::AgreeOnVerdict({options.pipeline, options.processes}, "executor-local", make_local()));
   if (options.pipeline != nullptr) {
     PS_RETURN_IF_ERROR(ex->ExchangeStageSizes());
     PS_RETURN_IF_ERROR(ex->MeasureClockOffset());
@@ -501,29 +543,6 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
     }
   }
 
-  // Step data: inputs on each replica's first rank, targets and losses on its last (empty
-  // buffers where another process runs that rank).
-  for (int d = 0; d < D; ++d) {
-    runtime::Buffer in, tg, loss;
-    if (ex->runs_stage(0)) {
-      Rank& first = ex->rank_of(d, 0);
-      PS_ASSIGN_OR_RETURN(
-          in, first.device->Allocate(
-                  static_cast<std::size_t>(M) * static_cast<std::size_t>(ex->sizes_[0].input),
-                  *first.compute));
-    }
-    if (ex->runs_stage(S - 1)) {
-      Rank& last = ex->rank_of(d, S - 1);
-      PS_ASSIGN_OR_RETURN(
-          tg, last.device->Allocate(
-                  static_cast<std::size_t>(M) * static_cast<std::size_t>(ex->sizes_[S - 1].target),
-                  *last.compute));
-      PS_ASSIGN_OR_RETURN(loss, last.device->Allocate(sizeof(float) * M, *last.compute));
-    }
-    ex->inputs_.push_back(std::move(in));
-    ex->targets_.push_back(std::move(tg));
-    ex->losses_.push_back(std::move(loss));
-  }
   PS_RETURN_IF_ERROR(ex->SynchronizeAll());
   // One step clock per distinct device, on the compute stream of its first rank.
   for (auto& rk : ex->ranks_) {

@@ -176,7 +176,12 @@ class Executor {
   // when the first stage needs no input or the last no targets, for num_replicas outside
   // [1, 4096], and for one bootstrap given as both `pipeline` and `processes`. In a job of
   // several processes a failed Create calls the bootstrap's Fail, so that the others
-  // stop with its reason.
+  // stop with its reason -- except where every process returns the same failure: what a
+  // process makes alone (the works from `factory`, with their parameters, and the step's
+  // input, target and loss buffers) is checked in every process before any exchange
+  // (comm::AgreeOnVerdict), so a device that cannot hold one process's part
+  // (ResourceExhausted) fails Create in every process alike, "process <n>: ..." in the
+  // others, marked comm::HeardByAll, and the job stays usable (a sweep goes on).
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const scheduler::Schedule& schedule,
                                                           runtime::Backend& backend,
                                                           const StageWorkFactory& factory,

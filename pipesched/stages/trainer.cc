@@ -80,56 +80,6 @@ absl::Status CheckSameJob(comm::Bootstrap& processes, const std::string& fingerp
                                "process rank differs)");
 }
 
-// The verdict of a check that every process of a job makes of its own machine (its
-// memory): `own`, and every other process's, heard through the job's groups -- the
-// pipeline's, then the replicas', passing on what the first found: every pipeline has a
-// process in every block, so after both each process has heard from all. OK when every
-// process passed; else the failure of the first process that failed (in the pipeline's
-// order, then the pipelines'), the same for every process, in its words ("process 1:
-// ..." where it is another's). An exchange of each group of several (on `channel`); alone,
-// `own`.
-absl::Status AgreeOnVerdict(const TrainerConfig& config, std::string_view channel,
-                            absl::Status own) {
-  struct Verdict {
-    std::int64_t job_rank = -1;  // of the process that failed; -1: every one passed
-    std::int64_t code = 0;
-    std::string message;
-  };
-  Verdict verdict;
-  std::int64_t self = -1;
-  for (comm::Bootstrap* group : {config.pipeline, config.processes}) {
-    if (group == nullptr || group->size() < 2) continue;
-    if (self < 0) {
-      self = group->job_rank(group->rank());
-      if (!own.ok()) {
-        verdict = {.job_rank = self,
-                   .code = static_cast<std::int64_t>(own.code()),
-                   .message = std::string(own.message())};
-      }
-    }
-    ByteWriter out;
-    out.Int(verdict.job_rank);
-    out.Int(verdict.code);
-    out.Text(verdict.message);
-    PS_ASSIGN_OR_RETURN(const std::vector<std::string> all, group->AllGather(channel, out.bytes()));
-    verdict = {};
-    for (std::size_t q = 0; q < all.size() && verdict.job_rank < 0; ++q) {
-      ByteReader in(all[q]);
-      Verdict theirs{.job_rank = in.Int(), .code = in.Int(), .message = in.Text()};
-      if (!in.ok() || theirs.code < 0 || theirs.code > 16) {
-        return absl::InternalError(absl::StrCat("process ", group->job_rank(static_cast<int>(q)),
-                                                " sent a verdict this process cannot read"));
-      }
-      if (theirs.job_rank >= 0) verdict = std::move(theirs);
-    }
-  }
-  if (self < 0 || verdict.job_rank < 0) return self < 0 ? own : absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(verdict.code),
-                      verdict.job_rank == self
-                          ? verdict.message
-                          : absl::StrCat("process ", verdict.job_rank, ": ", verdict.message));
-}
-
 // A tensor as the processes of a split pipeline send them to each other (base/bytes.h):
 // its name, dtype, rank, shape and bytes.
 void PutTensor(ByteWriter& out, const model::HostTensor& t) {
@@ -479,12 +429,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
   t->partition_ = checked.partition;
   // Each process's machine, heard by all: a job that does not fit one is refused by
   // every process alike (not a failure of the job: bench skips such a configuration).
-  if (absl::Status fits = AgreeOnVerdict(config, "trainer-host-memory",
-                                         kind == runtime::BackendKind::kHost
-                                             ? CheckHostMemory(t->config_, t->partition_)
-                                             : absl::OkStatus());
+  if (absl::Status fits = comm::AgreeOnVerdict(
+          {config.pipeline, config.processes}, "trainer-host-memory",
+          kind == runtime::BackendKind::kHost ? CheckHostMemory(t->config_, t->partition_)
+                                              : absl::OkStatus());
       !fits.ok()) {
-    *everyone_saw = absl::IsResourceExhausted(fits);  // not a failed exchange
+    *everyone_saw = comm::HeardByAll(fits);  // not a failed exchange
     return fits;
   }
   runtime::BackendOptions options{
@@ -505,8 +455,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
                               .last_layer = partition[stage].last,
                               .seed = c.seed,
                               .optimizer = c.optimizer};
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work,
-                        MlpStageWork::Create(chunk, c.microbatch_size, device));
+    absl::StatusOr<std::unique_ptr<StageWork>> made =
+        MlpStageWork::Create(chunk, c.microbatch_size, device);
+    if (!made.ok() && c.device_memory_bytes > 0 && absl::IsResourceExhausted(made.status())) {
+      // The stages' parameters, gradients and optimizer state come first: name the cap
+      // here, in the process whose device it is (the others hear this line).
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model does not fit the device memory cap of ", HumanBytes(c.device_memory_bytes),
+          " (--device-memory) before any activation: ", made.status().message(),
+          "; give a larger --device-memory, or a smaller model (--hidden, --layers)"));
+    }
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<StageWork> work, std::move(made));
     if (recomputes[stage]) {
       // Inside the skew injection: a slow stage recomputes slowly too.
       PS_ASSIGN_OR_RETURN(work, RecomputeStageWork::Create(std::move(work)));
@@ -525,14 +484,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
        .step_timeout_seconds = config.step_timeout_seconds,
        .processes = config.processes,
        .pipeline = config.pipeline});
-  if (!executor.ok() && config.device_memory_bytes > 0 &&
-      absl::IsResourceExhausted(executor.status())) {
-    // The stages' parameters, gradients and optimizer state come first: name the cap.
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the model does not fit the device memory cap of ", HumanBytes(config.device_memory_bytes),
-        " (--device-memory) before any activation: ", executor.status().message(),
-        "; give a larger --device-memory, or a smaller model (--hidden, --layers)"));
-  }
+  // A refusal of every process's (each heard the others' allocations): the job stays whole.
+  *everyone_saw = comm::HeardByAll(executor.status());
   PS_RETURN_IF_ERROR(executor.status());
   t->executor_ = *std::move(executor);
 
@@ -560,15 +513,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
   if (config.check_activation_memory) {
     PS_ASSIGN_OR_RETURN(std::vector<MemoryPlace> places, ActivationPlaces(*t->executor_, machine));
     // Heard by every process, as the host memory above.
-    if (absl::Status fits = AgreeOnVerdict(
-            config, "trainer-activations",
+    if (absl::Status fits = comm::AgreeOnVerdict(
+            {config.pipeline, config.processes}, "trainer-activations",
             CheckActivationsFit({.schedule = t->executor_->schedule().name,
                                  .num_ranks = P,
                                  .num_chunks = t->executor_->schedule().num_chunks(),
                                  .num_microbatches = t->executor_->num_microbatches()},
                                 places));
         !fits.ok()) {
-      *everyone_saw = absl::IsResourceExhausted(fits);
+      *everyone_saw = comm::HeardByAll(fits);
       return fits;
     }
   }

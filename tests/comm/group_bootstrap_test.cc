@@ -73,6 +73,59 @@ TEST(GroupBootstrapTest, SplitJobLaysOutPipelinesAcrossReplicaGroups) {
   }
 }
 
+// AgreeOnVerdict on a job of 6 split into two pipelines of three: every process hears
+// the first failure of all (in the pipeline's order, then the replicas'), with its code,
+// in its own words where it is its own and naming its process in the others'; marked
+// HeardByAll, and the job not failed. Every process passing gives OK everywhere; alone,
+// a process's own verdict comes back unmarked.
+TEST(GroupBootstrapTest, AVerdictIsHeardByEveryProcessOfBothGroups) {
+  PS_ASSERT_OK_AND_ASSIGN(auto job, CreateInProcessBootstraps(6, {.timeout_seconds = 20}));
+  std::vector<JobGrid> grids(6);
+  for (int q = 0; q < 6; ++q) {
+    PS_ASSERT_OK_AND_ASSIGN(grids[q], SplitJob(*job[q], 3));
+  }
+  // Processes 3 and 4 fail, in pipelines {1,3,5} and {0,2,4}.
+  std::vector<absl::Status> verdicts(6);
+  OnThreads(6, [&](int q) {
+    absl::Status own = q == 3   ? absl::ResourceExhaustedError("host:0 is full")
+                       : q == 4 ? absl::InvalidArgumentError("bad input")
+                                : absl::OkStatus();
+    verdicts[q] = AgreeOnVerdict({grids[q].pipeline.get(), grids[q].replicas.get()}, "fits", own);
+  });
+  // Pipeline {0,2,4} hears process 4's failure, pipeline {1,3,5} process 3's; then the
+  // replica groups {0,1}, {2,3}, {4,5} each take their first member's: process 4's.
+  for (int q = 0; q < 6; ++q) {
+    SCOPED_TRACE(q);
+    EXPECT_TRUE(HeardByAll(verdicts[q]));
+    EXPECT_THAT(verdicts[q], StatusIs(absl::StatusCode::kInvalidArgument,
+                                      q == 4 ? "bad input" : "process 4: bad input"));
+    PS_EXPECT_OK(job[q]->Failure());
+  }
+  // Everyone passes: OK, in both groups, on the same channel again.
+  OnThreads(6, [&](int q) {
+    verdicts[q] = AgreeOnVerdict({grids[q].pipeline.get(), grids[q].replicas.get()}, "fits",
+                                 absl::OkStatus());
+  });
+  for (int q = 0; q < 6; ++q) PS_EXPECT_OK(verdicts[q]) << q;
+  // One group only (the other null): its own words for the one that failed.
+  OnThreads(3, [&](int i) {
+    const int q = 2 * i;  // pipeline {0,2,4}
+    verdicts[q] = AgreeOnVerdict({grids[q].pipeline.get(), nullptr}, "one",
+                                 q == 2 ? absl::ResourceExhaustedError("full") : absl::OkStatus());
+  });
+  EXPECT_THAT(verdicts[2], StatusIs(absl::StatusCode::kResourceExhausted, "full"));
+  EXPECT_THAT(verdicts[0], StatusIs(absl::StatusCode::kResourceExhausted, "process 2: full"));
+  EXPECT_TRUE(HeardByAll(verdicts[0]));
+  // Alone (groups of one, or none): the process's own verdict, not heard by anyone else.
+  PS_ASSERT_OK_AND_ASSIGN(JobGrid whole, SplitJob(*job[0], 6));
+  const absl::Status alone =
+      AgreeOnVerdict({whole.replicas.get(), nullptr}, "alone", absl::AbortedError("mine"));
+  EXPECT_THAT(alone, StatusIs(absl::StatusCode::kAborted, "mine"));
+  EXPECT_FALSE(HeardByAll(alone));
+  EXPECT_FALSE(HeardByAll(absl::OkStatus()));
+  EXPECT_FALSE(HeardByAll(absl::ResourceExhaustedError("not agreed")));
+}
+
 // On a job of 6, every process exchanges on channel "x" three ways at once, each on its
 // own thread: in its pipeline, among its replicas, and in the whole job. Each gets its
 // own group's parts, in call order, three calls deep.

@@ -318,9 +318,10 @@ TEST(ProcessesTest, AProcessThatFailsStopsTheOthers) {
                        HasSubstr("process 1 failed: the micro-batch size must be at least 1")));
 }
 
-// A failure of one process's own (its device memory cap, which the processes need not
-// share) fails the job at Create: the others stop with its reason at once rather than
-// wait for it in their next exchange until the timeout. Both kinds of job.
+// A failure of one process's own that the others do not hear as a verdict (its step
+// timeout, which the processes need not share, is refused) fails the job at Create: the
+// others stop with its reason at once rather than wait for it in their next exchange
+// until the timeout. Both kinds of job.
 TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
   for (const bool split : {false, true}) {
     SCOPED_TRACE(split ? "split" : "replicas");
@@ -333,7 +334,7 @@ TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
       threads.emplace_back([&, q] {
         TrainerConfig config = Config("1f1b", 1);
         (split ? config.pipeline : config.processes) = processes[q].get();
-        if (q == 1) config.device_memory_bytes = 1024;
+        if (q == 1) config.step_timeout_seconds = -1;
         absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
         created[q] = trainer.status();
         // No Fail here: Create's own.
@@ -342,9 +343,10 @@ TEST(ProcessesTest, AProcessWhoseTrainerCannotBeMadeStopsTheOthers) {
     }
     for (std::thread& t : threads) t.join();
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30);
-    EXPECT_THAT(created[1], StatusIs(absl::StatusCode::kResourceExhausted,
-                                     HasSubstr("does not fit the device memory cap")));
+    EXPECT_THAT(created[1],
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step timeout")));
     EXPECT_THAT(created[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+    EXPECT_THAT(created[0].message(), HasSubstr("step timeout"));
   }
 }
 
@@ -405,6 +407,58 @@ TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
           << "process " << q;
     }
     for (int q = 0; q < c.n; ++q) PS_EXPECT_OK(job[q]->Failure()) << "process " << q;
+  }
+}
+
+// A model whose parameters do not fit one process's devices (its device memory cap) is
+// refused by every process alike while the executor is made -- in the words of the
+// process whose device it is, before any exchange of the pipeline's or the replicas'
+// -- and the job is not failed: the same processes then train the next configuration
+// together. Replicas, a split pipeline, two pipelines of two.
+TEST(ProcessesTest, AModelThatDoesNotFitOneProcessIsRefusedByAllAndTheJobGoesOn) {
+  struct Case {
+    const char* name;
+    int n, k;  // processes, and processes per pipeline
+  };
+  for (const Case& c : {Case{"replicas", 2, 1}, Case{"split", 2, 2}, Case{"grid", 4, 2}}) {
+    SCOPED_TRACE(c.name);
+    PS_ASSERT_OK_AND_ASSIGN(auto job,
+                            comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60}));
+    std::vector<absl::Status> created(c.n), next(c.n);
+    std::vector<std::thread> threads;
+    for (int q = 0; q < c.n; ++q) {
+      threads.emplace_back([&, q] {
+        TrainerConfig config = Config("1f1b", 1);
+        comm::JobGrid grid;
+        if (absl::Status placed = PlaceInJob(*job[q], c.k, config, &grid); !placed.ok()) {
+          created[q] = placed;
+          return;
+        }
+        // No stage's parameters, gradients and AdamW moments fit 2000 bytes.
+        if (q == c.n - 1) config.device_memory_bytes = 2000;
+        created[q] = Trainer::Create(config).status();
+        config.device_memory_bytes = 0;
+        absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+        next[q] = trainer.ok() ? (*trainer)->Step().status() : trainer.status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const int last = c.n - 1;
+    const std::string refusal =
+        "the model does not fit the device memory cap of 2.0 KiB (--device-memory) before any "
+        "activation: host:";
+    EXPECT_THAT(created[last],
+                StatusIs(absl::StatusCode::kResourceExhausted, ::testing::StartsWith(refusal)));
+    for (int q = 0; q < last; ++q) {
+      EXPECT_THAT(created[q],
+                  StatusIs(absl::StatusCode::kResourceExhausted,
+                           ::testing::StartsWith(absl::StrCat("process ", last, ": ", refusal))))
+          << "process " << q;
+    }
+    for (int q = 0; q < c.n; ++q) {
+      PS_EXPECT_OK(job[q]->Failure()) << "process " << q;
+      PS_EXPECT_OK(next[q]) << "process " << q;
+    }
   }
 }
 

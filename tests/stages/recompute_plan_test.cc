@@ -176,8 +176,16 @@ TEST(RecomputePlanTest, SaysWhatKeepsItFromChoosing) {
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("even with every stage recomputing its activations: gpipe's "
                                  "activations do not fit in host:1")));
-  // The parameters alone do not fit: said as it is, not as an activation problem.
+  // What is there before any activation does not fit: said as it is, not as an
+  // activation problem. The last buffer of rank 1's state is the step's losses; half of
+  // its state does not hold the parameters, gradients and moments.
   config.device_memory_bytes = all.state[1] - 1;
+  EXPECT_THAT(PlanRecompute(config),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("the step's losses (8 micro-batches of 4 bytes) do not "
+                                       "fit: host:1: cannot allocate 32 bytes: 31 bytes free"),
+                             Not(HasSubstr("recomputing")))));
+  config.device_memory_bytes = all.state[1] / 2;
   EXPECT_THAT(PlanRecompute(config),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        AllOf(HasSubstr("the model does not fit the device memory cap"),
