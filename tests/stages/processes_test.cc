@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -366,35 +367,54 @@ absl::Status PlaceInJob(comm::Bootstrap& job, int k, TrainerConfig& config, comm
   return absl::OkStatus();
 }
 
+// A job of n in-process processes in pipelines of k.
+struct JobCase {
+  const char* name;
+  int n, k;  // processes, and processes per pipeline
+};
+constexpr JobCase kJobCases[] = {{"replicas", 2, 1}, {"split", 2, 2}, {"grid", 4, 2}};
+
+// Runs body(q, config) for every process q of a job `c` at once, each on a thread of its
+// own, with `base` placed as process q (PlaceInJob); what each returned, or its
+// placement's failure, and the job's bootstraps (for their Failure()).
+std::vector<absl::Status> RunInJob(
+    const JobCase& c, const TrainerConfig& base,
+    const std::function<absl::Status(int q, TrainerConfig& config)>& body,
+    std::vector<std::unique_ptr<comm::Bootstrap>>* job) {
+  absl::StatusOr<std::vector<std::unique_ptr<comm::Bootstrap>>> made =
+      comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60});
+  if (!made.ok()) return std::vector<absl::Status>(c.n, made.status());
+  *job = *std::move(made);
+  std::vector<absl::Status> status(c.n);
+  std::vector<std::thread> threads;
+  for (int q = 0; q < c.n; ++q) {
+    threads.emplace_back([&, q] {
+      TrainerConfig config = base;
+      comm::JobGrid grid;
+      status[q] = PlaceInJob(*(*job)[q], c.k, config, &grid);
+      if (status[q].ok()) status[q] = body(q, config);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
 // A plan whose activations do not fit one process's memory (its device memory cap, which
 // the processes need not share) is refused by every process alike, in that process's
 // words, and the job is not failed: the processes can go on together (bench skips the
 // configuration and runs the next). Replicas, a split pipeline, two pipelines of two.
 TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
-  struct Case {
-    const char* name;
-    int n, k;  // processes, and processes per pipeline
-  };
-  for (const Case& c : {Case{"replicas", 2, 1}, Case{"split", 2, 2}, Case{"grid", 4, 2}}) {
+  for (const JobCase& c : kJobCases) {
     SCOPED_TRACE(c.name);
-    PS_ASSERT_OK_AND_ASSIGN(auto job,
-                            comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60}));
-    std::vector<absl::Status> created(c.n);
-    std::vector<std::thread> threads;
-    for (int q = 0; q < c.n; ++q) {
-      threads.emplace_back([&, q] {
-        TrainerConfig config = Config("gpipe", 1);
-        comm::JobGrid grid;
-        if (absl::Status placed = PlaceInJob(*job[q], c.k, config, &grid); !placed.ok()) {
-          created[q] = placed;
-          return;
-        }
-        // The model fits 10500 bytes a device, gpipe's four micro-batches in flight do not.
-        if (q == c.n - 1) config.device_memory_bytes = 10500;
-        created[q] = Trainer::Create(config).status();
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    std::vector<std::unique_ptr<comm::Bootstrap>> job;
+    const std::vector<absl::Status> created = RunInJob(
+        c, Config("gpipe", 1),
+        [&](int q, TrainerConfig& config) {
+          // The model fits 10500 bytes a device, gpipe's four micro-batches in flight do not.
+          if (q == c.n - 1) config.device_memory_bytes = 10500;
+          return Trainer::Create(config).status();
+        },
+        &job);
     const int last = c.n - 1;
     EXPECT_THAT(created[last], StatusIs(absl::StatusCode::kResourceExhausted,
                                         HasSubstr("gpipe's activations do not fit in host:")));
@@ -416,33 +436,22 @@ TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
 // -- and the job is not failed: the same processes then train the next configuration
 // together. Replicas, a split pipeline, two pipelines of two.
 TEST(ProcessesTest, AModelThatDoesNotFitOneProcessIsRefusedByAllAndTheJobGoesOn) {
-  struct Case {
-    const char* name;
-    int n, k;  // processes, and processes per pipeline
-  };
-  for (const Case& c : {Case{"replicas", 2, 1}, Case{"split", 2, 2}, Case{"grid", 4, 2}}) {
+  for (const JobCase& c : kJobCases) {
     SCOPED_TRACE(c.name);
-    PS_ASSERT_OK_AND_ASSIGN(auto job,
-                            comm::CreateInProcessBootstraps(c.n, {.timeout_seconds = 60}));
-    std::vector<absl::Status> created(c.n), next(c.n);
-    std::vector<std::thread> threads;
-    for (int q = 0; q < c.n; ++q) {
-      threads.emplace_back([&, q] {
-        TrainerConfig config = Config("1f1b", 1);
-        comm::JobGrid grid;
-        if (absl::Status placed = PlaceInJob(*job[q], c.k, config, &grid); !placed.ok()) {
-          created[q] = placed;
-          return;
-        }
-        // No stage's parameters, gradients and AdamW moments fit 2000 bytes.
-        if (q == c.n - 1) config.device_memory_bytes = 2000;
-        created[q] = Trainer::Create(config).status();
-        config.device_memory_bytes = 0;
-        absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
-        next[q] = trainer.ok() ? (*trainer)->Step().status() : trainer.status();
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    std::vector<std::unique_ptr<comm::Bootstrap>> job;
+    std::vector<absl::Status> next(c.n);
+    const std::vector<absl::Status> created = RunInJob(
+        c, Config("1f1b", 1),
+        [&](int q, TrainerConfig& config) {
+          // No stage's parameters, gradients and AdamW moments fit 2000 bytes.
+          if (q == c.n - 1) config.device_memory_bytes = 2000;
+          const absl::Status refused = Trainer::Create(config).status();
+          config.device_memory_bytes = 0;
+          absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+          next[q] = trainer.ok() ? (*trainer)->Step().status() : trainer.status();
+          return refused;
+        },
+        &job);
     const int last = c.n - 1;
     const std::string refusal =
         "the model does not fit the device memory cap of 2.0 KiB (--device-memory) before any "
