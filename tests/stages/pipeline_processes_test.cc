@@ -536,8 +536,7 @@ TEST(PipelineProcessesTest, AProcessRefusedItsInputsOrItsExecutorStopsTheOthers)
         PS_EXPECT_OK(pair[q]->Failure()) << q;
       }
     } else {
-      EXPECT_THAT(status[0],
-                  StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
+      EXPECT_THAT(status[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("process 1 failed: ")));
       EXPECT_THAT(std::string(status[0].message()), HasSubstr(reason));
     }
   }
