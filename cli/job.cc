@@ -232,10 +232,24 @@ absl::Status CheckOneOrderInJob(std::string_view schedule, int search_steps) {
 
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinJob(Job job, bool judge_heartbeats) {
   if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
+  // The file kind's waits are woken by the directory's events unless this says 0 (a file
+  // system whose events misbehave; or to measure what they save).
+  bool watch = true;
+  if (const char* events = std::getenv(kRendezvousEventsVariable); events != nullptr) {
+    const std::string_view value = events;
+    if (value != "0" && value != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kRendezvousEventsVariable, "=", QuoteForMessage(value, 40),
+                       " is not 0 or 1: give 1 (the default: a wait is woken when a file "
+                       "appears in the rendezvous directory) or 0 (it only looks)"));
+    }
+    watch = value == "1";
+  }
   const comm::BootstrapOptions options = {
       .timeout_seconds = absl::GetFlag(FLAGS_rendezvous_timeout),
       .heartbeat_timeout_seconds =
-          judge_heartbeats ? comm::BootstrapOptions{}.heartbeat_timeout_seconds : 0};
+          judge_heartbeats ? comm::BootstrapOptions{}.heartbeat_timeout_seconds : 0,
+      .watch_directory = watch};
   if (job == Job::kFromEnvironment) return comm::CreateBootstrapFromEnvironment(options);
   if (job == Job::kMpi) return comm::CreateMpiBootstrap(options);
   return comm::CreateFileBootstrap(absl::GetFlag(FLAGS_rendezvous),

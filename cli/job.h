@@ -47,10 +47,15 @@ absl::StatusOr<Job> CheckJobFlags(const CommandContext& ctx, std::string_view co
 // uses_costs, with `search_steps` > 0), which differ between processes; OK otherwise.
 absl::Status CheckOneOrderInJob(std::string_view schedule, int search_steps);
 
+// Environment: 0 turns off the file bootstrap's waking on the rendezvous directory's
+// events (comm::BootstrapOptions::watch_directory); 1, the default, leaves it on.
+inline constexpr char kRendezvousEventsVariable[] = "PIPESCHED_RENDEZVOUS_EVENTS";
+
 // Joins the job (null for kAlone): created first, so that this process's later errors
 // reach the others (Bootstrap::Fail) instead of leaving them to wait. With
 // `judge_heartbeats` false (train's --step-timeout=0: a debugger, say) no process is
-// judged gone by its heartbeat.
+// judged gone by its heartbeat. InvalidArgument for kRendezvousEventsVariable set to
+// other than 0 or 1.
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinJob(Job job, bool judge_heartbeats);
 
 // Where the processes meet: "rendezvous DIR" (--rendezvous, or the launch's

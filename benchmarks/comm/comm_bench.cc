@@ -115,7 +115,9 @@ void File(benchmark::State& state, Pattern pattern) {
           .string();
   std::vector<std::unique_ptr<Bootstrap>> ranks(2);
   for (int r = 0; r < 2; ++r) {
-    absl::StatusOr<std::unique_ptr<Bootstrap>> b = CreateFileBootstrap(dir, r, 2);
+    // The second argument: whether waits are woken by the directory's events.
+    absl::StatusOr<std::unique_ptr<Bootstrap>> b =
+        CreateFileBootstrap(dir, r, 2, {.watch_directory = state.range(1) != 0});
     if (!b.ok()) {
       state.SkipWithError(std::string(b.status().message()).c_str());
       std::filesystem::remove_all(dir);
@@ -190,10 +192,10 @@ void BM_FileGroupAllGather(benchmark::State& state) { File(state, Pattern::kGrou
 void BM_MpiGroupAllGather(benchmark::State& state) { Mpi(state, Pattern::kGroupAllGather); }
 BENCHMARK(BM_InProcessAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_InProcessRoundTrip)->Arg(8)->Arg(1 << 20)->UseRealTime();
-BENCHMARK(BM_FileAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
-BENCHMARK(BM_FileRoundTrip)->Arg(8)->Arg(1 << 20)->UseRealTime();
+BENCHMARK(BM_FileAllGather)->ArgsProduct({{8, 1 << 20}, {1, 0}})->UseRealTime();
+BENCHMARK(BM_FileRoundTrip)->ArgsProduct({{8, 1 << 20}, {1, 0}})->UseRealTime();
 BENCHMARK(BM_InProcessGroupAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
-BENCHMARK(BM_FileGroupAllGather)->Arg(8)->Arg(1 << 20)->UseRealTime();
+BENCHMARK(BM_FileGroupAllGather)->ArgsProduct({{8, 1 << 20}, {1, 0}})->UseRealTime();
 // Fixed iterations: every process must make the same exchanges.
 BENCHMARK(BM_MpiAllGather)->Arg(8)->Iterations(20000)->UseRealTime();
 BENCHMARK(BM_MpiAllGather)->Arg(1 << 20)->Iterations(500)->UseRealTime();

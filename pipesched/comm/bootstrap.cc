@@ -35,10 +35,19 @@
 //                           for it
 // Each rank removes its own file of exchange k-1 once exchange k is complete (everyone
 // has then written k, so everyone has finished reading k-1).
+//
+// Waits look for their files on a schedule (FileBootstrap::Backoff) and, on Linux, are also
+// woken when a name that does not begin with '.' appears in the directory
+// (DirectoryEvents, inotify): a message, a marker, a gone file written on this host is
+// seen within microseconds. A file written from another host over a shared file system
+// raises no event here; the schedule finds it.
 #include "pipesched/comm/bootstrap.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -399,6 +408,91 @@ std::string FailureMarker(int rank, std::string_view reason) {
   return absl::StrCat(rank, "\n", internal::FailureReason(reason));
 }
 
+// Wakes the waits of a file bootstrap when an entry whose name does not begin with '.'
+// appears in its directory (created, hard-linked or renamed into place; inotify), so that
+// a wait need not sleep out its interval. One thread reads the events and counts them in
+// batches (generation); a wait samples the count before it looks for its file, then
+// sleeps until the count moves or its interval ends. Events of other hosts' writes over a
+// shared file system do not come: the intervals stay the waits' schedule.
+class DirectoryEvents {
+ public:
+  // Null where the directory cannot be watched (no inotify, or its limits reached): the
+  // waits then sleep their intervals.
+  static std::unique_ptr<DirectoryEvents> Open(const std::filesystem::path& dir) {
+    ScopedFd inotify(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (inotify.get() < 0) return nullptr;
+    if (::inotify_add_watch(inotify.get(), dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_ONLYDIR) < 0) {
+      return nullptr;
+    }
+    ScopedFd stop(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (stop.get() < 0) return nullptr;
+    auto events = std::unique_ptr<DirectoryEvents>(new DirectoryEvents());
+    events->inotify_ = std::move(inotify);
+    events->stop_ = std::move(stop);
+    events->thread_ = std::thread([e = events.get()] { e->Run(); });
+    return events;
+  }
+  ~DirectoryEvents() {
+    const std::uint64_t one = 1;
+    (void)!::write(stop_.get(), &one, sizeof(one));
+    thread_.join();
+  }
+  DirectoryEvents(const DirectoryEvents&) = delete;
+  DirectoryEvents& operator=(const DirectoryEvents&) = delete;
+
+  std::uint64_t generation() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return generation_;
+  }
+  // Returns once generation() differs from `seen`, or after `timeout`.
+  void WaitFor(std::uint64_t seen, std::chrono::microseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return generation_ != seen; });
+  }
+
+ private:
+  DirectoryEvents() = default;
+
+  void Run() {
+    alignas(struct inotify_event) char buffer[8192];
+    for (;;) {
+      struct pollfd fds[2] = {{.fd = inotify_.get(), .events = POLLIN, .revents = 0},
+                              {.fd = stop_.get(), .events = POLLIN, .revents = 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;  // the waits keep their intervals
+      }
+      if (fds[1].revents != 0) return;
+      if (fds[0].revents == 0) continue;
+      bool wanted = false;
+      for (;;) {
+        const ssize_t n = ::read(inotify_.get(), buffer, sizeof(buffer));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;  // drained (EAGAIN)
+        for (ssize_t at = 0; at < n;) {
+          const auto* event = reinterpret_cast<const struct inotify_event*>(buffer + at);
+          // A writer's temporary (".tmp..."): its linked name comes next. An overflow of
+          // the queue (no name) may hide anything.
+          if (event->len == 0 || event->name[0] != '.') wanted = true;
+          at += static_cast<ssize_t>(sizeof(struct inotify_event) + event->len);
+        }
+      }
+      if (!wanted) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++generation_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  ScopedFd inotify_, stop_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t generation_ = 0;
+  std::thread thread_;
+};
+
 class FileBootstrap final : public Bootstrap {
  public:
   FileBootstrap(std::filesystem::path dir, int rank, int size, BootstrapOptions options)
@@ -502,7 +596,7 @@ class FileBootstrap final : public Bootstrap {
     std::call_once(beat_started_, [this] { StartBeating(); });
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
     const std::string path = MessageFileOf(channel, k, from, rank_);
-    for (Backoff wait;;) {
+    for (Backoff wait = MessageBackoff();;) {
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
                                                  ": aborted on channel '", Absl(channel),
@@ -604,25 +698,46 @@ class FileBootstrap final : public Bootstrap {
   // 1 ms of it, where a 20 ms cap left it up to 20 ms late: docs/benchmarks.md, *A sweep
   // as a job of several processes*), cheap when they are far (a process still starting,
   // a straggler; on NFS, each look is a request to the server).
+  // With `events`, a sleep also ends when an entry appears in the directory after the
+  // look before it (`seen`: the events' generation sampled before that look).
   struct Backoff {
     std::chrono::microseconds first_cap{1000};
+    DirectoryEvents* events = nullptr;
+    std::uint64_t seen = events != nullptr ? events->generation() : 0;
     Clock::time_point start = Clock::now();
     std::chrono::microseconds next{100};
     void Sleep() {
-      std::this_thread::sleep_for(next);
+      if (events != nullptr) {
+        events->WaitFor(seen, next);
+        seen = events->generation();
+      } else {
+        std::this_thread::sleep_for(next);
+      }
       const std::chrono::microseconds cap = Clock::now() - start < std::chrono::seconds(1)
                                                 ? first_cap
                                                 : std::chrono::milliseconds(20);
       next = std::min<std::chrono::microseconds>(next * 2, cap);
     }
   };
+  // A wait on the others' files: woken by the directory's events once they are watched
+  // (started by the first wait, as the heartbeat is: a process that forks after joining
+  // has no thread to copy).
+  Backoff MessageBackoff() { return Backoff{.events = Events()}; }
   // An exchange's wait looks for every missing rank's file each time: its first second
   // polls at 1 ms for up to 8 ranks, and proportionally less often for more (a look
   // every 8 ms at 64 ranks), so that a process makes at most ~8 looks a millisecond.
-  Backoff ExchangeBackoff() const {
+  Backoff ExchangeBackoff() {
     return Backoff{
         .first_cap = std::min<std::chrono::microseconds>(
-            std::chrono::microseconds(125) * std::max(size_, 8), std::chrono::milliseconds(20))};
+            std::chrono::microseconds(125) * std::max(size_, 8), std::chrono::milliseconds(20)),
+        .events = Events()};
+  }
+  // The directory's events (BootstrapOptions::watch_directory), watched from the first
+  // call on; null when not watched.
+  DirectoryEvents* Events() {
+    if (!options_.watch_directory || size_ == 1) return nullptr;
+    std::call_once(events_started_, [this] { events_ = DirectoryEvents::Open(dir_); });
+    return events_.get();
   }
 
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -1063,6 +1178,9 @@ class FileBootstrap final : public Bootstrap {
   std::mutex watch_mu_;
   std::vector<Watch> watch_;
   int next_watch_ = 0;
+  // Entries appearing in the directory, for the waits (Events()).
+  std::once_flag events_started_;
+  std::unique_ptr<DirectoryEvents> events_;
   std::atomic<bool> exchanged_{false};  // an exchange has completed
   std::atomic<bool> closed_{false};     // the close exchange is done: no more exchanges
   std::atomic<bool> left_{false};       // Close() is done with the others' files

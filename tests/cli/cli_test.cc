@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_runner.h"
 #include "cli/command.h"
+#include "cli/job.h"
 #include "cli/planning.h"
 #include "cli/training.h"
 #include "gmock/gmock.h"
@@ -2101,6 +2102,43 @@ TEST(CliTest, BenchJobFlagsAreCheckedBeforeJoining) {
     EXPECT_THAT(r.err, HasSubstr(message));
   }
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
+}
+
+// PIPESCHED_RENDEZVOUS_EVENTS: 0 or 1, anything else refused in one line before joining;
+// 0 still meets (a job of one process here: it joins, trains and leaves).
+TEST(CliTest, TheRendezvousEventsVariableIsZeroOrOne) {
+  const std::string dir = ::testing::TempDir() + "/events_never_created";
+  const std::vector<std::string> args = {"train",
+                                         "--stages=1",
+                                         "--microbatches=1",
+                                         "--layers=1",
+                                         "--hidden=4",
+                                         "--inputs=4",
+                                         "--classes=2",
+                                         "--microbatch-size=2",
+                                         "--steps=1",
+                                         "--backend=host",
+                                         "--processes=2",
+                                         "--process-rank=0",
+                                         absl::StrCat("--rendezvous=", dir),
+                                         "--rendezvous-timeout=1"};
+  for (const char* bad : {"2", "", "yes", "00"}) {
+    setenv(kRendezvousEventsVariable, bad, 1);
+    RunResult r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_EQ(r.err, absl::StrCat("pipesched: PIPESCHED_RENDEZVOUS_EVENTS=\"", bad,
+                                  "\" is not 0 or 1: give 1 (the default: a wait is woken when a "
+                                  "file appears in the rendezvous directory) or 0 (it only "
+                                  "looks)\n"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";
+  // 0: the job is joined (process 1 never comes: the rendezvous times out after 1 s).
+  setenv(kRendezvousEventsVariable, "0", 1);
+  RunResult r = RunCli(args);
+  unsetenv(kRendezvousEventsVariable);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("waited 1 s"));
+  std::filesystem::remove_all(dir);
 }
 
 // --pipeline-processes=K: K must divide the job and fit the pipeline, before joining.

@@ -333,10 +333,12 @@ void ExpectPointToPointEndsOnAbortAndFailure(std::vector<std::unique_ptr<Bootstr
 
 // Three file bootstraps in `dir`, made on threads (each waits for the others' join).
 std::vector<std::unique_ptr<Bootstrap>> FileRanks(const std::string& dir, int size,
-                                                  double timeout_seconds) {
+                                                  double timeout_seconds,
+                                                  bool watch_directory = true) {
   std::vector<std::unique_ptr<Bootstrap>> ranks(size);
   OnThreads(size, [&](int r) {
-    auto b = CreateFileBootstrap(dir, r, size, {.timeout_seconds = timeout_seconds});
+    auto b = CreateFileBootstrap(
+        dir, r, size, {.timeout_seconds = timeout_seconds, .watch_directory = watch_directory});
     ASSERT_TRUE(b.ok()) << b.status();
     ranks[r] = std::move(b).value();
   });
@@ -379,6 +381,24 @@ TEST(FileBootstrapTest, SendsAndReceivesInOrderPerPairAndChannel) {
   ExpectPointToPointEndsOnAbortAndFailure(ending);
   ending.clear();
   std::filesystem::remove_all(ending_dir);
+}
+
+// The waits' two ways of finding the others' files, woken by the directory's events
+// (the default) and looking only (BootstrapOptions::watch_directory = false): the same
+// exchanges and messages, in order, and the directory gone after Close.
+TEST(FileBootstrapTest, WaitsFindTheirFilesWithOrWithoutTheDirectorysEvents) {
+  for (const bool watch : {true, false}) {
+    SCOPED_TRACE(watch ? "woken by events" : "looking only");
+    const std::string dir = FreshDir(watch ? "events" : "looks");
+    std::vector<std::unique_ptr<Bootstrap>> ranks = FileRanks(dir, 3, 30, watch);
+    ASSERT_TRUE(ranks[0] && ranks[1] && ranks[2]);
+    ExpectOrderedExchanges(ranks);
+    ExpectPointToPoint(ranks);
+    std::vector<absl::Status> closed(3);
+    OnThreads(3, [&](int r) { closed[r] = ranks[r]->Close(); });
+    for (const absl::Status& s : closed) PS_EXPECT_OK(s);
+    EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " left behind";
+  }
 }
 
 TEST(FileBootstrapTest, ALeftoverDirectoryIsRefused) {
