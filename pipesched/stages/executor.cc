@@ -316,10 +316,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
 
   // What this process makes alone: the work of each (replica, stage) it runs -- their
   // parameters, gradients and optimizer state -- and the step's inputs, targets and
-  // losses. In a job its verdict is heard by every process before any exchange of the
-  // pipeline's or the replicas': a device that cannot hold one process's part
-  // (ResourceExhausted) is every process's refusal (comm::HeardByAll) and leaves the job
-  // whole, so a sweep skips that configuration in every process alike.
+  // losses. In a job its verdict is heard by every process before the executor's
+  // exchanges of the pipeline's or the replicas' (the 2-D placement check above excepted,
+  // which every process makes): a device that cannot hold one process's part
+  // (ResourceExhausted), or any other failure of that part, is every process's refusal
+  // (comm::HeardByAll) and leaves the job whole, so a sweep skips that configuration in
+  // every process alike.
   auto make_local = [&]() -> absl::Status {
     // Stage work per (replica, stage), and its sizes.
     for (int d = 0; d < D; ++d) {
@@ -373,27 +375,31 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Build(const scheduler::Sched
     }
     // Step data: inputs on each replica's first rank, targets and losses on its last (empty
     // buffers where another process runs that rank).
-    auto step_buffer = [M](Rank& rank, std::int64_t per_microbatch,
-                           std::string_view what) -> absl::StatusOr<runtime::Buffer> {
+    // A refusal says, in the process whose device it is, what would make it fit.
+    const std::string more_memory =
+        options.more_memory.empty() ? "the device more memory" : options.more_memory;
+    auto step_buffer = [M, &more_memory](Rank& rank, std::int64_t per_microbatch,
+                                         std::string_view what,
+                                         bool per_sample) -> absl::StatusOr<runtime::Buffer> {
       absl::StatusOr<runtime::Buffer> buffer = rank.device->Allocate(
           static_cast<std::size_t>(M) * static_cast<std::size_t>(per_microbatch), *rank.compute);
       if (buffer.ok()) return buffer;
       return absl::Status(
           buffer.status().code(),
           absl::StrCat("the step's ", Absl(what), " (", M, " micro-batches of ", per_microbatch,
-                       " bytes) do not fit: ", buffer.status().message(),
-                       "; give the device more memory, or fewer or smaller "
-                       "micro-batches"));
+                       " bytes) do not fit: ", buffer.status().message(), "; give ", more_memory,
+                       ", or fewer", per_sample ? " or smaller" : "", " micro-batches"));
     };
     for (int d = 0; d < D; ++d) {
       runtime::Buffer in, tg, loss;
       if (ex->runs_stage(0)) {
-        PS_ASSIGN_OR_RETURN(in, step_buffer(ex->rank_of(d, 0), ex->sizes_[0].input, "inputs"));
+        PS_ASSIGN_OR_RETURN(in,
+                            step_buffer(ex->rank_of(d, 0), ex->sizes_[0].input, "inputs", true));
       }
       if (ex->runs_stage(S - 1)) {
         Rank& last = ex->rank_of(d, S - 1);
-        PS_ASSIGN_OR_RETURN(tg, step_buffer(last, ex->sizes_[S - 1].target, "targets"));
-        PS_ASSIGN_OR_RETURN(loss, step_buffer(last, sizeof(float), "losses"));
+        PS_ASSIGN_OR_RETURN(tg, step_buffer(last, ex->sizes_[S - 1].target, "targets", true));
+        PS_ASSIGN_OR_RETURN(loss, step_buffer(last, sizeof(float), "losses", false));
       }
       ex->inputs_.push_back(std::move(in));
       ex->targets_.push_back(std::move(tg));

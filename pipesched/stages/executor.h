@@ -83,6 +83,10 @@ struct ExecutorOptions {
   // begun, and none of its own actions started and unfinished) is not counted: that
   // process's watchdog, its Fail, or the bootstrap's timeout and heartbeat end it.
   double step_timeout_seconds = 60;
+  // What gives a device more memory, in the caller's words, for the refusal of a step
+  // buffer that does not fit ("give <it>, or fewer micro-batches"; e.g. "a larger
+  // --device-memory"). Empty: "the device more memory".
+  std::string more_memory;
   // Data parallelism across processes (comm/bootstrap.h), not owned; it must outlive the
   // Executor. Every process runs the same schedule with the same num_replicas, and the
   // stages' gradients are averaged over num_replicas x processes->size() replicas
@@ -178,10 +182,13 @@ class Executor {
   // several processes a failed Create calls the bootstrap's Fail, so that the others
   // stop with its reason -- except where every process returns the same failure: what a
   // process makes alone (the works from `factory`, with their parameters, and the step's
-  // input, target and loss buffers) is checked in every process before any exchange
-  // (comm::AgreeOnVerdict), so a device that cannot hold one process's part
-  // (ResourceExhausted) fails Create in every process alike, "process <n>: ..." in the
-  // others, marked comm::HeardByAll, and the job stays usable (a sweep goes on).
+  // input, target and loss buffers) is checked in every process before the executor's
+  // exchanges of sizes, clocks and all-reducers (comm::AgreeOnVerdict; in a 2-D job after
+  // the placement check), so any failure there -- a device that cannot hold one
+  // process's part (ResourceExhausted), a factory that refuses -- fails Create in every
+  // process alike, "process <n>: ..." in the others, marked comm::HeardByAll, and the
+  // job stays usable (a sweep goes on). That check is one AllGather: a process that
+  // makes its part for longer than the bootstrap's timeout fails Create in the others.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const scheduler::Schedule& schedule,
                                                           runtime::Backend& backend,
                                                           const StageWorkFactory& factory,

@@ -482,6 +482,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerConfig& con
       {.num_replicas = D,
        .exact_memory_accounting = config.exact_memory_accounting || config.device_memory_bytes > 0,
        .step_timeout_seconds = config.step_timeout_seconds,
+       .more_memory = config.device_memory_bytes > 0
+                          ? absl::StrCat("a larger --device-memory (now ",
+                                         HumanBytes(config.device_memory_bytes), ")")
+                          : std::string(),
        .processes = config.processes,
        .pipeline = config.pipeline});
   // A refusal of every process's (each heard the others' allocations): the job stays whole.

@@ -415,6 +415,7 @@ TEST(ProcessesTest, ActivationsThatDoNotFitOneProcessAreRefusedByAll) {
           return Trainer::Create(config).status();
         },
         &job);
+    ASSERT_EQ(static_cast<int>(job.size()), c.n) << created[0];
     const int last = c.n - 1;
     EXPECT_THAT(created[last], StatusIs(absl::StatusCode::kResourceExhausted,
                                         HasSubstr("gpipe's activations do not fit in host:")));
@@ -452,6 +453,7 @@ TEST(ProcessesTest, AModelThatDoesNotFitOneProcessIsRefusedByAllAndTheJobGoesOn)
           return refused;
         },
         &job);
+    ASSERT_EQ(static_cast<int>(job.size()), c.n) << created[0];
     const int last = c.n - 1;
     const std::string refusal =
         "the model does not fit the device memory cap of 2.0 KiB (--device-memory) before any "

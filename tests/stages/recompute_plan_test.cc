@@ -184,6 +184,8 @@ TEST(RecomputePlanTest, SaysWhatKeepsItFromChoosing) {
               StatusIs(absl::StatusCode::kResourceExhausted,
                        AllOf(HasSubstr("the step's losses (8 micro-batches of 4 bytes) do not "
                                        "fit: host:1: cannot allocate 32 bytes: 31 bytes free"),
+                             HasSubstr("; give a larger --device-memory (now "),
+                             ::testing::EndsWith("), or fewer micro-batches"),
                              Not(HasSubstr("recomputing")))));
   config.device_memory_bytes = all.state[1] / 2;
   EXPECT_THAT(PlanRecompute(config),
