@@ -230,21 +230,22 @@ absl::Status CheckOneOrderInJob(std::string_view schedule, int search_steps) {
       "schedule file (`simulate --schedule-json` writes one)"));
 }
 
+absl::StatusOr<bool> WatchRendezvousDirectory() {
+  const char* events = std::getenv(kRendezvousEventsVariable);
+  if (events == nullptr) return true;
+  const std::string_view value = events;
+  if (value != "0" && value != "1") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kRendezvousEventsVariable, "=", QuoteForMessage(value, 40),
+                     " is not 0 or 1: give 1 (the default: a receive is woken when its message "
+                     "appears in the rendezvous directory) or 0 (it only looks)"));
+  }
+  return value == "1";
+}
+
 absl::StatusOr<std::unique_ptr<comm::Bootstrap>> JoinJob(Job job, bool judge_heartbeats) {
   if (job == Job::kAlone) return std::unique_ptr<comm::Bootstrap>();
-  // The file kind's waits are woken by the directory's events unless this says 0 (a file
-  // system whose events misbehave; or to measure what they save).
-  bool watch = true;
-  if (const char* events = std::getenv(kRendezvousEventsVariable); events != nullptr) {
-    const std::string_view value = events;
-    if (value != "0" && value != "1") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kRendezvousEventsVariable, "=", QuoteForMessage(value, 40),
-                       " is not 0 or 1: give 1 (the default: a wait is woken when a file "
-                       "appears in the rendezvous directory) or 0 (it only looks)"));
-    }
-    watch = value == "1";
-  }
+  PS_ASSIGN_OR_RETURN(const bool watch, WatchRendezvousDirectory());
   const comm::BootstrapOptions options = {
       .timeout_seconds = absl::GetFlag(FLAGS_rendezvous_timeout),
       .heartbeat_timeout_seconds =

@@ -48,8 +48,13 @@ absl::StatusOr<Job> CheckJobFlags(const CommandContext& ctx, std::string_view co
 absl::Status CheckOneOrderInJob(std::string_view schedule, int search_steps);
 
 // Environment: 0 turns off the file bootstrap's waking on the rendezvous directory's
-// events (comm::BootstrapOptions::watch_directory); 1, the default, leaves it on.
+// events (comm::BootstrapOptions::watch_directory); 1, the default, leaves it on. Read
+// by train and bench in a job (and checked by launch before it starts them).
 inline constexpr char kRendezvousEventsVariable[] = "PIPESCHED_RENDEZVOUS_EVENTS";
+
+// kRendezvousEventsVariable's value: true unless it says 0; InvalidArgument unless it
+// is unset, 0 or 1.
+absl::StatusOr<bool> WatchRendezvousDirectory();
 
 // Joins the job (null for kAlone): created first, so that this process's later errors
 // reach the others (Bootstrap::Fail) instead of leaving them to wait. With

@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/command.h"
+#include "cli/job.h"
 #include "cli/training.h"
 #include "pipesched/base/strings.h"
 #include "pipesched/comm/bootstrap.h"
@@ -861,6 +862,7 @@ int RunLaunch(const CommandContext& ctx) {
         !s.ok()) {
       return ReportError(ctx, s);
     }
+    if (absl::Status s = WatchRendezvousDirectory().status(); !s.ok()) return ReportError(ctx, s);
     absl::StatusOr<std::string> self = ThisProgram();
     if (!self.ok()) return ReportError(ctx, self.status());
     program.insert(program.begin(), *self);

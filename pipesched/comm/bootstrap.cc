@@ -36,11 +36,11 @@
 // Each rank removes its own file of exchange k-1 once exchange k is complete (everyone
 // has then written k, so everyone has finished reading k-1).
 //
-// Waits look for their files on a schedule (FileBootstrap::Backoff) and, on Linux, are also
-// woken when a name that does not begin with '.' appears in the directory
-// (DirectoryEvents, inotify): a message, a marker, a gone file written on this host is
-// seen within microseconds. A file written from another host over a shared file system
-// raises no event here; the schedule finds it.
+// Waits look for their files on a schedule (FileBootstrap::Backoff); on Linux a
+// point-to-point receive is also woken when its message file (or the failure marker)
+// appears in the directory (DirectoryEvents, inotify), so that a message written on this
+// host is read as soon as it is linked. A file written from another host over a shared
+// file system raises no event here; the schedule finds it.
 #include "pipesched/comm/bootstrap.h"
 
 #include <fcntl.h>
@@ -66,6 +66,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -408,16 +409,18 @@ std::string FailureMarker(int rank, std::string_view reason) {
   return absl::StrCat(rank, "\n", internal::FailureReason(reason));
 }
 
-// Wakes the waits of a file bootstrap when an entry whose name does not begin with '.'
-// appears in its directory (created, hard-linked or renamed into place; inotify), so that
-// a wait need not sleep out its interval. One thread reads the events and counts them in
-// batches (generation); a wait samples the count before it looks for its file, then
-// sleeps until the count moves or its interval ends. Events of other hosts' writes over a
-// shared file system do not come: the intervals stay the waits' schedule.
+// Wakes a file bootstrap's receives when their message appears in its directory
+// (created or hard-linked into place; inotify), so that a crossing's receive need not
+// sleep out its polling interval. One thread reads the directory's events and wakes only
+// the waits registered for the name that came (and every wait for the `failed` marker);
+// a wait registers before its first look, so no event between a look and its sleep is
+// lost. Events of other hosts' writes over a shared file system do not come: the
+// intervals stay the waits' schedule. Exchanges (every rank's file on each look) do not
+// use it: waking each of them for each rank's file costs more CPU than it saves.
 class DirectoryEvents {
  public:
-  // Null where the directory cannot be watched (no inotify, or its limits reached): the
-  // waits then sleep their intervals.
+  // Null where the directory cannot be watched (no inotify, its per-user limit reached,
+  // no thread to be had): the waits then only poll.
   static std::unique_ptr<DirectoryEvents> Open(const std::filesystem::path& dir) {
     ScopedFd inotify(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
     if (inotify.get() < 0) return nullptr;
@@ -429,10 +432,15 @@ class DirectoryEvents {
     auto events = std::unique_ptr<DirectoryEvents>(new DirectoryEvents());
     events->inotify_ = std::move(inotify);
     events->stop_ = std::move(stop);
-    events->thread_ = std::thread([e = events.get()] { e->Run(); });
+    try {
+      events->thread_ = std::thread([e = events.get()] { e->Run(); });
+    } catch (const std::system_error&) {
+      return nullptr;  // (the destructor joins only a thread that started)
+    }
     return events;
   }
   ~DirectoryEvents() {
+    if (!thread_.joinable()) return;
     const std::uint64_t one = 1;
     (void)!::write(stop_.get(), &one, sizeof(one));
     thread_.join();
@@ -440,18 +448,56 @@ class DirectoryEvents {
   DirectoryEvents(const DirectoryEvents&) = delete;
   DirectoryEvents& operator=(const DirectoryEvents&) = delete;
 
-  std::uint64_t generation() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return generation_;
-  }
-  // Returns once generation() differs from `seen`, or after `timeout`.
-  void WaitFor(std::uint64_t seen, std::chrono::microseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return generation_ != seen; });
-  }
+  // A wait for the entry `name` of the directory, registered while it lives (`events`
+  // may be null: then Sleep only sleeps).
+  class Wait {
+   public:
+    Wait(DirectoryEvents* events, std::string name) : events_(events), name_(std::move(name)) {
+      if (events_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(events_->mu_);
+      events_->waits_.push_back(this);
+    }
+    ~Wait() {
+      if (events_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(events_->mu_);
+      std::erase(events_->waits_, this);
+    }
+    Wait(const Wait&) = delete;
+    Wait& operator=(const Wait&) = delete;
+    // Returns once `name` (or a failure marker) has appeared since the last call (or
+    // since the wait began), or after `timeout`.
+    void Sleep(std::chrono::microseconds timeout) {
+      if (events_ == nullptr) {
+        std::this_thread::sleep_for(timeout);
+        return;
+      }
+      std::unique_lock<std::mutex> lock(events_->mu_);
+      cv_.wait_for(lock, timeout, [&] { return arrived_ != seen_; });
+      seen_ = arrived_;
+    }
+
+   private:
+    friend class DirectoryEvents;
+    DirectoryEvents* const events_;
+    const std::string name_;
+    std::condition_variable cv_;
+    std::uint64_t arrived_ = 0, seen_ = 0;  // under events_->mu_
+  };
 
  private:
   DirectoryEvents() = default;
+
+  // Wakes the waits for `name` (all of them for the failure marker, or for an event
+  // whose name the queue's overflow lost).
+  void Arrived(std::string_view name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Wait* wait : waits_) {
+      if (name.empty() || name == "failed" || wait->name_ == name) {
+        ++wait->arrived_;
+        wait->cv_.notify_one();
+      }
+    }
+  }
 
   void Run() {
     alignas(struct inotify_event) char buffer[8192];
@@ -464,32 +510,28 @@ class DirectoryEvents {
       }
       if (fds[1].revents != 0) return;
       if (fds[0].revents == 0) continue;
-      bool wanted = false;
       for (;;) {
         const ssize_t n = ::read(inotify_.get(), buffer, sizeof(buffer));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;  // drained (EAGAIN)
         for (ssize_t at = 0; at < n;) {
           const auto* event = reinterpret_cast<const struct inotify_event*>(buffer + at);
-          // A writer's temporary (".tmp..."): its linked name comes next. An overflow of
-          // the queue (no name) may hide anything.
-          if (event->len == 0 || event->name[0] != '.') wanted = true;
+          // A writer's temporary (".tmp..."): its linked name comes next. No name: the
+          // queue overflowed (or the directory went), which may hide anything.
+          if (event->len == 0) {
+            Arrived("");
+          } else if (event->name[0] != '.') {
+            Arrived(std::string_view(event->name));  // (NUL-padded to len)
+          }
           at += static_cast<ssize_t>(sizeof(struct inotify_event) + event->len);
         }
       }
-      if (!wanted) continue;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++generation_;
-      }
-      cv_.notify_all();
     }
   }
 
   ScopedFd inotify_, stop_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::uint64_t generation_ = 0;
+  std::vector<Wait*> waits_;  // under mu_
   std::thread thread_;
 };
 
@@ -596,7 +638,8 @@ class FileBootstrap final : public Bootstrap {
     std::call_once(beat_started_, [this] { StartBeating(); });
     const std::optional<Clock::time_point> deadline = DeadlineAfter(options_.timeout_seconds);
     const std::string path = MessageFileOf(channel, k, from, rank_);
-    for (Backoff wait = MessageBackoff();;) {
+    DirectoryEvents::Wait arrival(Events(), std::filesystem::path(path).filename().string());
+    for (Backoff wait{.wait = &arrival};;) {
       if (aborted_.load(std::memory_order_acquire)) {
         return absl::CancelledError(absl::StrCat("file bootstrap rank ", rank_,
                                                  ": aborted on channel '", Absl(channel),
@@ -698,18 +741,15 @@ class FileBootstrap final : public Bootstrap {
   // 1 ms of it, where a 20 ms cap left it up to 20 ms late: docs/benchmarks.md, *A sweep
   // as a job of several processes*), cheap when they are far (a process still starting,
   // a straggler; on NFS, each look is a request to the server).
-  // With `events`, a sleep also ends when an entry appears in the directory after the
-  // look before it (`seen`: the events' generation sampled before that look).
+  // With `wait`, a sleep also ends when the file it waits for appears (DirectoryEvents).
   struct Backoff {
     std::chrono::microseconds first_cap{1000};
-    DirectoryEvents* events = nullptr;
-    std::uint64_t seen = events != nullptr ? events->generation() : 0;
+    DirectoryEvents::Wait* wait = nullptr;
     Clock::time_point start = Clock::now();
     std::chrono::microseconds next{100};
     void Sleep() {
-      if (events != nullptr) {
-        events->WaitFor(seen, next);
-        seen = events->generation();
+      if (wait != nullptr) {
+        wait->Sleep(next);
       } else {
         std::this_thread::sleep_for(next);
       }
@@ -719,21 +759,17 @@ class FileBootstrap final : public Bootstrap {
       next = std::min<std::chrono::microseconds>(next * 2, cap);
     }
   };
-  // A wait on the others' files: woken by the directory's events once they are watched
-  // (started by the first wait, as the heartbeat is: a process that forks after joining
-  // has no thread to copy).
-  Backoff MessageBackoff() { return Backoff{.events = Events()}; }
   // An exchange's wait looks for every missing rank's file each time: its first second
   // polls at 1 ms for up to 8 ranks, and proportionally less often for more (a look
   // every 8 ms at 64 ranks), so that a process makes at most ~8 looks a millisecond.
-  Backoff ExchangeBackoff() {
+  Backoff ExchangeBackoff() const {
     return Backoff{
         .first_cap = std::min<std::chrono::microseconds>(
-            std::chrono::microseconds(125) * std::max(size_, 8), std::chrono::milliseconds(20)),
-        .events = Events()};
+            std::chrono::microseconds(125) * std::max(size_, 8), std::chrono::milliseconds(20))};
   }
   // The directory's events (BootstrapOptions::watch_directory), watched from the first
-  // call on; null when not watched.
+  // receive on (as the heartbeat starts with the first exchange: a process that forks
+  // after joining has no thread to copy); null when not watched.
   DirectoryEvents* Events() {
     if (!options_.watch_directory || size_ == 1) return nullptr;
     std::call_once(events_started_, [this] { events_ = DirectoryEvents::Open(dir_); });

@@ -2127,8 +2127,8 @@ TEST(CliTest, TheRendezvousEventsVariableIsZeroOrOne) {
     RunResult r = RunCli(args);
     EXPECT_EQ(r.code, 2) << bad;
     EXPECT_EQ(r.err, absl::StrCat("pipesched: PIPESCHED_RENDEZVOUS_EVENTS=\"", bad,
-                                  "\" is not 0 or 1: give 1 (the default: a wait is woken when a "
-                                  "file appears in the rendezvous directory) or 0 (it only "
+                                  "\" is not 0 or 1: give 1 (the default: a receive is woken when "
+                                  "its message appears in the rendezvous directory) or 0 (it only "
                                   "looks)\n"));
   }
   EXPECT_FALSE(std::filesystem::exists(dir)) << "joined before refusing";

@@ -313,6 +313,19 @@ TEST_F(LaunchTest, WhatCannotBeLaunchedIsOneLine) {
     EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
     EXPECT_EQ(r.out, "");
   }
+  // A bad PIPESCHED_RENDEZVOUS_EVENTS is said once, before any train or bench starts.
+  for (const char* command : {"train", "bench"}) {
+    setenv("PIPESCHED_RENDEZVOUS_EVENTS", "yes", 1);
+    RunResult r = RunCli({"launch", "--processes=2", "--", command, "--stages=2"});
+    unsetenv("PIPESCHED_RENDEZVOUS_EVENTS");
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_EQ(
+        r.err,
+        "pipesched: PIPESCHED_RENDEZVOUS_EVENTS=\"yes\" is not 0 or 1: give 1 (the default: a "
+        "receive is woken when its message appears in the rendezvous directory) or 0 (it "
+        "only looks)\n")
+        << command;
+  }
   EXPECT_EQ(Left(), std::vector<std::string>{"existing"});
   // A --help after launch's flags (one given as "--flag VALUE") is launch's.
   EXPECT_THAT(RunCli({"launch", "--rendezvous", "x", "--help"}).out,
