@@ -383,7 +383,7 @@ TEST(FileBootstrapTest, SendsAndReceivesInOrderPerPairAndChannel) {
   std::filesystem::remove_all(ending_dir);
 }
 
-// The waits' two ways of finding the others' files, woken by the directory's events
+// The receives' two ways of finding their messages, woken by the directory's events
 // (the default) and looking only (BootstrapOptions::watch_directory = false): the same
 // exchanges and messages, in order, and the directory gone after Close.
 TEST(FileBootstrapTest, WaitsFindTheirFilesWithOrWithoutTheDirectorysEvents) {
