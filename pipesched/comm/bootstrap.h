@@ -49,11 +49,13 @@ struct BootstrapOptions {
   // 2 x (1 + ceil((N-1)/16) x 0.25) s: 10 s up to 257 ranks, 18 s at 512, 34 s at 1024,
   // 130 s at 4096. 0 = not judged (the beats are still written).
   double heartbeat_timeout_seconds = 10;
-  // File kind: whether a wait is also woken when a file appears in the directory (inotify
-  // on Linux), so that a message written on this host is read within microseconds, not at
-  // the wait's next look (up to 1 ms in its first second, then up to 20 ms). The looks go on
+  // File kind: whether a point-to-point Receive is also woken when its message's file (or
+  // the failure marker) appears in the directory (inotify on Linux), so that a message
+  // written on this host is read when it is linked, not at the wait's next look (up to
+  // 1 ms in its first second, then up to 20 ms); exchanges only look. The looks go on
   // either way (a shared file system's other hosts raise no event); false: looks only, for
-  // a file system whose events misbehave, or to measure what the events save.
+  // a file system whose events misbehave, or to measure what the events save. Costs one
+  // inotify instance (a per-user limit), 2 descriptors and a thread; without them, looks.
   bool watch_directory = true;
 };
 

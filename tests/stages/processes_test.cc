@@ -478,10 +478,6 @@ TEST(ProcessesTest, AModelThatDoesNotFitOneProcessIsRefusedByAllAndTheJobGoesOn)
 // replica's actions; a data-parallel job of two processes, and two pipelines of two, where
 // the processes of block 1 keep their own step (block 0's gather the pipelines).
 TEST(ProcessesTest, ProcessZeroGathersEveryProcesssReplicas) {
-  struct Case {
-    const char* name;
-    int n, k;  // processes, and processes per pipeline
-  };
   // The compute spans of each row: (op, stage, micro-batch), sorted.
   auto compute_rows = [](const trace::Timeline& timeline) {
     std::vector<std::vector<std::tuple<std::string, int, int>>> rows(timeline.num_ranks);
@@ -492,7 +488,7 @@ TEST(ProcessesTest, ProcessZeroGathersEveryProcesssReplicas) {
     for (auto& row : rows) std::sort(row.begin(), row.end());
     return rows;
   };
-  for (const Case& c : {Case{"replicas", 2, 1}, Case{"grid", 4, 2}}) {
+  for (const JobCase& c : {JobCase{"replicas", 2, 1}, JobCase{"grid", 4, 2}}) {
     SCOPED_TRACE(c.name);
     const int pipelines = c.n / c.k;
     PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> alone,
